@@ -1,0 +1,6 @@
+//! The Sluice broker: shards, the queue engine, front ends.
+//!
+//! `engine` is the sans-I/O queue state machine (no runtime, no clock, no sockets);
+//! everything that touches glommio lives beside it, at the edge.
+
+pub mod engine;

@@ -1,0 +1,81 @@
+//! Log configuration: every limit named, with its unit.
+
+use crate::error::StorageError;
+use crate::fs::BLOCK_BYTES;
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Roll the active segment before it would exceed this size.
+    pub segment_bytes_max: u64,
+    /// Roll the active segment once a batch is this much newer than its first record.
+    pub segment_age_ms_max: Option<u64>,
+    /// One offset index entry per this many bytes of log (at a batch boundary).
+    pub index_interval_bytes: u64,
+    /// Segment space is zero-filled ahead of the write position in chunks of this size, so that
+    /// commits write into allocated, zeroed blocks (fdatasync into a growing file is 2–4× slower).
+    pub prealloc_chunk_bytes: u64,
+    /// Bytes staged but not yet written; appends wait (back-pressure) beyond it. It also bounds
+    /// one commit's write, and so the region a torn write can damage.
+    pub write_buffer_bytes_max: usize,
+    /// The largest batch accepted.
+    pub batch_bytes_max: usize,
+    /// Recently committed bytes kept in memory for tail reads.
+    pub read_cache_bytes_max: usize,
+    /// Indexes of sealed segments kept in memory (loaded on demand, least recently used evicted).
+    pub index_cache_bytes_max: usize,
+    /// Write the active segment's new index entries to disk (a hint, not synced) every this many.
+    pub index_persist_entries: usize,
+    /// Delete sealed segments whose newest record is older than this.
+    pub retention_ms: Option<u64>,
+    /// Delete the oldest sealed segments while the log is larger than this.
+    pub retention_bytes: Option<u64>,
+}
+
+pub const MIB: u64 = 1024 * 1024;
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes_max: 1024 * MIB,
+            segment_age_ms_max: Some(7 * 24 * 3600 * 1000),
+            index_interval_bytes: 4096,
+            prealloc_chunk_bytes: 64 * MIB,
+            write_buffer_bytes_max: 8 * MIB as usize,
+            batch_bytes_max: 4 * MIB as usize,
+            read_cache_bytes_max: 8 * MIB as usize,
+            index_cache_bytes_max: 16 * MIB as usize,
+            index_persist_entries: 512,
+            retention_ms: None,
+            retention_bytes: None,
+        }
+    }
+}
+
+impl LogConfig {
+    pub fn validate(&self) -> Result<(), StorageError> {
+        let bad = |s: &str| Err(StorageError::Config(s.to_string()));
+        if self.segment_bytes_max < 4 * BLOCK_BYTES || self.segment_bytes_max > u64::from(u32::MAX)
+        {
+            return bad("segment_bytes_max must be within [16 KiB, 4 GiB)");
+        }
+        if self.batch_bytes_max as u64 > self.segment_bytes_max {
+            return bad("batch_bytes_max must not exceed segment_bytes_max");
+        }
+        if self.write_buffer_bytes_max < self.batch_bytes_max {
+            return bad("write_buffer_bytes_max must be at least batch_bytes_max");
+        }
+        if self.index_interval_bytes == 0 || self.prealloc_chunk_bytes < BLOCK_BYTES {
+            return bad("index_interval_bytes must be > 0 and prealloc_chunk_bytes >= 4 KiB");
+        }
+        if self.index_persist_entries == 0 {
+            return bad("index_persist_entries must be > 0");
+        }
+        Ok(())
+    }
+
+    /// The furthest a torn commit can reach past the durable end of the active segment: bytes
+    /// found beyond this after a bad batch cannot be a torn tail, so they signal corruption.
+    pub fn torn_window_bytes(&self) -> u64 {
+        self.write_buffer_bytes_max as u64 + 2 * BLOCK_BYTES
+    }
+}

@@ -1,0 +1,128 @@
+//! Typed errors of the storage engine.
+
+use std::path::PathBuf;
+
+/// Why a batch failed to decode or verify.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("batch truncated: need {needed} bytes, have {available}")]
+    Truncated { needed: usize, available: usize },
+    #[error("bad batch magic {found:#010x}")]
+    BadMagic { found: u32 },
+    #[error("unsupported batch format version {0}")]
+    UnsupportedVersion(u8),
+    #[error("batch length {0} out of range")]
+    BadLength(u32),
+    #[error("batch checksum mismatch: stored {stored:#018x}, computed {computed:#018x}")]
+    ChecksumMismatch { stored: u64, computed: u64 },
+    #[error("malformed record {index} in batch: {why}")]
+    MalformedRecord { index: u32, why: &'static str },
+    #[error("batch has no records")]
+    Empty,
+    #[error("batch too large: {size_bytes} bytes, limit {limit_bytes}")]
+    TooLarge {
+        size_bytes: usize,
+        limit_bytes: usize,
+    },
+}
+
+/// Errors of the log and its segments.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("I/O error during {op} on {path:?}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The disk is full. Nothing acknowledged before is lost; the append that hit it failed.
+    #[error("no space left on device during {op} on {path:?}")]
+    NoSpace { op: &'static str, path: PathBuf },
+    /// Stored bytes failed verification where they cannot be a torn tail: they are never served.
+    #[error("corruption in {path:?} at byte {position}: {reason}")]
+    Corruption {
+        path: PathBuf,
+        position: u64,
+        reason: String,
+    },
+    #[error("offset {offset} out of range [{start}, {end})")]
+    OffsetOutOfRange { offset: u64, start: u64, end: u64 },
+    #[error(transparent)]
+    InvalidBatch(#[from] BatchError),
+    /// A previous write or fsync failed and could not be repaired; the log only serves reads
+    /// until it is reopened (recovery decides what is on disk).
+    #[error("log is read-only after an unrecoverable write failure; reopen to recover")]
+    Poisoned,
+    #[error("log is closed")]
+    Closed,
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl StorageError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        let path = path.into();
+        if source.raw_os_error() == Some(libc::ENOSPC) {
+            StorageError::NoSpace { op, path }
+        } else {
+            StorageError::Io { op, path, source }
+        }
+    }
+
+    /// A stable short name, used for metrics labels and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StorageError::Io { .. } => "io",
+            StorageError::NoSpace { .. } => "no_space",
+            StorageError::Corruption { .. } => "corruption",
+            StorageError::OffsetOutOfRange { .. } => "offset_out_of_range",
+            StorageError::InvalidBatch(_) => "invalid_batch",
+            StorageError::Poisoned => "poisoned",
+            StorageError::Closed => "closed",
+            StorageError::Config(_) => "config",
+        }
+    }
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+impl StorageError {
+    /// A copy for every waiter of a failed group commit (io::Error is not Clone).
+    pub fn duplicate(&self) -> StorageError {
+        match self {
+            StorageError::Io { op, path, source } => StorageError::Io {
+                op,
+                path: path.clone(),
+                source: match source.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(source.kind(), source.to_string()),
+                },
+            },
+            StorageError::NoSpace { op, path } => StorageError::NoSpace {
+                op,
+                path: path.clone(),
+            },
+            StorageError::Corruption {
+                path,
+                position,
+                reason,
+            } => StorageError::Corruption {
+                path: path.clone(),
+                position: *position,
+                reason: reason.clone(),
+            },
+            StorageError::OffsetOutOfRange { offset, start, end } => {
+                StorageError::OffsetOutOfRange {
+                    offset: *offset,
+                    start: *start,
+                    end: *end,
+                }
+            }
+            StorageError::InvalidBatch(b) => StorageError::InvalidBatch(b.clone()),
+            StorageError::Poisoned => StorageError::Poisoned,
+            StorageError::Closed => StorageError::Closed,
+            StorageError::Config(s) => StorageError::Config(s.clone()),
+        }
+    }
+}

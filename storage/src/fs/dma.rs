@@ -1,0 +1,151 @@
+//! glommio DMA files: O_DIRECT reads and writes through io_uring.
+
+use super::{File, Fs};
+use glommio::io::{DmaFile, OpenOptions};
+use std::io;
+use std::path::Path;
+use std::rc::Rc;
+
+/// The production file system: glommio DMA files. Must be used on a glommio executor.
+#[derive(Clone, Default)]
+pub struct DmaFs {
+    _private: (),
+}
+
+impl DmaFs {
+    /// Prepares the data directory for DMA use on the current executor.
+    ///
+    /// glommio probes polled-I/O support with the first file it opens on a disk and caches the
+    /// answer per thread; an empty first file makes it believe iopoll works and every later read
+    /// fails with EOPNOTSUPP (glommio issues #605, #670). Opening a non-empty file first avoids it.
+    pub async fn new(data_dir: &Path) -> io::Result<DmaFs> {
+        std::fs::create_dir_all(data_dir)?;
+        let probe = data_dir.join(".sluice-dma-probe");
+        std::fs::write(&probe, [0u8; 4096])?;
+        let f = OpenOptions::new()
+            .read(true)
+            .dma_open(&probe)
+            .await
+            .map_err(io::Error::from)?;
+        f.read_at(0, 4096).await.map_err(io::Error::from)?;
+        f.close().await.map_err(io::Error::from)?;
+        Ok(DmaFs { _private: () })
+    }
+}
+
+/// Raises the soft RLIMIT_MEMLOCK to the hard limit: glommio registers its I/O memory, and
+/// the default soft limit is too small for several executors.
+pub fn raise_memlock_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write/read a plain struct we own; no other invariants.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        lim.rlim_cur = lim.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+pub struct DmaHandle {
+    file: Rc<DmaFile>,
+}
+
+impl File for DmaHandle {
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        let r = self.file.read_at(pos, len).await.map_err(io::Error::from)?;
+        Ok(r.to_vec())
+    }
+
+    async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<usize> {
+        let mut buf = self.file.alloc_dma_buffer(data.len());
+        buf.as_bytes_mut().copy_from_slice(data);
+        self.file.write_at(buf, pos).await.map_err(io::Error::from)
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        self.file.fdatasync().await.map_err(io::Error::from)
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        self.file.file_size().await.map_err(io::Error::from)
+    }
+
+    async fn truncate(&self, size: u64) -> io::Result<()> {
+        self.file.truncate(size).await.map_err(io::Error::from)
+    }
+
+    async fn close(&self) -> io::Result<()> {
+        // Dropping the last Rc closes the descriptor; glommio's explicit close needs ownership.
+        Ok(())
+    }
+}
+
+impl Fs for DmaFs {
+    type File = DmaHandle;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<DmaHandle> {
+        // Not DmaFile::create: it opens write-only and later reads fail with EBADF.
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .dma_open(path)
+            .await
+            .map_err(io::Error::from)?;
+        Ok(DmaHandle { file: Rc::new(f) })
+    }
+
+    async fn remove(&self, path: &Path) -> io::Result<()> {
+        glommio::io::remove(path).await.map_err(io::Error::from)
+    }
+
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        glommio::io::rename(from, to).await.map_err(io::Error::from)
+    }
+
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let d = glommio::io::Directory::open(dir)
+            .await
+            .map_err(io::Error::from)?;
+        d.sync().await.map_err(io::Error::from)?;
+        d.close().await.map_err(io::Error::from)
+    }
+
+    async fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    async fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            if let Some(n) = e.file_name().to_str() {
+                out.push(n.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    async fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raise_memlock_is_idempotent() {
+        let a = raise_memlock_limit().expect("raise");
+        let b = raise_memlock_limit().expect("raise again");
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,64 @@
+//! The I/O seam: everything the log does to a disk goes through [`Fs`] and [`File`].
+//!
+//! Two implementations: [`DmaFs`] (glommio DMA files, O_DIRECT on io_uring — production) and
+//! [`SimFs`] (in memory, with the durability rules of a real disk: writes not covered by a
+//! completed fdatasync, and directory changes not covered by a directory fsync, can be lost or
+//! torn at a simulated power loss). [`FaultyFs`] wraps either and injects short writes, EIO,
+//! ENOSPC and fsync failures on a schedule, so error paths are tested without a broken disk.
+//!
+//! The traits are deliberately not `Send`: each shard owns its files on its own thread.
+
+mod dma;
+mod faulty;
+mod sim;
+
+pub use dma::{raise_memlock_limit, DmaFs};
+pub use faulty::{Fault, FaultPlan, FaultyFs, Op};
+pub use sim::{CrashMode, SimFs};
+
+use std::io;
+use std::path::Path;
+
+/// Positions and lengths of writes are multiples of this (O_DIRECT on 512 B and 4 KiB sector
+/// disks alike).
+pub const BLOCK_BYTES: u64 = 4096;
+
+pub fn align_down(v: u64) -> u64 {
+    v & !(BLOCK_BYTES - 1)
+}
+
+pub fn align_up(v: u64) -> u64 {
+    (v + BLOCK_BYTES - 1) & !(BLOCK_BYTES - 1)
+}
+
+/// A file opened for reading and writing.
+#[allow(async_fn_in_trait)] // single-threaded by design: futures are not Send
+pub trait File: 'static {
+    /// Reads up to `len` bytes at `pos` (fewer at end of file).
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Writes `data` at `pos`; both block-aligned. May write less (a short write): returns
+    /// the count written.
+    async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<usize>;
+    /// Makes all completed writes (and the file size) durable.
+    async fn sync_data(&self) -> io::Result<()>;
+    async fn size(&self) -> io::Result<u64>;
+    /// Sets the file size (shrinking drops data; growing adds zeros).
+    async fn truncate(&self, size: u64) -> io::Result<()>;
+    async fn close(&self) -> io::Result<()>;
+}
+
+/// A file system: directories, names and the files in them.
+#[allow(async_fn_in_trait)]
+pub trait Fs: Clone + 'static {
+    type File: File;
+    /// Opens for read and write, creating the file if `create`.
+    async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
+    async fn remove(&self, path: &Path) -> io::Result<()>;
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes directory entries (creations, renames, removals) in `dir` durable.
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    async fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// File names (not paths) in `dir`.
+    async fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    async fn exists(&self, path: &Path) -> bool;
+}

@@ -1,0 +1,1623 @@
+//! The partition log: segments, group commit, reads by offset and time, recovery, retention.
+//!
+//! One `Log` is owned by one shard (thread); it is not `Send`. Appends are staged in memory and
+//! committed in groups: whoever waits on an uncommitted batch while no commit runs becomes the
+//! committer, writes everything staged so far in one write and one fdatasync, and wakes the
+//! others. An append resolves only after its bytes (and any segment file it needed) are durable.
+//! Only durable bytes are ever read.
+
+use crate::batch::{self, BatchHeader, BatchView, Record, BATCH_HEADER_BYTES};
+use crate::config::LogConfig;
+use crate::error::{Result, StorageError};
+use crate::fs::{align_down, align_up, File, Fs};
+use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use bytes::Bytes;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+/// Disk reads of batches are done in windows of this size (or one batch, if larger).
+const READ_WINDOW_BYTES: usize = 256 * 1024;
+/// Zeros are written in pieces of this size when pre-filling segment space.
+const ZERO_FILL_PIECE_BYTES: usize = 1024 * 1024;
+
+pub fn segment_file_name(base: u64, ext: &str) -> String {
+    format!("{base:020}.{ext}")
+}
+
+fn parse_segment_name(name: &str) -> Option<(u64, &str)> {
+    let (stem, ext) = name.split_once('.')?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((stem.parse().ok()?, ext))
+}
+
+/// Where an appended batch landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: u64,
+    pub last_offset: u64,
+}
+
+/// A verified batch read from the log, in its on-disk bytes.
+#[derive(Debug, Clone)]
+pub struct ReadBatch {
+    pub header: BatchHeader,
+    pub bytes: Bytes,
+}
+
+impl ReadBatch {
+    pub fn view(&self) -> BatchView<'_> {
+        BatchView {
+            header: self.header,
+            bytes: &self.bytes,
+        }
+    }
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Default)]
+pub struct LogStats {
+    pub batches_appended: u64,
+    pub records_appended: u64,
+    pub bytes_appended: u64,
+    pub commits: u64,
+    pub fsyncs: u64,
+    pub commit_failures: u64,
+    pub corruptions_detected: u64,
+    pub cache_hits: u64,
+    pub disk_reads: u64,
+    pub segments_deleted: u64,
+    pub torn_tail_bytes_truncated: u64,
+}
+
+/// What retention removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub segments_deleted: usize,
+    pub bytes_deleted: u64,
+    pub new_start_offset: u64,
+}
+
+/// Facts about one segment, for operators and retention hooks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: u64,
+    pub next_offset: u64,
+    pub size_bytes: u64,
+    pub max_timestamp_ms: Option<i64>,
+    pub sealed: bool,
+}
+
+type Slot = Rc<RefCell<Option<Result<()>>>>;
+
+struct StagedBatch {
+    header: BatchHeader,
+    /// Position within the chunk's bytes.
+    at: usize,
+    slot: Slot,
+}
+
+struct Chunk {
+    /// Base offset of the segment this chunk goes to.
+    segment: u64,
+    /// Seal the current active segment and create `segment` first.
+    roll: bool,
+    bytes: Vec<u8>,
+    batches: Vec<StagedBatch>,
+}
+
+struct Segment<F: Fs> {
+    base: u64,
+    file: Rc<F::File>,
+    /// Bytes of durable, verified batches.
+    size: u64,
+    next_offset: u64,
+    first_ts: Option<i64>,
+    max_ts: Option<i64>,
+    sealed: bool,
+    /// Active segment only: in-memory indexes (sealed ones are loaded through the cache).
+    index: OffsetIndex,
+    timeindex: TimeIndex,
+    bytes_since_index: u64,
+    index_persisted_entries: usize,
+    /// Active segment only: bytes `[align_down(size), size)`, rewritten with each commit.
+    tail: Vec<u8>,
+    zeroed_until: u64,
+}
+
+struct SealedIndexes {
+    index: OffsetIndex,
+    timeindex: TimeIndex,
+}
+
+struct Inner<F: Fs> {
+    segments: BTreeMap<u64, Segment<F>>,
+    staged: Vec<Chunk>,
+    staged_bytes: usize,
+    /// Next offset to assign to a staged batch.
+    next_offset: u64,
+    /// Where the last staged chunk's segment stands (size and first timestamp, staged included).
+    proj_segment: u64,
+    proj_size: u64,
+    proj_first_ts: Option<i64>,
+    committing: bool,
+    poisoned: bool,
+    closed: bool,
+    flush_gen: u64,
+    waiters: Vec<Waker>,
+    /// Recently committed chunks by (segment base, position), evicted oldest first.
+    cache: BTreeMap<(u64, u64), Bytes>,
+    cache_order: VecDeque<(u64, u64)>,
+    cache_bytes: usize,
+    index_cache: VecDeque<(u64, Rc<SealedIndexes>)>,
+    index_cache_bytes: usize,
+    stats: LogStats,
+}
+
+/// A partition log in a directory of segments.
+pub struct Log<F: Fs> {
+    fs: F,
+    dir: PathBuf,
+    config: LogConfig,
+    inner: RefCell<Inner<F>>,
+}
+
+impl<F: Fs> Log<F> {
+    fn path(&self, base: u64, ext: &str) -> PathBuf {
+        self.dir.join(segment_file_name(base, ext))
+    }
+
+    fn io_err(&self, op: &'static str, base: u64, ext: &str, e: std::io::Error) -> StorageError {
+        StorageError::io(op, self.path(base, ext), e)
+    }
+
+    /// Opens (or creates) the log in `dir`, recovering the active segment.
+    pub async fn open(fs: F, dir: impl Into<PathBuf>, config: LogConfig) -> Result<Log<F>> {
+        config.validate()?;
+        let dir = dir.into();
+        fs.create_dir_all(&dir)
+            .await
+            .map_err(|e| StorageError::io("create_dir", &dir, e))?;
+        let names = fs
+            .list(&dir)
+            .await
+            .map_err(|e| StorageError::io("list", &dir, e))?;
+        let mut bases: Vec<u64> = names
+            .iter()
+            .filter_map(|n| parse_segment_name(n))
+            .filter(|(_, ext)| *ext == "log")
+            .map(|(b, _)| b)
+            .collect();
+        bases.sort_unstable();
+        let log = Log {
+            fs: fs.clone(),
+            dir: dir.clone(),
+            config,
+            inner: RefCell::new(Inner {
+                segments: BTreeMap::new(),
+                staged: Vec::new(),
+                staged_bytes: 0,
+                next_offset: 0,
+                proj_segment: 0,
+                proj_size: 0,
+                proj_first_ts: None,
+                committing: false,
+                poisoned: false,
+                closed: false,
+                flush_gen: 0,
+                waiters: Vec::new(),
+                cache: BTreeMap::new(),
+                cache_order: VecDeque::new(),
+                cache_bytes: 0,
+                index_cache: VecDeque::new(),
+                index_cache_bytes: 0,
+                stats: LogStats::default(),
+            }),
+        };
+        // Index files whose segment is gone (a crash during deletion) are removed.
+        let mut removed_orphan = false;
+        for n in &names {
+            let orphan = match parse_segment_name(n) {
+                Some((b, "index" | "timeindex")) => bases.binary_search(&b).is_err(),
+                _ => n.ends_with(".tmp"),
+            };
+            if orphan {
+                let p = dir.join(n);
+                fs.remove(&p)
+                    .await
+                    .map_err(|e| StorageError::io("remove", &p, e))?;
+                removed_orphan = true;
+            }
+        }
+        if removed_orphan {
+            fs.sync_dir(&dir)
+                .await
+                .map_err(|e| StorageError::io("sync_dir", &dir, e))?;
+        }
+        if bases.is_empty() {
+            log.create_segment(0).await?;
+        } else {
+            for (i, &b) in bases.iter().enumerate() {
+                let next = bases.get(i + 1).copied();
+                match next {
+                    Some(next_base) => log.open_sealed(b, next_base).await?,
+                    None => log.recover_active(b).await?,
+                }
+            }
+        }
+        {
+            let mut inner = log.inner.borrow_mut();
+            let (&base, active) = inner
+                .segments
+                .iter()
+                .next_back()
+                .expect("a log has an active segment");
+            let (size, first_ts, next) = (active.size, active.first_ts, active.next_offset);
+            inner.next_offset = next;
+            inner.proj_segment = base;
+            inner.proj_size = size;
+            inner.proj_first_ts = first_ts;
+        }
+        Ok(log)
+    }
+
+    async fn open_sealed(&self, base: u64, next_base: u64) -> Result<()> {
+        let file = self
+            .fs
+            .open(&self.path(base, "log"), false)
+            .await
+            .map_err(|e| self.io_err("open", base, "log", e))?;
+        let size = file
+            .size()
+            .await
+            .map_err(|e| self.io_err("stat", base, "log", e))?;
+        let seg = Segment {
+            base,
+            file: Rc::new(file),
+            size,
+            next_offset: next_base,
+            first_ts: None,
+            max_ts: None,
+            sealed: true,
+            index: OffsetIndex::default(),
+            timeindex: TimeIndex::default(),
+            bytes_since_index: 0,
+            index_persisted_entries: 0,
+            tail: Vec::new(),
+            zeroed_until: size,
+        };
+        self.inner.borrow_mut().segments.insert(base, seg);
+        // The segment's newest timestamp (for retention and time lookups) comes from its time
+        // index; a missing or damaged one is rebuilt from the log.
+        let ix = self.sealed_indexes(base).await?;
+        let max_ts = ix.timeindex.last().map(|e| e.max_timestamp_ms);
+        if let Some(s) = self.inner.borrow_mut().segments.get_mut(&base) {
+            s.max_ts = max_ts;
+        }
+        Ok(())
+    }
+
+    /// Creates an empty segment durably: file, zero-filled first chunk, directory entry.
+    async fn create_segment(&self, base: u64) -> Result<()> {
+        let path = self.path(base, "log");
+        let file = self
+            .fs
+            .open(&path, true)
+            .await
+            .map_err(|e| StorageError::io("create", &path, e))?;
+        let zeroed = align_up(
+            self.config
+                .prealloc_chunk_bytes
+                .min(self.config.segment_bytes_max),
+        );
+        zero_fill(&file, 0, zeroed)
+            .await
+            .map_err(|e| StorageError::io("zero_fill", &path, e))?;
+        file.truncate(zeroed)
+            .await
+            .map_err(|e| StorageError::io("truncate", &path, e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| StorageError::io("fdatasync", &path, e))?;
+        self.fs
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|e| StorageError::io("sync_dir", &self.dir, e))?;
+        let mut inner = self.inner.borrow_mut();
+        inner.stats.fsyncs += 2;
+        inner.segments.insert(
+            base,
+            Segment {
+                base,
+                file: Rc::new(file),
+                size: 0,
+                next_offset: base,
+                first_ts: None,
+                max_ts: None,
+                sealed: false,
+                index: OffsetIndex::default(),
+                timeindex: TimeIndex::default(),
+                bytes_since_index: 0,
+                index_persisted_entries: 0,
+                tail: Vec::new(),
+                zeroed_until: zeroed,
+            },
+        );
+        Ok(())
+    }
+
+    /// Recovers the last segment: resumes from its last index entry that checks out, verifies
+    /// every batch after it, and truncates a torn tail — or reports corruption when valid data
+    /// lies beyond a bad batch further than any torn commit could reach.
+    async fn recover_active(&self, base: u64) -> Result<()> {
+        let path = self.path(base, "log");
+        let file = self
+            .fs
+            .open(&path, false)
+            .await
+            .map_err(|e| StorageError::io("open", &path, e))?;
+        let file_size = file
+            .size()
+            .await
+            .map_err(|e| StorageError::io("stat", &path, e))?;
+        let mut index = OffsetIndex::parse(&self.read_whole(base, "index").await);
+        let mut timeindex = TimeIndex::parse(&self.read_whole(base, "timeindex").await);
+
+        // The last index entry that points at a valid batch with the right offset.
+        let mut start = (0u64, base, 0usize);
+        for i in (0..index.len()).rev() {
+            let e = index.get(i);
+            if u64::from(e.position) >= file_size {
+                continue;
+            }
+            if let Ok(Some(h)) = read_batch_header_verified(&file, u64::from(e.position)).await {
+                if h.base_offset == base + u64::from(e.rel_offset) {
+                    start = (u64::from(e.position), h.base_offset, i + 1);
+                    break;
+                }
+            }
+        }
+        let (mut pos, mut expected, keep_entries) = start;
+        index.truncate_entries(keep_entries);
+        let rel_limit = (expected - base) as u32;
+        let keep_time = (0..timeindex.len())
+            .take_while(|&i| timeindex.get(i).rel_offset <= rel_limit)
+            .count();
+        timeindex.truncate_entries(keep_time);
+        let mut max_ts = timeindex.last().map(|e| e.max_timestamp_ms);
+        let mut first_ts = None;
+        if pos == 0 {
+            max_ts = None;
+        } else if let Ok(Some(b)) = read_batch_verified(&file, 0, file_size).await {
+            first_ts = Some(b.header.first_timestamp_ms);
+        }
+        let mut since_index = 0u64;
+        let mut bad_at = None;
+        while pos < file_size {
+            match read_batch_verified(&file, pos, file_size).await {
+                Ok(Some(b)) if b.header.base_offset == expected => {
+                    let h = b.header;
+                    if pos == 0 {
+                        first_ts = Some(h.first_timestamp_ms);
+                    }
+                    if since_index >= self.config.index_interval_bytes {
+                        let rel = (h.base_offset - base) as u32;
+                        if index.last().is_none_or(|l| l.rel_offset < rel) {
+                            index.push(OffsetEntry {
+                                rel_offset: rel,
+                                position: pos as u32,
+                            });
+                            let m =
+                                max_ts.map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms));
+                            timeindex.push(TimeEntry {
+                                max_timestamp_ms: m,
+                                rel_offset: rel,
+                            });
+                        }
+                        since_index = 0;
+                    }
+                    max_ts = Some(max_ts.map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms)));
+                    pos += u64::from(h.batch_len);
+                    since_index += u64::from(h.batch_len);
+                    expected = h.next_offset();
+                }
+                Ok(None) => break, // zeros: the clean end
+                Ok(Some(_)) | Err(_) => {
+                    bad_at = Some(pos);
+                    break;
+                }
+            }
+        }
+        if let Some(bad) = bad_at {
+            let window_end = bad + self.config.torn_window_bytes();
+            if let Some(q) = find_valid_batch_from(&file, window_end, file_size).await {
+                self.inner.borrow_mut().stats.corruptions_detected += 1;
+                return Err(StorageError::Corruption {
+                    path,
+                    position: bad,
+                    reason: format!(
+                        "invalid batch followed by valid data at byte {q}, beyond any torn write"
+                    ),
+                });
+            }
+            // A torn tail: zero it durably so stale bytes of the lost commit can never be taken
+            // for batches later.
+            let zero_end = window_end.min(file_size);
+            let tail = file
+                .read_at(align_down(bad), (bad - align_down(bad)) as usize)
+                .await
+                .map_err(|e| StorageError::io("read", &path, e))?;
+            let mut buf = tail;
+            buf.resize((align_up(zero_end) - align_down(bad)) as usize, 0);
+            write_all(&file, align_down(bad), &buf)
+                .await
+                .map_err(|e| StorageError::io("write", &path, e))?;
+            file.sync_data()
+                .await
+                .map_err(|e| StorageError::io("fdatasync", &path, e))?;
+            let mut inner = self.inner.borrow_mut();
+            inner.stats.torn_tail_bytes_truncated += zero_end - bad;
+            tracing::warn!(path = %path.display(), position = bad, "truncated torn tail of active segment");
+        }
+        let tail = file
+            .read_at(align_down(pos), (pos - align_down(pos)) as usize)
+            .await
+            .map_err(|e| StorageError::io("read", &path, e))?;
+        self.inner.borrow_mut().segments.insert(
+            base,
+            Segment {
+                base,
+                file: Rc::new(file),
+                size: pos,
+                next_offset: expected,
+                first_ts,
+                max_ts,
+                sealed: false,
+                index,
+                timeindex,
+                bytes_since_index: since_index,
+                index_persisted_entries: keep_entries,
+                tail,
+                zeroed_until: align_up(file_size.max(pos)),
+            },
+        );
+        Ok(())
+    }
+
+    async fn read_whole(&self, base: u64, ext: &str) -> Vec<u8> {
+        // Indexes are hints: an unreadable one is treated as missing and rebuilt.
+        let Ok(f) = self.fs.open(&self.path(base, ext), false).await else {
+            return Vec::new();
+        };
+        let Ok(size) = f.size().await else {
+            return Vec::new();
+        };
+        f.read_at(0, size as usize).await.unwrap_or_default()
+    }
+
+    // ---------------------------------------------------------------- appends
+
+    /// Appends records as one batch; resolves once it is durable.
+    pub async fn append_records(&self, records: &[Record]) -> Result<AppendInfo> {
+        let bytes = batch::encode(records)
+            .ok_or(StorageError::InvalidBatch(crate::error::BatchError::Empty))?;
+        self.append(bytes).await
+    }
+
+    /// Appends an encoded batch (as a producer sent it: verified here, then stored unchanged but
+    /// for its base offset); resolves once it is durable.
+    pub async fn append(&self, mut bytes: Vec<u8>) -> Result<AppendInfo> {
+        if bytes.len() > self.config.batch_bytes_max {
+            return Err(crate::error::BatchError::TooLarge {
+                size_bytes: bytes.len(),
+                limit_bytes: self.config.batch_bytes_max,
+            }
+            .into());
+        }
+        let view = BatchView::parse(&bytes)?;
+        view.validate_records()?;
+        if view.bytes.len() != bytes.len() {
+            return Err(crate::error::BatchError::BadLength(view.header.batch_len).into());
+        }
+        // Back-pressure: wait while the write buffer is full.
+        loop {
+            self.check_writable()?;
+            let (full, committing) = {
+                let i = self.inner.borrow();
+                (
+                    i.staged_bytes > 0
+                        && i.staged_bytes + bytes.len() > self.config.write_buffer_bytes_max,
+                    i.committing,
+                )
+            };
+            if !full {
+                break;
+            }
+            if committing {
+                self.wait_flush_gen().await;
+            } else {
+                self.commit().await;
+            }
+        }
+        let (info, slot) = self.stage(&mut bytes);
+        loop {
+            if let Some(r) = slot.borrow_mut().take() {
+                return r.map(|()| info);
+            }
+            if self.inner.borrow().committing {
+                self.wait_flush_gen().await;
+            } else {
+                self.commit().await;
+            }
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        let i = self.inner.borrow();
+        if i.closed {
+            Err(StorageError::Closed)
+        } else if i.poisoned {
+            Err(StorageError::Poisoned)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn stage(&self, bytes: &mut Vec<u8>) -> (AppendInfo, Slot) {
+        let mut guard = self.inner.borrow_mut();
+        let i = &mut *guard;
+        let mut header = BatchHeader::parse(bytes).expect("verified by the caller");
+        header.base_offset = i.next_offset;
+        batch::set_base_offset(bytes, header.base_offset);
+        let len = bytes.len() as u64;
+        let too_big = i.proj_size > 0 && i.proj_size + len > self.config.segment_bytes_max;
+        let too_old = match (i.proj_first_ts, self.config.segment_age_ms_max) {
+            (Some(first), Some(age)) if i.proj_size > 0 => {
+                header.max_timestamp_ms.saturating_sub(first) >= age as i64
+            }
+            _ => false,
+        };
+        let roll = too_big || too_old;
+        if roll {
+            i.proj_segment = header.base_offset;
+            i.proj_size = 0;
+            i.proj_first_ts = None;
+        }
+        let needs_new_chunk = roll || i.staged.last().is_none_or(|c| c.segment != i.proj_segment);
+        if needs_new_chunk {
+            i.staged.push(Chunk {
+                segment: i.proj_segment,
+                roll,
+                bytes: Vec::with_capacity(bytes.len()),
+                batches: Vec::new(),
+            });
+        }
+        let chunk = i.staged.last_mut().expect("pushed above");
+        let slot: Slot = Rc::new(RefCell::new(None));
+        chunk.batches.push(StagedBatch {
+            header,
+            at: chunk.bytes.len(),
+            slot: slot.clone(),
+        });
+        chunk.bytes.extend_from_slice(bytes);
+        i.staged_bytes += bytes.len();
+        i.proj_size += len;
+        i.proj_first_ts.get_or_insert(header.first_timestamp_ms);
+        i.next_offset = header.next_offset();
+        (
+            AppendInfo {
+                base_offset: header.base_offset,
+                last_offset: header.last_offset(),
+            },
+            slot,
+        )
+    }
+
+    fn wait_flush_gen(&self) -> WaitGen<'_, F> {
+        WaitGen {
+            log: self,
+            seen: self.inner.borrow().flush_gen,
+        }
+    }
+
+    fn wake_all(&self) {
+        let wakers = {
+            let mut i = self.inner.borrow_mut();
+            i.flush_gen += 1;
+            std::mem::take(&mut i.waiters)
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// Commits everything staged: the group commit. Results go to each batch's slot.
+    async fn commit(&self) {
+        let chunks = {
+            let mut i = self.inner.borrow_mut();
+            if i.committing || i.staged.is_empty() {
+                return;
+            }
+            i.committing = true;
+            i.staged_bytes = 0;
+            std::mem::take(&mut i.staged)
+        };
+        let mut guard = CommitGuard {
+            log: self,
+            slots: chunks
+                .iter()
+                .flat_map(|c| &c.batches)
+                .map(|b| b.slot.clone())
+                .collect(),
+            armed: true,
+        };
+        for (n, chunk) in chunks.iter().enumerate() {
+            let result = async {
+                if self.inner.borrow().poisoned {
+                    return Err(StorageError::Poisoned);
+                }
+                if chunk.roll {
+                    self.roll(chunk.segment).await?;
+                }
+                self.write_chunk(chunk).await
+            }
+            .await;
+            match result {
+                Ok(()) => {
+                    for b in &chunk.batches {
+                        *b.slot.borrow_mut() = Some(Ok(()));
+                    }
+                }
+                Err(e) => {
+                    for b in chunks[n..].iter().flat_map(|c| &c.batches) {
+                        *b.slot.borrow_mut() = Some(Err(e.duplicate()));
+                    }
+                    self.fail_commit(&e).await;
+                    break;
+                }
+            }
+        }
+        guard.armed = false;
+        self.inner.borrow_mut().committing = false;
+        self.wake_all();
+    }
+
+    /// After a failed commit: fail every batch staged meanwhile (their offsets assumed the
+    /// failed ones), reset the next offset to the durable end, and zero whatever the failed write
+    /// may have left beyond it. If that repair fails too, the log becomes read-only (poisoned).
+    async fn fail_commit(&self, e: &StorageError) {
+        tracing::error!(error = %e, "commit failed");
+        let (active_base, staged) = {
+            let mut i = self.inner.borrow_mut();
+            i.stats.commit_failures += 1;
+            let staged = std::mem::take(&mut i.staged);
+            i.staged_bytes = 0;
+            let (&base, active) = i.segments.iter().next_back().expect("active segment");
+            let (size, first_ts, next) = (active.size, active.first_ts, active.next_offset);
+            i.next_offset = next;
+            i.proj_segment = base;
+            i.proj_size = size;
+            i.proj_first_ts = first_ts;
+            (base, staged)
+        };
+        for b in staged.iter().flat_map(|c| &c.batches) {
+            *b.slot.borrow_mut() = Some(Err(e.duplicate()));
+        }
+        if let Err(re) = self.repair_tail(active_base).await {
+            tracing::error!(error = %re, "repair after a failed commit failed; log is read-only");
+            self.inner.borrow_mut().poisoned = true;
+        }
+    }
+
+    async fn repair_tail(&self, base: u64) -> Result<()> {
+        let (file, size, tail) = {
+            let i = self.inner.borrow();
+            let s = i.segments.get(&base).expect("active segment");
+            (s.file.clone(), s.size, s.tail.clone())
+        };
+        let end = (size + self.config.torn_window_bytes()).min(self.config.segment_bytes_max);
+        let mut buf = tail;
+        buf.resize((align_up(end) - align_down(size)) as usize, 0);
+        let path = self.path(base, "log");
+        write_all(&*file, align_down(size), &buf)
+            .await
+            .map_err(|e| StorageError::io("write", &path, e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| StorageError::io("fdatasync", &path, e))?;
+        let mut i = self.inner.borrow_mut();
+        if let Some(s) = i.segments.get_mut(&base) {
+            s.zeroed_until = s.zeroed_until.max(align_up(end));
+        }
+        Ok(())
+    }
+}
+
+impl<F: Fs> Log<F> {
+    /// Seals the active segment (exact size, index files, all durable) and creates the next.
+    async fn roll(&self, new_base: u64) -> Result<()> {
+        let (old_base, file, size, index_bytes, timeindex) = {
+            let mut i = self.inner.borrow_mut();
+            let (&b, s) = i.segments.iter_mut().next_back().expect("active segment");
+            if let (Some(m), Some(_)) = (s.max_ts, s.first_ts) {
+                let rel = u32::try_from(s.next_offset - 1 - b).expect("segment offsets fit u32");
+                s.timeindex.push(TimeEntry {
+                    max_timestamp_ms: m,
+                    rel_offset: rel,
+                });
+            }
+            (
+                b,
+                s.file.clone(),
+                s.size,
+                s.index.bytes().to_vec(),
+                s.timeindex.clone(),
+            )
+        };
+        let path = self.path(old_base, "log");
+        file.truncate(size)
+            .await
+            .map_err(|e| StorageError::io("truncate", &path, e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| StorageError::io("fdatasync", &path, e))?;
+        if let Some(s) = self.inner.borrow_mut().segments.get_mut(&old_base) {
+            s.zeroed_until = size;
+        }
+        self.write_index_file(old_base, "index", &index_bytes, 0, true)
+            .await?;
+        self.write_index_file(old_base, "timeindex", timeindex.bytes(), 0, true)
+            .await?;
+        if let Err(e) = self.create_segment(new_base).await {
+            // The old segment stays active; a half-created successor must not survive a crash,
+            // or recovery would end the old segment at `new_base`.
+            let p = self.path(new_base, "log");
+            if self.fs.exists(&p).await {
+                let cleaned = async {
+                    self.fs.remove(&p).await?;
+                    self.fs.sync_dir(&self.dir).await
+                }
+                .await;
+                if cleaned.is_err() {
+                    self.inner.borrow_mut().poisoned = true;
+                }
+            }
+            return Err(e);
+        }
+        let mut i = self.inner.borrow_mut();
+        let s = i.segments.get_mut(&old_base).expect("old segment");
+        s.sealed = true;
+        s.tail = Vec::new();
+        let index = std::mem::take(&mut s.index);
+        let timeindex = std::mem::take(&mut s.timeindex);
+        i.stats.fsyncs += 3;
+        insert_index_cache(
+            &mut i,
+            old_base,
+            Rc::new(SealedIndexes { index, timeindex }),
+            self.config.index_cache_bytes_max,
+        );
+        Ok(())
+    }
+
+    /// Writes `bytes[from..]` of an index file (whole blocks from `align_down(from)`).
+    async fn write_index_file(
+        &self,
+        base: u64,
+        ext: &str,
+        bytes: &[u8],
+        from: usize,
+        sync: bool,
+    ) -> Result<()> {
+        let path = self.path(base, ext);
+        let f = self
+            .fs
+            .open(&path, true)
+            .await
+            .map_err(|e| StorageError::io("open", &path, e))?;
+        let start = align_down(from as u64) as usize;
+        let mut buf = bytes[start..].to_vec();
+        buf.resize(align_up(buf.len() as u64) as usize, 0);
+        if !buf.is_empty() {
+            write_all(&f, start as u64, &buf)
+                .await
+                .map_err(|e| StorageError::io("write", &path, e))?;
+        }
+        if sync {
+            f.sync_data()
+                .await
+                .map_err(|e| StorageError::io("fdatasync", &path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Writes one chunk into the active segment with one write and one fdatasync.
+    async fn write_chunk(&self, chunk: &Chunk) -> Result<()> {
+        let (base, file, size, tail, zeroed_until) = {
+            let i = self.inner.borrow();
+            let (&b, s) = i.segments.iter().next_back().expect("active segment");
+            assert_eq!(b, chunk.segment, "a chunk goes to the active segment");
+            (b, s.file.clone(), s.size, s.tail.clone(), s.zeroed_until)
+        };
+        let path = self.path(base, "log");
+        let end = size + chunk.bytes.len() as u64;
+        if end > zeroed_until {
+            let seg_max = align_up(self.config.segment_bytes_max);
+            let target =
+                align_up(end.max((zeroed_until + self.config.prealloc_chunk_bytes).min(seg_max)));
+            zero_fill(&*file, zeroed_until, target)
+                .await
+                .map_err(|e| StorageError::io("zero_fill", &path, e))?;
+            file.sync_data()
+                .await
+                .map_err(|e| StorageError::io("fdatasync", &path, e))?;
+            let mut i = self.inner.borrow_mut();
+            i.stats.fsyncs += 1;
+            if let Some(s) = i.segments.get_mut(&base) {
+                s.zeroed_until = target;
+            }
+        }
+        let wpos = align_down(size);
+        let mut buf = Vec::with_capacity((align_up(end) - wpos) as usize);
+        buf.extend_from_slice(&tail);
+        buf.extend_from_slice(&chunk.bytes);
+        buf.resize((align_up(end) - wpos) as usize, 0);
+        write_all(&*file, wpos, &buf)
+            .await
+            .map_err(|e| StorageError::io("write", &path, e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| StorageError::io("fdatasync", &path, e))?;
+
+        let persist = {
+            let mut guard = self.inner.borrow_mut();
+            let i = &mut *guard;
+            let s = i.segments.get_mut(&base).expect("active segment");
+            let mut records = 0u64;
+            for b in &chunk.batches {
+                let h = b.header;
+                let pos = size + b.at as u64;
+                if s.bytes_since_index >= self.config.index_interval_bytes {
+                    let rel = u32::try_from(h.base_offset - base).expect("segment offsets fit u32");
+                    s.index.push(OffsetEntry {
+                        rel_offset: rel,
+                        position: u32::try_from(pos).expect("segment < 4 GiB"),
+                    });
+                    let m = s
+                        .max_ts
+                        .map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms));
+                    s.timeindex.push(TimeEntry {
+                        max_timestamp_ms: m,
+                        rel_offset: rel,
+                    });
+                    s.bytes_since_index = 0;
+                }
+                s.bytes_since_index += u64::from(h.batch_len);
+                s.first_ts.get_or_insert(h.first_timestamp_ms);
+                s.max_ts = Some(
+                    s.max_ts
+                        .map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms)),
+                );
+                s.next_offset = h.next_offset();
+                records += u64::from(h.record_count);
+            }
+            s.size = end;
+            let keep_from = (align_down(end) - wpos) as usize;
+            s.tail = buf[keep_from..(end - wpos) as usize].to_vec();
+            let persist = (s.index.len() - s.index_persisted_entries
+                >= self.config.index_persist_entries)
+                .then(|| {
+                    let from = s.index_persisted_entries;
+                    s.index_persisted_entries = s.index.len();
+                    (s.index.bytes().to_vec(), from, s.timeindex.bytes().to_vec())
+                });
+            i.stats.commits += 1;
+            i.stats.fsyncs += 1;
+            i.stats.batches_appended += chunk.batches.len() as u64;
+            i.stats.records_appended += records;
+            i.stats.bytes_appended += chunk.bytes.len() as u64;
+            // Keep the chunk for tail reads.
+            let bytes = Bytes::copy_from_slice(&chunk.bytes);
+            i.cache_bytes += bytes.len();
+            i.cache.insert((base, size), bytes);
+            i.cache_order.push_back((base, size));
+            while i.cache_bytes > self.config.read_cache_bytes_max {
+                let Some(k) = i.cache_order.pop_front() else {
+                    break;
+                };
+                if let Some(b) = i.cache.remove(&k) {
+                    i.cache_bytes -= b.len();
+                }
+            }
+            persist
+        };
+        if let Some((index, from, timeindex)) = persist {
+            // A hint for faster recovery: not synced, verified when used.
+            let _ = self
+                .write_index_file(base, "index", &index, from * 8, false)
+                .await;
+            let _ = self
+                .write_index_file(base, "timeindex", &timeindex, 0, false)
+                .await;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    /// The first offset still in the log.
+    pub fn start_offset(&self) -> u64 {
+        *self
+            .inner
+            .borrow()
+            .segments
+            .keys()
+            .next()
+            .expect("a log has a segment")
+    }
+
+    /// One past the last durable offset: what readers can see.
+    pub fn end_offset(&self) -> u64 {
+        self.inner
+            .borrow()
+            .segments
+            .values()
+            .next_back()
+            .expect("a log has a segment")
+            .next_offset
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.inner.borrow().stats.clone()
+    }
+
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.inner
+            .borrow()
+            .segments
+            .values()
+            .map(|s| SegmentInfo {
+                base_offset: s.base,
+                next_offset: s.next_offset,
+                size_bytes: s.size,
+                max_timestamp_ms: s.max_ts,
+                sealed: s.sealed,
+            })
+            .collect()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.borrow().segments.values().map(|s| s.size).sum()
+    }
+
+    /// Reads whole, verified batches from `offset` on, at least one batch (if any) and then up
+    /// to about `max_bytes`. Only durable data is returned. Corrupted data is an error, never
+    /// returned.
+    pub async fn read(&self, offset: u64, max_bytes: usize) -> Result<Vec<ReadBatch>> {
+        let (start, end) = (self.start_offset(), self.end_offset());
+        if offset < start || offset > end {
+            return Err(StorageError::OffsetOutOfRange { offset, start, end });
+        }
+        let mut out = Vec::new();
+        let mut total = 0usize;
+        let mut want = offset;
+        while want < self.end_offset() && total < max_bytes {
+            let Some((base, pos)) = self.position_for(want).await? else {
+                break;
+            };
+            let mut done = false;
+            self.scan(base, pos, want, |b| {
+                if b.header.last_offset() < want {
+                    return true;
+                }
+                want = b.header.next_offset();
+                total += b.bytes.len();
+                out.push(b);
+                if total >= max_bytes {
+                    done = true;
+                }
+                !done
+            })
+            .await?;
+            if done {
+                break;
+            }
+            // The segment ended: go on in the next one, if `want` lies there.
+        }
+        Ok(out)
+    }
+
+    /// The segment holding `offset` and a position at or before its batch.
+    async fn position_for(&self, offset: u64) -> Result<Option<(u64, u64)>> {
+        let (base, sealed) = {
+            let i = self.inner.borrow();
+            let Some((&b, s)) = i.segments.range(..=offset).next_back() else {
+                return Ok(None);
+            };
+            if offset >= s.next_offset {
+                return Ok(None);
+            }
+            if !s.sealed {
+                let rel = (offset - b) as u32;
+                return Ok(Some((
+                    b,
+                    s.index.floor(rel).map_or(0, |e| u64::from(e.position)),
+                )));
+            }
+            (b, s.sealed)
+        };
+        debug_assert!(sealed);
+        let ix = self.sealed_indexes(base).await?;
+        let rel = (offset - base) as u32;
+        Ok(Some((
+            base,
+            ix.index.floor(rel).map_or(0, |e| u64::from(e.position)),
+        )))
+    }
+
+    /// Calls `f` with each verified batch of segment `base` from `pos` on, until it returns
+    /// false or the segment ends. A batch out of offset sequence or failing its checksum is
+    /// corruption (unless the first batch disagrees with a stale index hint: then the scan
+    /// restarts at the segment's start).
+    async fn scan(
+        &self,
+        base: u64,
+        mut pos: u64,
+        want: u64,
+        mut f: impl FnMut(ReadBatch) -> bool,
+    ) -> Result<()> {
+        let (file, seg_size) = {
+            let i = self.inner.borrow();
+            let s = i
+                .segments
+                .get(&base)
+                .ok_or(StorageError::OffsetOutOfRange {
+                    offset: want,
+                    start: i.segments.keys().next().copied().unwrap_or(0),
+                    end: 0,
+                })?;
+            (s.file.clone(), s.size)
+        };
+        let mut expected: Option<u64> = (pos == 0).then_some(base);
+        let mut window: Option<(u64, Bytes)> = None;
+        while pos < seg_size {
+            let bytes = match self.cached_batch(base, pos) {
+                Some(b) => b,
+                None => {
+                    self.batch_from_disk(&*file, base, pos, seg_size, &mut window)
+                        .await?
+                }
+            };
+            let path = || self.path(base, "log");
+            let view = match BatchView::parse(&bytes) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.inner.borrow_mut().stats.corruptions_detected += 1;
+                    return Err(StorageError::Corruption {
+                        path: path(),
+                        position: pos,
+                        reason: e.to_string(),
+                    });
+                }
+            };
+            let h = view.header;
+            match expected {
+                Some(x) if x != h.base_offset => {
+                    self.inner.borrow_mut().stats.corruptions_detected += 1;
+                    return Err(StorageError::Corruption {
+                        path: path(),
+                        position: pos,
+                        reason: format!("batch base offset {} where {x} expected", h.base_offset),
+                    });
+                }
+                None if h.base_offset > want => {
+                    // A stale index hint: restart from the segment's start.
+                    pos = 0;
+                    expected = Some(base);
+                    window = None;
+                    continue;
+                }
+                _ => {}
+            }
+            let len = u64::from(h.batch_len);
+            let batch = ReadBatch {
+                header: h,
+                bytes: bytes.slice(..h.batch_len as usize),
+            };
+            pos += len;
+            expected = Some(h.next_offset());
+            if !f(batch) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn cached_batch(&self, base: u64, pos: u64) -> Option<Bytes> {
+        let mut i = self.inner.borrow_mut();
+        let (&(b, start), chunk) = i.cache.range(..=(base, pos)).next_back()?;
+        if b != base || pos >= start + chunk.len() as u64 {
+            return None;
+        }
+        let from = (pos - start) as usize;
+        let hdr = BatchHeader::parse(&chunk[from..]).ok()?;
+        let end = from + hdr.batch_len as usize;
+        if end > chunk.len() {
+            return None;
+        }
+        let out = chunk.slice(from..end);
+        i.stats.cache_hits += 1;
+        Some(out)
+    }
+
+    /// The bytes of the batch at `pos` (possibly more after it), read through a window.
+    async fn batch_from_disk(
+        &self,
+        file: &F::File,
+        base: u64,
+        pos: u64,
+        seg_size: u64,
+        window: &mut Option<(u64, Bytes)>,
+    ) -> Result<Bytes> {
+        let path = || self.path(base, "log");
+        let need_header = BATCH_HEADER_BYTES as u64;
+        let in_window = |w: &Option<(u64, Bytes)>, len: u64| {
+            w.as_ref()
+                .is_some_and(|(s, b)| pos >= *s && pos + len <= s + b.len() as u64)
+        };
+        if !in_window(window, need_header.min(seg_size - pos)) {
+            let len = (READ_WINDOW_BYTES as u64).min(seg_size - pos) as usize;
+            let data = file
+                .read_at(pos, len)
+                .await
+                .map_err(|e| StorageError::io("read", path(), e))?;
+            self.inner.borrow_mut().stats.disk_reads += 1;
+            *window = Some((pos, Bytes::from(data)));
+        }
+        let (ws, wb) = window.as_ref().expect("filled above");
+        let from = (pos - ws) as usize;
+        let batch_len = BatchHeader::parse(&wb[from..])
+            .map(|h| u64::from(h.batch_len))
+            .unwrap_or(need_header);
+        let batch_len = batch_len.min(seg_size - pos);
+        if !in_window(window, batch_len) {
+            let data = file
+                .read_at(
+                    pos,
+                    batch_len.max(READ_WINDOW_BYTES as u64).min(seg_size - pos) as usize,
+                )
+                .await
+                .map_err(|e| StorageError::io("read", path(), e))?;
+            self.inner.borrow_mut().stats.disk_reads += 1;
+            *window = Some((pos, Bytes::from(data)));
+        }
+        let (ws, wb) = window.as_ref().expect("filled above");
+        Ok(wb.slice((pos - ws) as usize..))
+    }
+
+    /// The indexes of a sealed segment, from the cache or its files (rebuilt if missing).
+    async fn sealed_indexes(&self, base: u64) -> Result<Rc<SealedIndexes>> {
+        {
+            let mut i = self.inner.borrow_mut();
+            if let Some(at) = i.index_cache.iter().position(|(b, _)| *b == base) {
+                let e = i.index_cache.remove(at).expect("found");
+                let ix = e.1.clone();
+                i.index_cache.push_back(e);
+                return Ok(ix);
+            }
+        }
+        let size = self
+            .inner
+            .borrow()
+            .segments
+            .get(&base)
+            .map_or(0, |s| s.size);
+        let index = OffsetIndex::parse(&self.read_whole(base, "index").await);
+        let timeindex = TimeIndex::parse(&self.read_whole(base, "timeindex").await);
+        let usable = index.last().is_none_or(|e| u64::from(e.position) < size)
+            && (size == 0 || !timeindex.is_empty());
+        let ix = if usable {
+            SealedIndexes { index, timeindex }
+        } else {
+            tracing::warn!(
+                segment = base,
+                "rebuilding a missing or damaged segment index"
+            );
+            let ix = self.rebuild_indexes(base).await?;
+            self.write_index_file(base, "index", ix.index.bytes(), 0, true)
+                .await?;
+            self.write_index_file(base, "timeindex", ix.timeindex.bytes(), 0, true)
+                .await?;
+            ix
+        };
+        let ix = Rc::new(ix);
+        insert_index_cache(
+            &mut self.inner.borrow_mut(),
+            base,
+            ix.clone(),
+            self.config.index_cache_bytes_max,
+        );
+        Ok(ix)
+    }
+
+    async fn rebuild_indexes(&self, base: u64) -> Result<SealedIndexes> {
+        let mut index = OffsetIndex::default();
+        let mut timeindex = TimeIndex::default();
+        let mut since = 0u64;
+        let mut max_ts: Option<i64> = None;
+        let mut pos = 0u64;
+        let mut last_rel = 0u32;
+        let interval = self.config.index_interval_bytes;
+        self.scan(base, 0, base, |b| {
+            let h = b.header;
+            let rel = (h.base_offset - base) as u32;
+            let m = max_ts.map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms));
+            if since >= interval {
+                index.push(OffsetEntry {
+                    rel_offset: rel,
+                    position: pos as u32,
+                });
+                timeindex.push(TimeEntry {
+                    max_timestamp_ms: m,
+                    rel_offset: rel,
+                });
+                since = 0;
+            }
+            max_ts = Some(m);
+            since += u64::from(h.batch_len);
+            pos += u64::from(h.batch_len);
+            last_rel = (h.last_offset() - base) as u32;
+            true
+        })
+        .await?;
+        if let Some(m) = max_ts {
+            timeindex.push(TimeEntry {
+                max_timestamp_ms: m,
+                rel_offset: last_rel,
+            });
+        }
+        Ok(SealedIndexes { index, timeindex })
+    }
+
+    /// The first offset whose record timestamp is >= `ts_ms`, or `None` if every record is
+    /// older (a consumer then starts at the end).
+    pub async fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<u64>> {
+        let segs: Vec<(u64, Option<i64>, bool)> = self
+            .inner
+            .borrow()
+            .segments
+            .values()
+            .map(|s| (s.base, s.max_ts, s.sealed))
+            .collect();
+        for (base, max_ts, sealed) in segs {
+            if max_ts.is_none_or(|m| m < ts_ms) {
+                continue;
+            }
+            let start_rel = if sealed {
+                let ix = self.sealed_indexes(base).await?;
+                ix.timeindex.last_before(ts_ms).map(|e| e.rel_offset)
+            } else {
+                let i = self.inner.borrow();
+                let s = i.segments.get(&base).expect("listed above");
+                s.timeindex.last_before(ts_ms).map(|e| e.rel_offset)
+            };
+            let from = base + start_rel.map_or(0, u64::from);
+            let Some((b, pos)) = self.position_for(from).await? else {
+                continue;
+            };
+            let mut found = None;
+            let mut bad = None;
+            self.scan(b, pos, from, |batch| {
+                if batch.header.max_timestamp_ms < ts_ms || batch.header.last_offset() < from {
+                    return true;
+                }
+                for r in batch.view().records() {
+                    match r {
+                        Ok(r) if r.timestamp_ms >= ts_ms => {
+                            found = Some(r.offset);
+                            return false;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            bad = Some(e);
+                            return false;
+                        }
+                    }
+                }
+                true
+            })
+            .await?;
+            if let Some(e) = bad {
+                return Err(e.into());
+            }
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    // ---------------------------------------------------------------- retention and close
+
+    /// Deletes whole sealed segments past the retention limits of the configuration. Segments
+    /// holding any offset >= `keep_from` are kept (a pin: undelivered queue messages, segments
+    /// not yet tiered).
+    pub async fn enforce_retention(
+        &self,
+        now_ms: i64,
+        keep_from: Option<u64>,
+    ) -> Result<RetentionOutcome> {
+        let mut out = RetentionOutcome::default();
+        loop {
+            let victim = {
+                let i = self.inner.borrow();
+                let total: u64 = i.segments.values().map(|s| s.size).sum();
+                let mut it = i.segments.values();
+                let (Some(s), Some(_)) = (it.next(), i.segments.values().nth(1)) else {
+                    break;
+                };
+                if !s.sealed || keep_from.is_some_and(|k| s.next_offset > k) {
+                    break;
+                }
+                let by_time = self
+                    .config
+                    .retention_ms
+                    .is_some_and(|r| s.max_ts.is_none_or(|m| m < now_ms.saturating_sub(r as i64)));
+                let by_size = self
+                    .config
+                    .retention_bytes
+                    .is_some_and(|r| total - s.size >= r);
+                if !(by_time || by_size) {
+                    break;
+                }
+                s.base
+            };
+            let seg = {
+                let mut i = self.inner.borrow_mut();
+                i.index_cache.retain(|(b, _)| *b != victim);
+                let keys: Vec<_> = i
+                    .cache
+                    .range((victim, 0)..=(victim, u64::MAX))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in keys {
+                    if let Some(b) = i.cache.remove(&k) {
+                        i.cache_bytes -= b.len();
+                    }
+                }
+                i.cache_order.retain(|(b, _)| *b != victim);
+                i.stats.segments_deleted += 1;
+                i.segments.remove(&victim).expect("victim exists")
+            };
+            out.segments_deleted += 1;
+            out.bytes_deleted += seg.size;
+            for ext in ["log", "index", "timeindex"] {
+                let p = self.path(victim, ext);
+                if self.fs.exists(&p).await {
+                    self.fs
+                        .remove(&p)
+                        .await
+                        .map_err(|e| StorageError::io("remove", &p, e))?;
+                }
+            }
+        }
+        if out.segments_deleted > 0 {
+            self.fs
+                .sync_dir(&self.dir)
+                .await
+                .map_err(|e| StorageError::io("sync_dir", &self.dir, e))?;
+        }
+        out.new_start_offset = self.start_offset();
+        Ok(out)
+    }
+
+    /// Commits what is staged, writes the active segment's index durably and closes the log.
+    pub async fn close(&self) -> Result<()> {
+        loop {
+            let (staged, committing) = {
+                let i = self.inner.borrow();
+                (!i.staged.is_empty(), i.committing)
+            };
+            if committing {
+                self.wait_flush_gen().await;
+            } else if staged {
+                self.commit().await;
+            } else {
+                break;
+            }
+        }
+        let (base, index, timeindex, file) = {
+            let mut i = self.inner.borrow_mut();
+            i.closed = true;
+            let s = i.segments.values().next_back().expect("active segment");
+            (
+                s.base,
+                s.index.bytes().to_vec(),
+                s.timeindex.bytes().to_vec(),
+                s.file.clone(),
+            )
+        };
+        self.write_index_file(base, "index", &index, 0, true)
+            .await?;
+        self.write_index_file(base, "timeindex", &timeindex, 0, true)
+            .await?;
+        file.close()
+            .await
+            .map_err(|e| StorageError::io("close", self.path(base, "log"), e))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+}
+
+fn insert_index_cache<F: Fs>(i: &mut Inner<F>, base: u64, ix: Rc<SealedIndexes>, max: usize) {
+    i.index_cache.retain(|(b, _)| *b != base);
+    i.index_cache.push_back((base, ix));
+    i.index_cache_bytes = i
+        .index_cache
+        .iter()
+        .map(|(_, x)| x.index.bytes().len() + x.timeindex.bytes().len())
+        .sum();
+    while i.index_cache_bytes > max && i.index_cache.len() > 1 {
+        if let Some((_, x)) = i.index_cache.pop_front() {
+            i.index_cache_bytes -= x.index.bytes().len() + x.timeindex.bytes().len();
+        }
+    }
+}
+
+/// Resolves when the log's flush generation moves past the one seen at creation.
+struct WaitGen<'a, F: Fs> {
+    log: &'a Log<F>,
+    seen: u64,
+}
+
+impl<F: Fs> Future for WaitGen<'_, F> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut i = self.log.inner.borrow_mut();
+        if i.flush_gen != self.seen {
+            Poll::Ready(())
+        } else {
+            i.waiters.push(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+/// If a committer's future is dropped mid-commit, what reached the disk is unknown: the log
+/// turns read-only (reopen recovers), and everyone waiting is told.
+struct CommitGuard<'a, F: Fs> {
+    log: &'a Log<F>,
+    slots: Vec<Slot>,
+    armed: bool,
+}
+
+impl<F: Fs> Drop for CommitGuard<'_, F> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for s in &self.slots {
+            let mut s = s.borrow_mut();
+            if s.is_none() {
+                *s = Some(Err(StorageError::Poisoned));
+            }
+        }
+        {
+            let mut i = self.log.inner.borrow_mut();
+            i.poisoned = true;
+            i.committing = false;
+        }
+        self.log.wake_all();
+    }
+}
+
+async fn zero_fill<T: File>(file: &T, from: u64, to: u64) -> std::io::Result<()> {
+    let zeros = vec![0u8; ZERO_FILL_PIECE_BYTES];
+    let mut pos = from;
+    while pos < to {
+        let n = ((to - pos) as usize).min(ZERO_FILL_PIECE_BYTES);
+        write_all(file, pos, &zeros[..n]).await?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// Writes all of `data` at `pos`, resuming after short writes from the last whole block.
+async fn write_all<T: File>(file: &T, pos: u64, data: &[u8]) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < data.len() {
+        let n = file.write_at(pos + done as u64, &data[done..]).await?;
+        let advanced = align_down(n as u64) as usize;
+        if advanced == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "write made no progress",
+            ));
+        }
+        done += advanced;
+    }
+    Ok(())
+}
+
+/// The verified batch at `pos`: `Ok(None)` if the header bytes there are all zero (the clean end
+/// of a pre-filled segment), `Err` if they are not a valid batch.
+async fn read_batch_verified<T: File>(
+    file: &T,
+    pos: u64,
+    file_size: u64,
+) -> std::result::Result<Option<ReadBatch>, ()> {
+    let avail = file_size.saturating_sub(pos);
+    let head = file
+        .read_at(pos, (BATCH_HEADER_BYTES as u64).min(avail) as usize)
+        .await
+        .map_err(|_| ())?;
+    if head.iter().all(|b| *b == 0) {
+        return Ok(None);
+    }
+    let h = BatchHeader::parse(&head).map_err(|_| ())?;
+    if u64::from(h.batch_len) > avail {
+        return Err(());
+    }
+    let bytes = file
+        .read_at(pos, h.batch_len as usize)
+        .await
+        .map_err(|_| ())?;
+    let v = BatchView::parse(&bytes).map_err(|_| ())?;
+    v.validate_records().map_err(|_| ())?;
+    let header = v.header;
+    Ok(Some(ReadBatch {
+        header,
+        bytes: Bytes::from(bytes),
+    }))
+}
+
+async fn read_batch_header_verified<T: File>(
+    file: &T,
+    pos: u64,
+) -> std::result::Result<Option<BatchHeader>, ()> {
+    let size = file.size().await.map_err(|_| ())?;
+    Ok(read_batch_verified(file, pos, size)
+        .await?
+        .map(|b| b.header))
+}
+
+/// Looks for any valid batch starting at or after `from` (used to tell corruption from a torn
+/// tail). Scans for the magic, then verifies the candidate.
+async fn find_valid_batch_from<T: File>(file: &T, from: u64, file_size: u64) -> Option<u64> {
+    let magic = crate::batch::BATCH_MAGIC.to_le_bytes();
+    let mut pos = from;
+    const PIECE: usize = 1024 * 1024;
+    while pos + BATCH_HEADER_BYTES as u64 <= file_size {
+        let data = file
+            .read_at(pos, PIECE.min((file_size - pos) as usize))
+            .await
+            .ok()?;
+        if data.len() < BATCH_HEADER_BYTES {
+            return None;
+        }
+        for at in 12..=data.len() - 4 {
+            if data[at..at + 4] == magic {
+                let cand = pos + at as u64 - 12;
+                if cand >= from {
+                    if let Ok(Some(_)) = read_batch_verified(file, cand, file_size).await {
+                        return Some(cand);
+                    }
+                }
+            }
+        }
+        pos += (data.len() - BATCH_HEADER_BYTES) as u64;
+    }
+    None
+}

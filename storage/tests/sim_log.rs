@@ -1,0 +1,682 @@
+//! The log on the in-memory file system: random operation sequences against a model,
+//! simulated power loss, injected faults, corruption, retention and time lookups.
+
+mod common;
+
+use common::*;
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+use rand::Rng;
+use sluice_storage::batch::Record;
+use sluice_storage::fs::{CrashMode, Fault, FaultPlan, FaultyFs, Fs, Op, SimFs};
+use sluice_storage::{Log, LogConfig, StorageError};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+fn dir() -> PathBuf {
+    PathBuf::from("/data/p0")
+}
+
+fn open<F: Fs>(fs: &F, config: &LogConfig) -> Log<F> {
+    block_on(Log::open(fs.clone(), dir(), config.clone())).expect("open")
+}
+
+/// Reads every record from `from` to the end.
+fn read_all<F: Fs>(log: &Log<F>, from: u64) -> Vec<(u64, Record)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    while at < log.end_offset() {
+        let batches = block_on(log.read(at, 10_000)).expect("read");
+        assert!(!batches.is_empty(), "no progress reading at {at}");
+        for b in &batches {
+            for r in b.view().records() {
+                let r = r.expect("record");
+                if r.offset >= at {
+                    out.push((r.offset, r.to_owned_record()));
+                }
+            }
+            at = b.header.next_offset();
+        }
+    }
+    out
+}
+
+/// Random appends (concurrent groups), reads, time lookups, retention and restarts — with and
+/// without simulated power loss — checked against a map of offset → record.
+#[test]
+fn random_operations_match_model() {
+    with_seed("random_operations_match_model", |seed| {
+        let mut rng = rng(seed);
+        for case in 0..120 {
+            let mut fs = SimFs::new();
+            let config = small_config();
+            let mut log = open(&fs, &config);
+            let mut model: BTreeMap<u64, Record> = BTreeMap::new();
+            let mut ts = 1_000_000i64;
+            let mut tag = 0u64;
+            for _step in 0..rng.gen_range(20..80) {
+                match rng.gen_range(0..100) {
+                    0..=49 => {
+                        // A group of concurrent appends: they share commits.
+                        let n = rng.gen_range(1..6);
+                        let mut pool = LocalPool::new();
+                        let shared = Rc::new(log);
+                        let mut handles = Vec::new();
+                        let mut sent = Vec::new();
+                        for _ in 0..n {
+                            let recs: Vec<Record> = (0..rng.gen_range(1..5))
+                                .map(|_| {
+                                    ts += rng.gen_range(-5..50);
+                                    tag += 1;
+                                    record(&mut rng, ts, tag, 900)
+                                })
+                                .collect();
+                            let l = shared.clone();
+                            let r2 = recs.clone();
+                            handles.push(
+                                pool.spawner()
+                                    .spawn_local_with_handle(
+                                        async move { l.append_records(&r2).await },
+                                    )
+                                    .expect("spawn"),
+                            );
+                            sent.push(recs);
+                        }
+                        let results = pool.run_until(futures::future::join_all(handles));
+                        for (res, recs) in results.into_iter().zip(sent) {
+                            let info = res.expect("append");
+                            assert_eq!(info.last_offset - info.base_offset + 1, recs.len() as u64);
+                            for (i, r) in recs.into_iter().enumerate() {
+                                assert!(model.insert(info.base_offset + i as u64, r).is_none());
+                            }
+                        }
+                        log = Rc::try_unwrap(shared).ok().expect("sole owner");
+                    }
+                    50..=69 => {
+                        let start = log.start_offset();
+                        let end = log.end_offset();
+                        let at = rng.gen_range(start..=end);
+                        let max = rng.gen_range(1..5000);
+                        let got = block_on(log.read(at, max)).expect("read");
+                        if at < end {
+                            assert!(!got.is_empty(), "read at {at} of [{start},{end}) empty");
+                            assert!(
+                                got[0].header.base_offset <= at
+                                    && at <= got[0].header.last_offset()
+                            );
+                        }
+                        for b in &got {
+                            for r in b.view().records() {
+                                let r = r.expect("record");
+                                assert_eq!(
+                                    Some(&r.to_owned_record()),
+                                    model.get(&r.offset),
+                                    "offset {}",
+                                    r.offset
+                                );
+                            }
+                        }
+                    }
+                    70..=79 => {
+                        let t = ts - rng.gen_range(-10..3000);
+                        let got = block_on(log.offset_for_timestamp(t)).expect("time lookup");
+                        let start = log.start_offset();
+                        let want = model
+                            .range(start..)
+                            .find(|(_, r)| r.timestamp_ms >= t)
+                            .map(|(o, _)| *o);
+                        // Records may go back in time; the answer is the first offset at or
+                        // after which some record is >= t, never one that skips a match.
+                        if let (Some(g), Some(w)) = (got, want) {
+                            assert!(g <= w, "lookup {t}: got {g}, first match {w}");
+                            assert!(model[&g].timestamp_ms >= t);
+                        } else {
+                            assert_eq!(got, want, "lookup {t}");
+                        }
+                    }
+                    80..=86 => {
+                        let cfg = LogConfig {
+                            retention_bytes: Some(rng.gen_range(32_000..200_000)),
+                            ..config.clone()
+                        };
+                        drop(log);
+                        log = open(&fs, &cfg);
+                        let out = block_on(log.enforce_retention(ts, None)).expect("retention");
+                        assert_eq!(out.new_start_offset, log.start_offset());
+                        model = model.split_off(&log.start_offset());
+                        assert!(log.size_bytes() <= 200_000 + 64 * 1024);
+                        drop(log);
+                        log = open(&fs, &config);
+                    }
+                    87..=93 => {
+                        // Clean restart.
+                        block_on(log.close()).expect("close");
+                        drop(log);
+                        log = open(&fs, &config);
+                    }
+                    _ => {
+                        // Power loss: nothing was pending, so nothing acknowledged may be lost.
+                        drop(log);
+                        fs = fs.crash(CrashMode::Random { seed: rng.gen() });
+                        log = open(&fs, &config);
+                    }
+                }
+                let start = log.start_offset();
+                assert_eq!(
+                    log.end_offset(),
+                    model.keys().next_back().map_or(start, |o| o + 1).max(start),
+                    "case {case}"
+                );
+            }
+            let all = read_all(&log, log.start_offset());
+            let want: Vec<(u64, Record)> = model.into_iter().collect();
+            assert_eq!(all.len(), want.len(), "case {case}");
+            assert!(all == want, "case {case}: log differs from model");
+        }
+    });
+}
+
+/// Appenders run concurrently; the power goes at a random I/O point; every acknowledged batch
+/// must be there, intact, after recovery, and the log must accept new appends. Many rounds over
+/// the same file system, so recoveries stack.
+#[test]
+fn power_loss_keeps_every_acknowledged_batch() {
+    with_seed("power_loss_keeps_every_acknowledged_batch", |seed| {
+        let mut rng = rng(seed);
+        let config = small_config();
+        let mut fs = SimFs::new();
+        let acked: Rc<RefCell<BTreeMap<u64, Vec<Record>>>> = Rc::default();
+        let mut tag = 0u64;
+        let mut torn_recoveries = 0;
+        for round in 0..150 {
+            let log = Rc::new(open(&fs, &config));
+            if log.stats().torn_tail_bytes_truncated > 0 {
+                torn_recoveries += 1;
+            }
+            // Everything acknowledged in earlier rounds is present and intact.
+            for (base, recs) in acked.borrow().iter() {
+                let got = block_on(log.read(*base, 1))
+                    .unwrap_or_else(|e| panic!("round {round}: read {base}: {e}"));
+                let b = &got[0];
+                assert_eq!(b.header.base_offset, *base, "round {round}");
+                let back: Vec<Record> = b
+                    .view()
+                    .records()
+                    .map(|r| r.expect("ok").to_owned_record())
+                    .collect();
+                assert_eq!(&back, recs, "round {round}: batch {base} differs");
+            }
+            let mut pool = Stepper::default();
+            for _ in 0..rng.gen_range(1..8) {
+                let l = log.clone();
+                let a = acked.clone();
+                let batches: Vec<Vec<Record>> = (0..rng.gen_range(1..30))
+                    .map(|_| {
+                        (0..rng.gen_range(1..4))
+                            .map(|_| {
+                                tag += 1;
+                                record(&mut rng, tag as i64, tag, 2000)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                pool.spawn(async move {
+                    for recs in batches {
+                        match l.append_records(&recs).await {
+                            Ok(info) => {
+                                a.borrow_mut().insert(info.base_offset, recs);
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                });
+            }
+            // Run a random number of steps, then cut the power.
+            let steps = rng.gen_range(0..250);
+            for _ in 0..steps {
+                if !pool.step() {
+                    break;
+                }
+            }
+            drop(pool);
+            drop(log);
+            fs = fs.crash(CrashMode::Random { seed: rng.gen() });
+        }
+        let log = open(&fs, &config);
+        assert!(
+            torn_recoveries > 0,
+            "no round crashed in the middle of a commit"
+        );
+        assert!(
+            acked.borrow().len() > 100,
+            "too few acknowledged batches to mean anything"
+        );
+        let info = block_on(log.append_records(&[Record::new(1, b"after".to_vec())]))
+            .expect("append after crashes");
+        assert!(acked.borrow().keys().all(|b| *b < info.base_offset));
+    });
+}
+
+/// fdatasync really happens: a commit without it would not survive `DropUnsynced`.
+#[test]
+fn acknowledged_means_synced() {
+    let fs = SimFs::new();
+    let log = open(&fs, &small_config());
+    let before = fs.sync_count();
+    let info = block_on(log.append_records(&[Record::new(5, b"x".to_vec())])).expect("append");
+    assert!(fs.sync_count() > before);
+    drop(log);
+    let fs = fs.crash(CrashMode::DropUnsynced);
+    let log = open(&fs, &small_config());
+    assert_eq!(log.end_offset(), info.last_offset + 1);
+}
+
+/// Many concurrent appends share few commits (group commit).
+#[test]
+fn concurrent_appends_share_commits() {
+    let fs = SimFs::new();
+    let log = Rc::new(open(
+        &fs,
+        &LogConfig {
+            segment_bytes_max: 1 << 20,
+            ..small_config()
+        },
+    ));
+    let mut pool = LocalPool::new();
+    for i in 0..100 {
+        let l = log.clone();
+        pool.spawner()
+            .spawn_local(async move {
+                l.append_records(&[Record::new(i, vec![1; 100])])
+                    .await
+                    .expect("append");
+            })
+            .expect("spawn");
+    }
+    pool.run();
+    let s = log.stats();
+    assert_eq!(s.batches_appended, 100);
+    assert!(
+        s.commits < 20,
+        "100 concurrent appends took {} commits",
+        s.commits
+    );
+}
+
+fn faulty(config: &LogConfig) -> (SimFs, FaultPlan, Log<FaultyFs<SimFs>>) {
+    let sim = SimFs::new();
+    let plan = FaultPlan::new();
+    let fs = FaultyFs::new(sim.clone(), plan.clone());
+    let log = open(&fs, config);
+    (sim, plan, log)
+}
+
+fn append_n<F: Fs>(log: &Log<F>, n: usize, tag: u8) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            block_on(log.append_records(&[Record::new(i as i64, vec![tag; 300])]))
+                .expect("append")
+                .base_offset
+        })
+        .collect()
+}
+
+fn check_values<F: Fs>(log: &Log<F>, offsets: &[u64], tag: u8) {
+    for &o in offsets {
+        let b = block_on(log.read(o, 1)).expect("read");
+        let r = b[0]
+            .view()
+            .records()
+            .find(|r| r.as_ref().map(|r| r.offset) == Ok(o))
+            .expect("record")
+            .expect("ok");
+        assert_eq!(r.value, &vec![tag; 300][..], "offset {o}");
+    }
+}
+
+#[test]
+fn eio_on_write_fails_the_append_and_keeps_acknowledged_data() {
+    let (sim, plan, log) = faulty(&small_config());
+    let good = append_n(&log, 10, 1);
+    plan.fail(Op::Write, 0, 1, Fault::Eio);
+    let err = block_on(log.append_records(&[Record::new(1, vec![9; 300])])).expect_err("fails");
+    assert!(matches!(err, StorageError::Io { .. }), "{err}");
+    check_values(&log, &good, 1);
+    // The disk recovers: appends continue at the durable end.
+    let more = append_n(&log, 5, 2);
+    assert_eq!(more[0], good[9] + 1);
+    drop(log);
+    let log = open(
+        &FaultyFs::new(sim.crash(CrashMode::DropUnsynced), FaultPlan::new()),
+        &small_config(),
+    );
+    check_values(&log, &good, 1);
+    check_values(&log, &more, 2);
+    assert_eq!(log.end_offset(), more[4] + 1);
+}
+
+#[test]
+fn fsync_failure_fails_the_append_and_the_log_goes_on() {
+    let (sim, plan, log) = faulty(&small_config());
+    let good = append_n(&log, 10, 1);
+    plan.fail(Op::Sync, 0, 1, Fault::Eio);
+    assert!(block_on(log.append_records(&[Record::new(1, vec![9; 300])])).is_err());
+    let more = append_n(&log, 3, 2);
+    drop(log);
+    for seed in 0..20 {
+        let log = open(&sim.crash(CrashMode::Random { seed }), &small_config());
+        check_values(&log, &good, 1);
+        check_values(&log, &more, 2);
+    }
+}
+
+#[test]
+fn enospc_is_a_typed_error_and_nothing_acknowledged_is_lost() {
+    let (_sim, plan, log) = faulty(&small_config());
+    let good = append_n(&log, 20, 1);
+    // Every write fails with ENOSPC (the zero-fill of a new chunk or segment, or the commit).
+    plan.fail(Op::Write, 0, u64::MAX, Fault::NoSpace);
+    let mut saw_no_space = false;
+    for i in 0..200 {
+        match block_on(log.append_records(&[Record::new(i, vec![9; 300])])) {
+            Err(StorageError::NoSpace { .. }) => saw_no_space = true,
+            Err(StorageError::Poisoned) => break,
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("append succeeded on a full disk"),
+        }
+    }
+    assert!(saw_no_space);
+    check_values(&log, &good, 1);
+    plan.heal();
+}
+
+#[test]
+fn short_writes_are_completed() {
+    let (_sim, plan, log) = faulty(&small_config());
+    plan.fail(Op::Write, 0, 50, Fault::ShortWrite);
+    let offs = append_n(&log, 40, 3);
+    check_values(&log, &offs, 3);
+    assert!(plan.fired() > 0);
+}
+
+#[test]
+fn failed_repair_poisons_the_log_and_reopen_recovers() {
+    let (sim, plan, log) = faulty(&small_config());
+    let good = append_n(&log, 5, 1);
+    plan.fail(Op::Sync, 0, 10, Fault::Eio);
+    assert!(block_on(log.append_records(&[Record::new(1, vec![9; 300])])).is_err());
+    assert!(matches!(
+        block_on(log.append_records(&[Record::new(1, vec![9; 300])])),
+        Err(StorageError::Poisoned)
+    ));
+    check_values(&log, &good, 1); // still readable
+    drop(log);
+    let log = open(
+        &FaultyFs::new(sim.crash(CrashMode::DropUnsynced), FaultPlan::new()),
+        &small_config(),
+    );
+    check_values(&log, &good, 1);
+    append_n(&log, 2, 4);
+}
+
+fn segment_path(base: u64) -> PathBuf {
+    dir().join(format!("{base:020}.log"))
+}
+
+#[test]
+fn a_flipped_byte_in_a_sealed_segment_is_reported_and_never_served() {
+    let fs = SimFs::new();
+    let log = open(&fs, &small_config());
+    let offs = append_n(&log, 600, 5);
+    let segs = log.segments();
+    assert!(segs.len() >= 3, "want several segments, got {}", segs.len());
+    block_on(log.close()).expect("close");
+    drop(log);
+    let victim = &segs[1];
+    let path = segment_path(victim.base_offset);
+    let mut bytes = fs.read_file(&path).expect("segment");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    fs.write_file_durably(&path, bytes);
+    let log = open(&fs, &small_config());
+    // Other segments serve; the damaged one reports corruption wherever it is read.
+    check_values(&log, &offs[..segs[0].next_offset as usize], 5);
+    let mut corrupt = 0;
+    for o in victim.base_offset..victim.next_offset {
+        match block_on(log.read(o, 1)) {
+            Err(StorageError::Corruption { .. }) => corrupt += 1,
+            Ok(b) => assert!(b[0].view().validate_records().is_ok()),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(corrupt > 0);
+    assert!(log.stats().corruptions_detected > 0);
+    check_values(&log, &offs[segs[2].base_offset as usize..], 5);
+}
+
+/// Truncating the active segment at every byte of its last batch loses exactly that batch.
+#[test]
+fn torn_last_batch_is_truncated_at_every_cut() {
+    let fs = SimFs::new();
+    let config = small_config();
+    let log = open(&fs, &config);
+    let offs = append_n(&log, 8, 6);
+    let base = log.segments().last().expect("segment").base_offset;
+    let end = log.segments().last().expect("segment").size_bytes as usize;
+    drop(log);
+    let path = segment_path(base);
+    let original = fs.read_file(&path).expect("segment");
+    let last_len = {
+        let log = open(&fs, &config);
+        let b = block_on(log.read(offs[7], 1)).expect("read");
+        b[0].bytes.len()
+    };
+    for cut in (end - last_len)..=end {
+        let mut damaged = original[..cut].to_vec();
+        damaged.resize(original.len(), 0);
+        let fs2 = fs.crash(CrashMode::DropUnsynced);
+        let intact = damaged[..end] == original[..end];
+        fs2.write_file_durably(&path, damaged);
+        let log = open(&fs2, &config);
+        // Cutting bytes that were zero anyway changes nothing.
+        let want_end = if intact { offs[7] + 1 } else { offs[7] };
+        assert_eq!(log.end_offset(), want_end, "cut at {cut}");
+        check_values(&log, &offs[..7], 6);
+        let next = block_on(log.append_records(&[Record::new(1, vec![6; 300])])).expect("append");
+        assert_eq!(next.base_offset, want_end);
+    }
+}
+
+/// A flipped byte in the active segment: at the tail it reads as a torn write (truncated);
+/// followed by more valid data than any torn commit could leave, it is corruption.
+#[test]
+fn flipped_byte_in_active_segment() {
+    let config = LogConfig {
+        segment_bytes_max: 1 << 20,
+        write_buffer_bytes_max: 16 * 1024,
+        batch_bytes_max: 8 * 1024,
+        ..small_config()
+    };
+    let fs = SimFs::new();
+    let log = open(&fs, &config);
+    let offs = append_n(&log, 200, 7); // ~65 KiB, well past the 16 KiB torn window
+    let base = log.segments().last().expect("seg").base_offset;
+    let size = log.segments().last().expect("seg").size_bytes as usize;
+    drop(log);
+    let path = segment_path(base);
+    let original = fs.read_file(&path).expect("segment");
+
+    let mut tail_flip = original.clone();
+    tail_flip[size - 10] ^= 1;
+    let fs2 = fs.crash(CrashMode::DropUnsynced);
+    fs2.write_file_durably(&path, tail_flip);
+    let log = open(&fs2, &config);
+    assert_eq!(log.end_offset(), offs[199]);
+    drop(log);
+
+    let mut early_flip = original;
+    early_flip[1000] ^= 1;
+    let fs3 = fs.crash(CrashMode::DropUnsynced);
+    fs3.write_file_durably(&path, early_flip);
+    match block_on(Log::open(fs3.clone(), dir(), config.clone())) {
+        Err(StorageError::Corruption { position, .. }) => assert!(position <= 1000),
+        Err(e) => panic!("unexpected {e}"),
+        Ok(_) => panic!("corruption in the middle of the active segment went unnoticed"),
+    }
+}
+
+#[test]
+fn damaged_or_missing_indexes_are_rebuilt() {
+    let fs = SimFs::new();
+    let config = small_config();
+    let log = open(&fs, &config);
+    let offs = append_n(&log, 500, 8);
+    let segs = log.segments();
+    block_on(log.close()).expect("close");
+    drop(log);
+    // Remove one sealed index, garble another, garble the active one.
+    block_on(fs.remove(&dir().join(format!("{:020}.index", segs[0].base_offset)))).expect("rm");
+    block_on(fs.remove(&dir().join(format!("{:020}.timeindex", segs[0].base_offset)))).expect("rm");
+    for s in [&segs[1], segs.last().expect("active")] {
+        let p = dir().join(format!("{:020}.index", s.base_offset));
+        let mut b = fs.read_file(&p).expect("index");
+        for x in b.iter_mut().skip(8).step_by(3) {
+            *x ^= 0x5A;
+        }
+        fs.write_file_durably(&p, b);
+    }
+    let log = open(&fs, &config);
+    check_values(&log, &offs, 8);
+    assert_eq!(
+        block_on(log.offset_for_timestamp(250)).expect("ts"),
+        Some(offs[250])
+    );
+}
+
+#[test]
+fn reads_by_timestamp_cross_segments() {
+    let fs = SimFs::new();
+    let log = open(&fs, &small_config());
+    let mut offs = Vec::new();
+    for i in 0..800i64 {
+        offs.push(
+            block_on(log.append_records(&[Record::new(1000 + i * 10, vec![1; 200])]))
+                .expect("append")
+                .base_offset,
+        );
+    }
+    assert!(log.segments().len() > 2);
+    for i in [0usize, 1, 57, 133, 200, 399, 650, 799] {
+        let ts = 1000 + i as i64 * 10;
+        assert_eq!(
+            block_on(log.offset_for_timestamp(ts)).expect("ts"),
+            Some(offs[i])
+        );
+        assert_eq!(
+            block_on(log.offset_for_timestamp(ts - 5)).expect("ts"),
+            Some(offs[i])
+        );
+    }
+    assert_eq!(block_on(log.offset_for_timestamp(0)).expect("ts"), Some(0));
+    assert_eq!(
+        block_on(log.offset_for_timestamp(1_000_000)).expect("ts"),
+        None
+    );
+}
+
+#[test]
+fn retention_by_time_and_size_deletes_whole_sealed_segments() {
+    let fs = SimFs::new();
+    let mut config = small_config();
+    config.retention_ms = Some(1000);
+    let log = open(&fs, &config);
+    for i in 0..600i64 {
+        block_on(log.append_records(&[Record::new(i * 10, vec![1; 200])])).expect("append");
+    }
+    let before = log.segments();
+    // A pin keeps everything from offset 100 on.
+    let out = block_on(log.enforce_retention(6000, Some(100))).expect("retention");
+    assert!(log.start_offset() <= 100);
+    assert_eq!(out.new_start_offset, log.start_offset());
+    // Without the pin: segments whose newest record is older than 6000 - 1000 go.
+    let out = block_on(log.enforce_retention(6000, None)).expect("retention");
+    assert!(out.segments_deleted > 0);
+    for s in log.segments().iter().filter(|s| s.sealed) {
+        assert!(s.max_timestamp_ms.expect("non-empty") >= 5000);
+    }
+    let start = log.start_offset();
+    assert!(matches!(
+        block_on(log.read(start.saturating_sub(1), 1)),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(read_all(&log, start).len() as u64, 600 - start);
+    let names = block_on(fs.list(&dir())).expect("list");
+    for s in before.iter().filter(|s| s.base_offset < start) {
+        assert!(!names
+            .iter()
+            .any(|n| n.starts_with(&format!("{:020}", s.base_offset))));
+    }
+    drop(log);
+    // Size: keep at most ~100 KiB (whole segments), the active segment always stays.
+    let config = LogConfig {
+        retention_bytes: Some(100 * 1024),
+        retention_ms: None,
+        ..small_config()
+    };
+    let log = open(&fs, &config);
+    block_on(log.enforce_retention(0, None)).expect("retention");
+    assert!(log.size_bytes() <= 100 * 1024 + 64 * 1024);
+    assert!(log.segments().len() >= 1);
+    drop(log);
+    let log = open(&fs, &config);
+    assert_eq!(
+        read_all(&log, log.start_offset()).len() as u64,
+        600 - log.start_offset()
+    );
+}
+
+#[test]
+fn oversized_and_malformed_batches_are_rejected() {
+    let fs = SimFs::new();
+    let log = open(&fs, &small_config());
+    let big = encode(&[Record::new(1, vec![0; 20_000])]);
+    assert!(matches!(
+        block_on(log.append(big)),
+        Err(StorageError::InvalidBatch(_))
+    ));
+    let mut bad = encode(&[Record::new(1, vec![0; 10])]);
+    let n = bad.len();
+    bad[n - 1] ^= 1;
+    assert!(matches!(
+        block_on(log.append(bad)),
+        Err(StorageError::InvalidBatch(_))
+    ));
+    assert!(matches!(
+        block_on(log.append(vec![1, 2, 3])),
+        Err(StorageError::InvalidBatch(_))
+    ));
+    assert_eq!(log.end_offset(), 0);
+}
+
+#[test]
+fn write_buffer_applies_backpressure() {
+    let fs = SimFs::new();
+    let config = small_config();
+    let log = Rc::new(open(&fs, &config));
+    let mut pool = LocalPool::new();
+    for i in 0..200 {
+        let l = log.clone();
+        pool.spawner()
+            .spawn_local(async move {
+                l.append_records(&[Record::new(i, vec![2; 1000])])
+                    .await
+                    .expect("append");
+            })
+            .expect("spawn");
+    }
+    pool.run();
+    assert_eq!(log.end_offset(), 200);
+    let _ = Path::new("/");
+}

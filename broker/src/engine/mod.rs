@@ -1,0 +1,30 @@
+//! The sans-I/O queue engine: one partition of a queue as a deterministic state machine over its
+//! log (DESIGN.md §3). Plain Rust — no runtime, no clock, no sockets: time is an argument.
+//!
+//! | module        | purpose                                                                |
+//! |---------------|------------------------------------------------------------------------|
+//! | `attributes`  | queue kinds and names, queue attributes (SQS ranges), message attributes, body rule |
+//! | `error`       | `EngineError`, one variant per SQS error code                          |
+//! | `md5`         | MD5OfMessageBody / MD5OfMessageAttributes, byte-exact                  |
+//! | `receipt`     | unforgeable receipt handles (HMAC-SHA256, URL-safe base64)             |
+//! | `record`      | the partition's log records and their versioned binary encoding        |
+//! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves   |
+//! | `model`       | (tests) a simple reference model and the seeded randomized comparison  |
+
+pub mod attributes;
+pub mod error;
+pub mod md5;
+pub mod partition;
+pub mod receipt;
+pub mod record;
+
+#[cfg(test)]
+mod model;
+
+pub use error::{EngineError, SqsCode};
+pub use partition::{
+    BatchEntry, Command, Counters, Delivered, Effects, Limits, MoveRequest, Partition,
+    PartitionConfig, ReceiveRequest, ReplayError, Reply, SendRequest, SentReply,
+};
+pub use receipt::{Receipt, ReceiptCodec};
+pub use record::{MessageId, MoveOrigin, Payload, Record, RecordKind};

@@ -1,0 +1,1570 @@
+//! One partition of a queue as a deterministic, sans-I/O state machine.
+//!
+//! # How the shard drives it
+//!
+//! ```text
+//! let effects = partition.execute(now_ms, command)?;   // validates, decides, applies in memory
+//! log.append(effects.records.iter().map(Record::encode)).await?;  // durable BEFORE the reply
+//! reply(effects.reply);  forward(effects.moves);        // moves: DLQ transfers, see below
+//! ...
+//! park_until(partition.next_deadline_ms());  partition.tick(now_ms);
+//! ```
+//!
+//! If the append fails, the shard throws the partition away and rebuilds it with
+//! [`Partition::replay`] over the log: the in-memory change made by `execute` is then undone.
+//!
+//! # Determinism
+//!
+//! Every change goes through one function, `apply(&Record)`, both live (right after a decision)
+//! and on replay. Changes that need no record — a delay ending, a lease expiring, a message
+//! passing its retention, a dedup or attempt-id entry ageing out — are pure functions of the
+//! records and the clock, run by `advance(now)` from a timer heap; replay runs `advance(at_ms)`
+//! before each record. Timer effects commute (each one re-checks the message's current state),
+//! so live state and replayed state agree whatever the points at which time was advanced; the
+//! randomized test in `model.rs` checks this byte for byte through [`Partition::dump`]. Fair
+//! queueing is derived from records too (a per-group "last served" receive sequence number), so
+//! it survives restarts.
+//!
+//! # Decisions (DESIGN.md §4)
+//!
+//! * **Leases are durable.** A receive must record the new receive count anyway (§4.5,
+//!   maxReceiveCount survives restarts), so the `Received` record also carries the lease
+//!   deadline: leases, FIFO group locks and receipt handles survive restarts and failovers, at
+//!   no extra append. The lease epoch *is* the receive count.
+//! * **Stale handles (§4.6).** A handle names (message, epoch). ChangeMessageVisibility needs the
+//!   current epoch and a live lease: an older handle gets `ReceiptHandleIsInvalid`, an expired
+//!   lease `MessageNotInflight` — a stale handle can never change the current lease.
+//!   DeleteMessage on a standard queue accepts any authentic handle of the message, as SQS does
+//!   (deleting is what every holder wants, and an acknowledged delete then really deleted:
+//!   §4.2). On a FIFO queue delete needs the current epoch and a live lease, else
+//!   `ReceiptHandleIsInvalid`: after expiry the group may already be served to someone else. A
+//!   delete of a message already gone succeeds (idempotent, as SQS); a delete of a message
+//!   being dead-lettered fails, since it will be delivered again from the DLQ.
+//! * **The 12-hour cap** counts from the receive that started the current lease (each receive
+//!   restarts it); a ChangeMessageVisibility past it is `InvalidParameterValue`.
+//! * **DLQ moves are two records and idempotent.** When a receive meets a message whose receive
+//!   count has reached maxReceiveCount, it appends `DlqMoveStarted` instead of delivering it:
+//!   from then on the message is never delivered from this partition, and it has left its FIFO
+//!   group's order (the record precedes any later delivery of the same reply in the log, so the
+//!   group's next message may go out at once). The shard forwards the [`MoveRequest`] to the DLQ partition, whose
+//!   `AcceptMove` appends a `Sent` carrying the [`MoveOrigin`] and ignores an origin it has
+//!   already accepted (kept for `MOVE_ORIGIN_WINDOW_MS`). Once that is durable the shard runs
+//!   `CompleteMove` here, appending `DlqMoveDone`. After a crash, [`Partition::pending_moves`]
+//!   lists the started moves to forward again. Whatever crashes when, the message ends in
+//!   exactly one queue.
+//! * **Retention expiry is not recorded**: it is a function of the `Sent` timestamps, the
+//!   retention in force (`Configured` records) and the clock.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use super::attributes::{
+    validate_body, validate_message_attributes, validate_token, DedupScope, MessageAttribute,
+    QueueAttributes, QueueKind, DELAY_S_MAX, VISIBILITY_TIMEOUT_S_MAX,
+};
+use super::error::EngineError;
+use super::md5::Md5Digest;
+use super::receipt::Receipt;
+use super::record::{
+    MessageId, MoveOrigin, Payload, Record, RecordKind, Sent, MSG_ID_MAX, PARTITIONS_MAX,
+};
+
+/// FIFO deduplication interval.
+pub const DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
+/// How long a ReceiveRequestAttemptId can be retried.
+pub const ATTEMPT_WINDOW_MS: u64 = 5 * 60 * 1000;
+/// How long a DLQ partition remembers an accepted move origin (idempotent re-drives).
+pub const MOVE_ORIGIN_WINDOW_MS: u64 = 60 * 60 * 1000;
+/// SQS allows one PurgeQueue per 60 s.
+pub const PURGE_INTERVAL_MS: u64 = 60 * 1000;
+/// A lease can last at most 12 h from the receive that started it.
+pub const LEASE_MS_MAX: u64 = VISIBILITY_TIMEOUT_S_MAX as u64 * 1000;
+/// At most 10 messages per ReceiveMessage.
+pub const RECEIVE_MESSAGES_MAX: u32 = 10;
+/// SQS's in-flight limit (standard: OverLimit; FIFO: empty receives). Applied per partition.
+pub const INFLIGHT_MAX: u32 = 120_000;
+/// SendMessageBatch limits.
+pub const BATCH_ENTRIES_MAX: usize = 10;
+pub const BATCH_ENTRY_ID_LEN_MAX: usize = 80;
+pub const BATCH_PAYLOAD_BYTES_MAX: usize = 1_048_576;
+
+/// Memory bounds of one partition (DESIGN.md §4.8). Hitting one gives `OverLimit`, except the
+/// attempt-id cache, which forgets its oldest entry (a retry then gets fresh messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub inflight_max: u32,
+    /// Messages kept in memory (bodies included) in this partition.
+    pub messages_max: u32,
+    /// Message bytes (bodies + attributes) kept in memory in this partition.
+    pub payload_bytes_max: u64,
+    pub dedup_entries_max: u32,
+    pub attempt_ids_max: u32,
+    pub move_origins_max: u32,
+    /// Bounds the work of one receive that meets a run of messages due for the DLQ.
+    pub dlq_moves_per_receive_max: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            inflight_max: INFLIGHT_MAX,
+            messages_max: 1_000_000,
+            payload_bytes_max: 1 << 30,
+            // 5 min at 1,600 msg/s; ~150 B each.
+            dedup_entries_max: 500_000,
+            attempt_ids_max: 10_000,
+            move_origins_max: 100_000,
+            dlq_moves_per_receive_max: 100,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionConfig {
+    pub queue_id: u64,
+    pub partition: u32,
+    pub attributes: QueueAttributes,
+    pub limits: Limits,
+}
+
+/// A SendMessage as the engine needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SendRequest {
+    pub body: String,
+    pub attributes: Vec<MessageAttribute>,
+    pub delay_s: Option<u32>,
+    pub group_id: Option<String>,
+    pub dedup_id: Option<String>,
+}
+
+/// One entry of a SendMessageBatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchEntry {
+    pub id: String,
+    pub request: SendRequest,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiveRequest {
+    /// 1..=10.
+    pub max_messages: u32,
+    pub visibility_timeout_s: Option<u32>,
+    /// FIFO only (ignored on standard queues, as SQS does).
+    pub attempt_id: Option<String>,
+}
+
+/// A message leaving a partition for its DLQ; the shard hands it to the DLQ's partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveRequest {
+    pub origin: MoveOrigin,
+    pub message_id: MessageId,
+    pub payload: Arc<Payload>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Send(SendRequest),
+    SendBatch(Vec<BatchEntry>),
+    Receive(ReceiveRequest),
+    Delete {
+        receipt: Receipt,
+    },
+    ChangeVisibility {
+        receipt: Receipt,
+        timeout_s: u32,
+    },
+    Purge,
+    SetAttributes(Box<QueueAttributes>),
+    /// DLQ side of a move (idempotent by origin).
+    AcceptMove(MoveRequest),
+    /// Source side: the DLQ has the message durably.
+    CompleteMove {
+        msg_id: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentReply {
+    pub message_id: MessageId,
+    /// FIFO only: strictly increasing within the partition (hence within each group).
+    pub sequence_number: Option<u64>,
+    pub md5_body: Md5Digest,
+    pub md5_attributes: Option<Md5Digest>,
+    /// A FIFO duplicate within the dedup window: nothing was stored.
+    pub duplicate: bool,
+}
+
+/// One delivered message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub receipt: Receipt,
+    pub message_id: MessageId,
+    pub payload: Arc<Payload>,
+    pub sent_ms: u64,
+    pub receive_count: u32,
+    pub first_receive_ms: u64,
+    pub sequence_number: Option<u64>,
+    pub dead_letter_source: Option<MoveOrigin>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Sent(SentReply),
+    SentBatch(Vec<(String, Result<SentReply, EngineError>)>),
+    Received(Vec<Delivered>),
+    Deleted,
+    VisibilityChanged,
+    Purged,
+    AttributesSet,
+    MoveAccepted,
+    MoveCompleted,
+    /// `tick`: nothing to tell a client.
+    None,
+}
+
+/// What a command produced: `records` must be durable before `reply` is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effects {
+    pub records: Vec<Record>,
+    pub reply: Reply,
+    /// DLQ moves to forward (their `DlqMoveStarted` is among `records`).
+    pub moves: Vec<MoveRequest>,
+}
+
+impl Effects {
+    fn reply(reply: Reply) -> Self {
+        Effects {
+            records: Vec::new(),
+            reply,
+            moves: Vec::new(),
+        }
+    }
+}
+
+/// Approximate counters (ApproximateNumberOfMessages*), exact as of the last `advance`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub visible: u64,
+    pub in_flight: u64,
+    pub delayed: u64,
+    /// Being moved to the DLQ (counted as not visible).
+    pub moving: u64,
+}
+
+/// A record that does not fit the state it is replayed onto: the log is not this partition's.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("record does not apply at {at_ms}: {reason}")]
+pub struct ReplayError {
+    pub at_ms: u64,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Delayed,
+    Available,
+    InFlight {
+        deadline_ms: u64,
+        lease_start_ms: u64,
+    },
+    Moving,
+}
+
+#[derive(Debug)]
+struct Msg {
+    payload: Arc<Payload>,
+    message_id: MessageId,
+    sent_ms: u64,
+    visible_at_ms: u64,
+    receive_count: u32,
+    first_receive_ms: Option<u64>,
+    state: State,
+    group: u32,
+    /// ChangeMessageVisibility touched the current lease: attempt-id retries no longer apply.
+    touched: bool,
+    origin: Option<MoveOrigin>,
+}
+
+#[derive(Debug)]
+struct Group {
+    name: Arc<str>,
+    /// FIFO: every message of the group except those being dead-lettered; standard: its
+    /// Available messages. Ordered by id, that is by send order.
+    members: BTreeSet<u64>,
+    msg_count: u32,
+    inflight: u32,
+    moving: u32,
+    /// `receive_seq` of the group's latest delivery: the fairness key.
+    last_served: u64,
+    ready_key: Option<(u64, u64)>,
+}
+
+#[derive(Debug)]
+struct DedupEntry {
+    message_id: MessageId,
+    seq: u64,
+    expires_ms: u64,
+}
+
+#[derive(Debug)]
+struct AttemptEntry {
+    at_ms: u64,
+    first_seq: u64,
+    items: Vec<(u64, u32)>,
+}
+
+type OriginKey = (u64, u32, u64);
+
+const TIMER_LEASE: u8 = 0;
+const TIMER_DELAY: u8 = 1;
+const TIMER_RETENTION: u8 = 2;
+/// (due_ms, kind, msg id, epoch); entries are checked against the message when they fire, so
+/// superseded ones are dropped lazily.
+type Timer = (u64, u8, u64, u32);
+
+/// The partition state machine. See the module documentation.
+pub struct Partition {
+    cfg: PartitionConfig,
+    now_ms: u64,
+    next_id: u64,
+    receive_seq: u64,
+    msgs: BTreeMap<u64, Msg>,
+    payload_bytes: u64,
+    group_by_name: HashMap<Arc<str>, u32>,
+    groups: Vec<Option<Group>>,
+    free_groups: Vec<u32>,
+    /// Groups that can deliver now, by (last_served, head id, group): the first is served next.
+    ready: BTreeSet<(u64, u64, u32)>,
+    timers: BinaryHeap<Reverse<Timer>>,
+    counters: Counters,
+    moving: BTreeSet<u64>,
+    dedup: HashMap<String, DedupEntry>,
+    dedup_order: VecDeque<(u64, String)>,
+    attempts: HashMap<String, AttemptEntry>,
+    attempt_order: BTreeMap<u64, String>,
+    origins: HashMap<OriginKey, u64>,
+    origin_order: VecDeque<(u64, OriginKey)>,
+    last_purge_ms: Option<u64>,
+    retention_ms: u64,
+    dedup_scope: DedupScope,
+}
+
+impl Partition {
+    pub fn new(cfg: PartitionConfig) -> Result<Self, EngineError> {
+        if cfg.partition >= PARTITIONS_MAX {
+            return Err(EngineError::param("Partition", "partition index too large"));
+        }
+        Ok(Partition {
+            retention_ms: cfg.attributes.retention_ms(),
+            dedup_scope: cfg.attributes.dedup_scope,
+            cfg,
+            now_ms: 0,
+            next_id: 0,
+            receive_seq: 0,
+            msgs: BTreeMap::new(),
+            payload_bytes: 0,
+            group_by_name: HashMap::new(),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            ready: BTreeSet::new(),
+            timers: BinaryHeap::new(),
+            counters: Counters::default(),
+            moving: BTreeSet::new(),
+            dedup: HashMap::new(),
+            dedup_order: VecDeque::new(),
+            attempts: HashMap::new(),
+            attempt_order: BTreeMap::new(),
+            origins: HashMap::new(),
+            origin_order: VecDeque::new(),
+            last_purge_ms: None,
+        })
+    }
+
+    pub fn config(&self) -> &PartitionConfig {
+        &self.cfg
+    }
+
+    fn fifo(&self) -> bool {
+        self.cfg.attributes.kind == QueueKind::Fifo
+    }
+
+    /// Counters as of the last `execute`/`tick`.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// When the next timer is due (delay end, lease expiry, retention, dedup/attempt/origin
+    /// expiry). May be early (superseded timers are dropped lazily): a wake-up then finds
+    /// nothing to do.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        let timer = self.timers.peek().map(|Reverse(t)| t.0);
+        let dedup = self.dedup_order.front().map(|e| e.0);
+        let attempt = self
+            .attempt_order
+            .values()
+            .next()
+            .and_then(|k| self.attempts.get(k))
+            .map(|e| e.at_ms + ATTEMPT_WINDOW_MS);
+        let origin = self.origin_order.front().map(|e| e.0);
+        [timer, dedup, attempt, origin].into_iter().flatten().min()
+    }
+
+    /// Whether a receive now could return something (the shard's long-poll check).
+    pub fn has_deliverable(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Runs timers up to `now_ms`. Timer-driven changes need no records today, so the records
+    /// are always empty; the signature leaves room for recorded expiry.
+    pub fn tick(&mut self, now_ms: u64) -> Effects {
+        self.advance(now_ms);
+        Effects::reply(Reply::None)
+    }
+
+    /// DLQ moves started and not completed (after recovery: forward them again).
+    pub fn pending_moves(&self) -> Vec<MoveRequest> {
+        self.moving
+            .iter()
+            .filter_map(|id| self.msgs.get(id).map(|m| self.move_request(*id, m)))
+            .collect()
+    }
+
+    fn move_request(&self, id: u64, m: &Msg) -> MoveRequest {
+        MoveRequest {
+            origin: MoveOrigin {
+                queue_id: self.cfg.queue_id,
+                partition: self.cfg.partition,
+                msg_id: id,
+                sent_ms: m.sent_ms,
+            },
+            message_id: m.message_id,
+            payload: m.payload.clone(),
+        }
+    }
+
+    /// Rebuilds state from one record of this partition's log (in log order).
+    pub fn replay(&mut self, record: &Record) -> Result<(), ReplayError> {
+        self.advance(record.at_ms);
+        self.apply(record)
+    }
+
+    /// Validates and decides `cmd` at `now_ms`, applies it in memory, and returns the records to
+    /// make durable before the reply. On `Err` nothing was changed (timers aside).
+    pub fn execute(&mut self, now_ms: u64, cmd: Command) -> Result<Effects, EngineError> {
+        let now = self.advance(now_ms);
+        match cmd {
+            Command::Send(req) => {
+                let mut records = Vec::with_capacity(1);
+                let reply = self.send(now, req, &mut records)?;
+                Ok(Effects {
+                    records,
+                    reply: Reply::Sent(reply),
+                    moves: Vec::new(),
+                })
+            }
+            Command::SendBatch(entries) => self.send_batch(now, entries),
+            Command::Receive(req) => self.receive(now, req),
+            Command::Delete { receipt } => self.delete(now, receipt),
+            Command::ChangeVisibility { receipt, timeout_s } => {
+                self.change_visibility(now, receipt, timeout_s)
+            }
+            Command::Purge => {
+                if self
+                    .last_purge_ms
+                    .is_some_and(|t| now < t + PURGE_INTERVAL_MS)
+                {
+                    return Err(EngineError::PurgeQueueInProgress);
+                }
+                let rec = Record {
+                    at_ms: now,
+                    kind: RecordKind::Purged {
+                        before_id: self.next_id,
+                    },
+                };
+                self.apply_live(&rec);
+                Ok(Effects {
+                    records: vec![rec],
+                    reply: Reply::Purged,
+                    moves: Vec::new(),
+                })
+            }
+            Command::SetAttributes(attrs) => {
+                if attrs.kind != self.cfg.attributes.kind {
+                    return Err(EngineError::attr(
+                        "FifoQueue",
+                        "cannot change the queue kind",
+                    ));
+                }
+                let mut records = Vec::new();
+                if attrs.retention_ms() != self.retention_ms
+                    || attrs.dedup_scope != self.dedup_scope
+                {
+                    let rec = Record {
+                        at_ms: now,
+                        kind: RecordKind::Configured {
+                            retention_s: attrs.retention_s,
+                            dedup_scope: attrs.dedup_scope,
+                        },
+                    };
+                    self.apply_live(&rec);
+                    records.push(rec);
+                }
+                self.cfg.attributes = *attrs;
+                Ok(Effects {
+                    records,
+                    reply: Reply::AttributesSet,
+                    moves: Vec::new(),
+                })
+            }
+            Command::AcceptMove(req) => self.accept_move(now, req),
+            Command::CompleteMove { msg_id } => {
+                let mut records = Vec::new();
+                if matches!(self.msgs.get(&msg_id), Some(m) if m.state == State::Moving) {
+                    let rec = Record {
+                        at_ms: now,
+                        kind: RecordKind::DlqMoveDone { id: msg_id },
+                    };
+                    self.apply_live(&rec);
+                    records.push(rec);
+                }
+                Ok(Effects {
+                    records,
+                    reply: Reply::MoveCompleted,
+                    moves: Vec::new(),
+                })
+            }
+        }
+    }
+
+    fn apply_live(&mut self, rec: &Record) {
+        if let Err(e) = self.apply(rec) {
+            // A live decision produced a record its own state rejects: a bug, never input.
+            panic!("engine produced a record it cannot apply: {e} ({rec:?})");
+        }
+    }
+
+    // ----- commands -----
+
+    fn validate_send(&self, req: &SendRequest) -> Result<(), EngineError> {
+        validate_body(&req.body)?;
+        let attrs_bytes = validate_message_attributes(&req.attributes)?;
+        let size = req.body.len() + attrs_bytes;
+        let size_max = self.cfg.attributes.message_size_bytes_max as usize;
+        if size > size_max {
+            return Err(EngineError::param(
+                "MessageBody",
+                format!("message must be shorter than {size_max} bytes"),
+            ));
+        }
+        if let Some(d) = req.delay_s {
+            if d > DELAY_S_MAX {
+                return Err(EngineError::param("DelaySeconds", "must be 0 to 900"));
+            }
+        }
+        if let Some(g) = &req.group_id {
+            validate_token("MessageGroupId", g)?;
+        }
+        if let Some(d) = &req.dedup_id {
+            validate_token("MessageDeduplicationId", d)?;
+        }
+        if self.fifo() {
+            if req.group_id.is_none() {
+                return Err(EngineError::param(
+                    "MessageGroupId",
+                    "is required for FIFO queues",
+                ));
+            }
+            if req.delay_s.is_some_and(|d| d > 0) {
+                return Err(EngineError::param(
+                    "DelaySeconds",
+                    "per-message delay is not valid for FIFO queues",
+                ));
+            }
+            if req.dedup_id.is_none() && !self.cfg.attributes.content_based_dedup {
+                return Err(EngineError::param(
+                    "MessageDeduplicationId",
+                    "the queue should either have ContentBasedDeduplication enabled or \
+                     MessageDeduplicationId provided explicitly",
+                ));
+            }
+        } else if req.dedup_id.is_some() {
+            return Err(EngineError::param(
+                "MessageDeduplicationId",
+                "is only valid for FIFO queues",
+            ));
+        }
+        Ok(())
+    }
+
+    fn dedup_key(&self, group: Option<&str>, dedup_id: &str) -> String {
+        match self.dedup_scope {
+            DedupScope::Queue => dedup_id.to_string(),
+            // Tokens are printable ASCII, so NUL cannot occur in either part.
+            DedupScope::MessageGroup => format!("{}\0{dedup_id}", group.unwrap_or("")),
+        }
+    }
+
+    fn send(
+        &mut self,
+        now: u64,
+        req: SendRequest,
+        records: &mut Vec<Record>,
+    ) -> Result<SentReply, EngineError> {
+        self.validate_send(&req)?;
+        let fifo = self.fifo();
+        let dedup_id = match (&req.dedup_id, fifo) {
+            (Some(d), true) => Some(d.clone()),
+            (None, true) => Some(hex(&Sha256::digest(req.body.as_bytes()))),
+            _ => None,
+        };
+        let visible_at_ms = if fifo {
+            now + self.cfg.attributes.delay_ms()
+        } else {
+            now + req
+                .delay_s
+                .map_or(self.cfg.attributes.delay_ms(), |d| u64::from(d) * 1000)
+        };
+        let payload = Payload::new(req.body, req.attributes, req.group_id, dedup_id);
+        if let Some(d) = &payload.dedup_id {
+            let key = self.dedup_key(payload.group_id.as_deref(), d);
+            if let Some(e) = self.dedup.get(&key) {
+                return Ok(SentReply {
+                    message_id: e.message_id,
+                    sequence_number: Some(e.seq),
+                    md5_body: payload.md5_body,
+                    md5_attributes: payload.md5_attributes,
+                    duplicate: true,
+                });
+            }
+            if self.dedup.len() >= self.cfg.limits.dedup_entries_max as usize {
+                return Err(EngineError::OverLimit("deduplication table is full"));
+            }
+        }
+        self.check_capacity(payload.size_bytes())?;
+        let id = self.next_id;
+        let reply = SentReply {
+            message_id: MessageId::derive(self.cfg.queue_id, self.cfg.partition, id),
+            sequence_number: fifo.then_some(id),
+            md5_body: payload.md5_body,
+            md5_attributes: payload.md5_attributes,
+            duplicate: false,
+        };
+        let rec = Record {
+            at_ms: now,
+            kind: RecordKind::Sent(Sent {
+                id,
+                message_id: reply.message_id,
+                visible_at_ms,
+                payload: Arc::new(payload),
+                origin: None,
+            }),
+        };
+        self.apply_live(&rec);
+        records.push(rec);
+        Ok(reply)
+    }
+
+    fn check_capacity(&self, size_bytes: usize) -> Result<(), EngineError> {
+        if self.msgs.len() >= self.cfg.limits.messages_max as usize {
+            return Err(EngineError::OverLimit(
+                "partition holds its maximum of messages",
+            ));
+        }
+        if self.payload_bytes + size_bytes as u64 > self.cfg.limits.payload_bytes_max {
+            return Err(EngineError::OverLimit(
+                "partition holds its maximum of message bytes",
+            ));
+        }
+        if self.next_id >= MSG_ID_MAX {
+            return Err(EngineError::OverLimit("partition message ids exhausted"));
+        }
+        Ok(())
+    }
+
+    fn send_batch(&mut self, now: u64, entries: Vec<BatchEntry>) -> Result<Effects, EngineError> {
+        validate_batch(&entries)?;
+        let mut records = Vec::with_capacity(entries.len());
+        let mut results = Vec::with_capacity(entries.len());
+        for e in entries {
+            let r = self.send(now, e.request, &mut records);
+            results.push((e.id, r));
+        }
+        Ok(Effects {
+            records,
+            reply: Reply::SentBatch(results),
+            moves: Vec::new(),
+        })
+    }
+
+    fn delivered(&self, id: u64, m: &Msg) -> Delivered {
+        Delivered {
+            receipt: Receipt {
+                queue_id: self.cfg.queue_id,
+                partition: self.cfg.partition,
+                msg_id: id,
+                epoch: m.receive_count,
+            },
+            message_id: m.message_id,
+            payload: m.payload.clone(),
+            sent_ms: m.sent_ms,
+            receive_count: m.receive_count,
+            first_receive_ms: m.first_receive_ms.unwrap_or(0),
+            sequence_number: self.fifo().then_some(id),
+            dead_letter_source: m.origin,
+        }
+    }
+
+    fn receive(&mut self, now: u64, req: ReceiveRequest) -> Result<Effects, EngineError> {
+        if req.max_messages == 0 || req.max_messages > RECEIVE_MESSAGES_MAX {
+            return Err(EngineError::param("MaxNumberOfMessages", "must be 1 to 10"));
+        }
+        if req
+            .visibility_timeout_s
+            .is_some_and(|v| v > VISIBILITY_TIMEOUT_S_MAX)
+        {
+            return Err(EngineError::param(
+                "VisibilityTimeout",
+                "must be 0 to 43200",
+            ));
+        }
+        if let Some(a) = &req.attempt_id {
+            validate_token("ReceiveRequestAttemptId", a)?;
+        }
+        let fifo = self.fifo();
+        let vt_ms = req
+            .visibility_timeout_s
+            .map_or(self.cfg.attributes.visibility_timeout_ms(), |v| {
+                u64::from(v) * 1000
+            });
+        let attempt = if fifo { req.attempt_id } else { None };
+        if let Some(a) = &attempt {
+            if let Some(effects) = self.retry_attempt(now, a, vt_ms) {
+                return Ok(effects);
+            }
+        }
+        let inflight_max = u64::from(self.cfg.limits.inflight_max);
+        if self.counters.in_flight >= inflight_max {
+            if fifo {
+                return Ok(Effects::reply(Reply::Received(Vec::new())));
+            }
+            return Err(EngineError::OverLimit("too many messages in flight"));
+        }
+        let max_rc = self
+            .cfg
+            .attributes
+            .redrive_policy
+            .as_ref()
+            .map(|p| p.max_receive_count);
+        let max = req.max_messages as usize;
+        let mut fx = Effects::reply(Reply::None);
+        let mut out = Vec::with_capacity(max);
+        let mut moves = 0u32;
+        'outer: while out.len() < max && self.counters.in_flight < inflight_max {
+            let Some(&(_, head, _)) = self.ready.first() else {
+                break;
+            };
+            let mut id = head;
+            loop {
+                let m = self.msgs.get(&id).expect("ready heads are present");
+                let at_limit = max_rc.is_some_and(|rc| m.receive_count >= rc);
+                if at_limit {
+                    if id != head {
+                        // FIFO: a later message of the group is due for the DLQ; it moves when
+                        // it is the head of an idle group, so order holds.
+                        break;
+                    }
+                    if moves >= self.cfg.limits.dlq_moves_per_receive_max {
+                        break 'outer;
+                    }
+                    moves += 1;
+                    let rec = Record {
+                        at_ms: now,
+                        kind: RecordKind::DlqMoveStarted { id },
+                    };
+                    self.apply_live(&rec);
+                    let m = self.msgs.get(&id).expect("moving message is present");
+                    fx.moves.push(self.move_request(id, m));
+                    fx.records.push(rec);
+                    continue 'outer;
+                }
+                let rec = Record {
+                    at_ms: now,
+                    kind: RecordKind::Received {
+                        id,
+                        receive_count: m.receive_count + 1,
+                        deadline_ms: now + vt_ms,
+                        attempt_id: attempt.clone(),
+                        batch_start: out.is_empty(),
+                    },
+                };
+                self.apply_live(&rec);
+                fx.records.push(rec);
+                let m = self.msgs.get(&id).expect("received message is present");
+                out.push(self.delivered(id, m));
+                if !fifo || out.len() >= max || self.counters.in_flight >= inflight_max {
+                    continue 'outer;
+                }
+                // FIFO: keep taking this group's next messages in order while they are visible.
+                let group = self.groups[m.group as usize]
+                    .as_ref()
+                    .expect("message's group exists");
+                match group.members.range(id + 1..).next() {
+                    Some(&next)
+                        if self.msgs.get(&next).map(|n| n.state) == Some(State::Available) =>
+                    {
+                        id = next;
+                        let n = self.msgs.get(&next).expect("member is present");
+                        if max_rc.is_some_and(|rc| n.receive_count >= rc) {
+                            continue 'outer;
+                        }
+                    }
+                    _ => continue 'outer,
+                }
+            }
+        }
+        fx.reply = Reply::Received(out);
+        Ok(fx)
+    }
+
+    /// A FIFO ReceiveRequestAttemptId retry: the same messages and handles if none of them was
+    /// deleted, re-received or had its visibility changed, with the visibility timeout reset.
+    fn retry_attempt(&mut self, now: u64, attempt: &str, vt_ms: u64) -> Option<Effects> {
+        let entry = self.attempts.get(attempt)?;
+        let valid = entry.items.iter().all(|&(id, epoch)| {
+            self.msgs.get(&id).is_some_and(|m| {
+                m.receive_count == epoch && !m.touched && matches!(m.state, State::InFlight { .. })
+            })
+        });
+        if !valid {
+            return None;
+        }
+        let items = entry.items.clone();
+        let mut fx = Effects::reply(Reply::None);
+        let mut out = Vec::with_capacity(items.len());
+        for (id, epoch) in items {
+            let m = self.msgs.get(&id).expect("validated above");
+            let State::InFlight { lease_start_ms, .. } = m.state else {
+                unreachable!("validated above")
+            };
+            let rec = Record {
+                at_ms: now,
+                kind: RecordKind::VisibilityChanged {
+                    id,
+                    epoch,
+                    deadline_ms: (now + vt_ms).min(lease_start_ms + LEASE_MS_MAX),
+                    attempt_retry: true,
+                },
+            };
+            self.apply_live(&rec);
+            fx.records.push(rec);
+            let m = self.msgs.get(&id).expect("validated above");
+            out.push(self.delivered(id, m));
+        }
+        fx.reply = Reply::Received(out);
+        Some(fx)
+    }
+
+    fn check_receipt(&self, r: &Receipt) -> Result<(), EngineError> {
+        if r.queue_id != self.cfg.queue_id || r.partition != self.cfg.partition {
+            return Err(EngineError::ReceiptHandleIsInvalid(
+                "issued for another partition",
+            ));
+        }
+        if r.msg_id >= self.next_id || r.epoch == 0 {
+            return Err(EngineError::ReceiptHandleIsInvalid("no such message"));
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, now: u64, r: Receipt) -> Result<Effects, EngineError> {
+        self.check_receipt(&r)?;
+        let Some(m) = self.msgs.get(&r.msg_id) else {
+            // Already deleted, expired or purged: SQS treats a repeated delete as success.
+            return Ok(Effects::reply(Reply::Deleted));
+        };
+        if m.state == State::Moving {
+            return Err(EngineError::ReceiptHandleIsInvalid(
+                "the message is being moved to the dead-letter queue",
+            ));
+        }
+        if r.epoch > m.receive_count {
+            return Err(EngineError::ReceiptHandleIsInvalid("no such lease"));
+        }
+        if self.fifo() && (r.epoch != m.receive_count || !matches!(m.state, State::InFlight { .. }))
+        {
+            return Err(EngineError::ReceiptHandleIsInvalid(
+                "the lease of this receipt handle has expired",
+            ));
+        }
+        let rec = Record {
+            at_ms: now,
+            kind: RecordKind::Deleted { id: r.msg_id },
+        };
+        self.apply_live(&rec);
+        Ok(Effects {
+            records: vec![rec],
+            reply: Reply::Deleted,
+            moves: Vec::new(),
+        })
+    }
+
+    fn change_visibility(
+        &mut self,
+        now: u64,
+        r: Receipt,
+        timeout_s: u32,
+    ) -> Result<Effects, EngineError> {
+        if timeout_s > VISIBILITY_TIMEOUT_S_MAX {
+            return Err(EngineError::param(
+                "VisibilityTimeout",
+                "must be 0 to 43200",
+            ));
+        }
+        self.check_receipt(&r)?;
+        let Some(m) = self.msgs.get(&r.msg_id) else {
+            return Err(EngineError::ReceiptHandleIsInvalid(
+                "the message no longer exists",
+            ));
+        };
+        if r.epoch != m.receive_count {
+            return Err(EngineError::ReceiptHandleIsInvalid(
+                "a newer receive holds the message",
+            ));
+        }
+        let State::InFlight { lease_start_ms, .. } = m.state else {
+            return Err(EngineError::MessageNotInflight);
+        };
+        let deadline_ms = now + u64::from(timeout_s) * 1000;
+        if deadline_ms > lease_start_ms + LEASE_MS_MAX {
+            return Err(EngineError::param(
+                "VisibilityTimeout",
+                "exceeds 12 hours from the receive",
+            ));
+        }
+        let rec = Record {
+            at_ms: now,
+            kind: RecordKind::VisibilityChanged {
+                id: r.msg_id,
+                epoch: r.epoch,
+                deadline_ms,
+                attempt_retry: false,
+            },
+        };
+        self.apply_live(&rec);
+        Ok(Effects {
+            records: vec![rec],
+            reply: Reply::VisibilityChanged,
+            moves: Vec::new(),
+        })
+    }
+
+    fn accept_move(&mut self, now: u64, req: MoveRequest) -> Result<Effects, EngineError> {
+        let o = req.origin;
+        if self
+            .origins
+            .contains_key(&(o.queue_id, o.partition, o.msg_id))
+        {
+            return Ok(Effects::reply(Reply::MoveAccepted));
+        }
+        if self.fifo() && req.payload.group_id.is_none() {
+            return Err(EngineError::param(
+                "MessageGroupId",
+                "a FIFO dead-letter queue needs messages with a group",
+            ));
+        }
+        if self.origins.len() >= self.cfg.limits.move_origins_max as usize {
+            return Err(EngineError::OverLimit("too many recent dead-letter moves"));
+        }
+        self.check_capacity(req.payload.size_bytes())?;
+        let rec = Record {
+            at_ms: now,
+            kind: RecordKind::Sent(Sent {
+                id: self.next_id,
+                message_id: req.message_id,
+                visible_at_ms: now,
+                payload: req.payload,
+                origin: Some(o),
+            }),
+        };
+        self.apply_live(&rec);
+        Ok(Effects {
+            records: vec![rec],
+            reply: Reply::MoveAccepted,
+            moves: Vec::new(),
+        })
+    }
+
+    // ----- time -----
+
+    /// Runs every timer due at or before `now_ms` and returns the engine's clock, which never
+    /// goes back (a clock step backwards is treated as no time passing).
+    fn advance(&mut self, now_ms: u64) -> u64 {
+        let now = now_ms.max(self.now_ms);
+        self.now_ms = now;
+        while let Some(&Reverse((due, kind, id, epoch))) = self.timers.peek() {
+            if due > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(m) = self.msgs.get(&id) else {
+                continue;
+            };
+            match kind {
+                TIMER_LEASE => {
+                    if matches!(m.state, State::InFlight { deadline_ms, .. } if deadline_ms == due)
+                        && m.receive_count == epoch
+                    {
+                        self.transition(id, State::Available);
+                    }
+                }
+                TIMER_DELAY => {
+                    if m.state == State::Delayed && m.visible_at_ms == due {
+                        self.transition(id, State::Available);
+                    }
+                }
+                _ => {
+                    if m.state != State::Moving {
+                        let expires = m.sent_ms.saturating_add(self.retention_ms);
+                        if expires <= now {
+                            self.remove(id);
+                        } else if expires != due {
+                            // Retention grew since this timer was set.
+                            self.timers.push(Reverse((expires, TIMER_RETENTION, id, 0)));
+                        }
+                    }
+                }
+            }
+        }
+        while let Some((expires, _)) = self.dedup_order.front() {
+            if *expires > now {
+                break;
+            }
+            let (expires, key) = self.dedup_order.pop_front().expect("front exists");
+            if self
+                .dedup
+                .get(&key)
+                .is_some_and(|e| e.expires_ms == expires)
+            {
+                self.dedup.remove(&key);
+            }
+        }
+        while let Some((&seq, key)) = self.attempt_order.first_key_value() {
+            let at = self.attempts.get(key).map_or(0, |e| e.at_ms);
+            if at + ATTEMPT_WINDOW_MS > now {
+                break;
+            }
+            let key = key.clone();
+            self.attempt_order.remove(&seq);
+            self.attempts.remove(&key);
+        }
+        while let Some((expires, _)) = self.origin_order.front() {
+            if *expires > now {
+                break;
+            }
+            let (_, key) = self.origin_order.pop_front().expect("front exists");
+            self.origins.remove(&key);
+        }
+        // Superseded timers are dropped lazily; rebuild when they outnumber live ones so the
+        // heap stays O(messages).
+        if self.timers.len() > 3 * self.msgs.len() + 64 {
+            self.rebuild_timers();
+        }
+        now
+    }
+
+    fn rebuild_timers(&mut self) {
+        let mut v = Vec::with_capacity(2 * self.msgs.len());
+        for (&id, m) in &self.msgs {
+            v.push(Reverse((
+                m.sent_ms.saturating_add(self.retention_ms),
+                TIMER_RETENTION,
+                id,
+                0,
+            )));
+            match m.state {
+                State::Delayed => v.push(Reverse((m.visible_at_ms, TIMER_DELAY, id, 0))),
+                State::InFlight { deadline_ms, .. } => {
+                    v.push(Reverse((deadline_ms, TIMER_LEASE, id, m.receive_count)))
+                }
+                _ => {}
+            }
+        }
+        self.timers = BinaryHeap::from(v);
+    }
+
+    // ----- the one state-change function -----
+
+    fn apply(&mut self, rec: &Record) -> Result<(), ReplayError> {
+        let at = rec.at_ms;
+        let bad = |reason| Err(ReplayError { at_ms: at, reason });
+        match &rec.kind {
+            RecordKind::Sent(s) => {
+                if s.id < self.next_id || s.id >= MSG_ID_MAX {
+                    return bad("message ids must increase");
+                }
+                if self.fifo() && s.payload.group_id.is_none() {
+                    return bad("FIFO message without a group");
+                }
+                self.next_id = s.id + 1;
+                let gname = s.payload.group_id.as_deref().unwrap_or("");
+                let g = self.group_for(gname);
+                let sent_ms = s.origin.map_or(at, |o| o.sent_ms);
+                let state = if s.visible_at_ms > at {
+                    State::Delayed
+                } else {
+                    State::Available
+                };
+                self.msgs.insert(
+                    s.id,
+                    Msg {
+                        payload: s.payload.clone(),
+                        message_id: s.message_id,
+                        sent_ms,
+                        visible_at_ms: s.visible_at_ms,
+                        receive_count: 0,
+                        first_receive_ms: None,
+                        state,
+                        group: g,
+                        touched: false,
+                        origin: s.origin,
+                    },
+                );
+                self.payload_bytes += s.payload.size_bytes() as u64;
+                let fifo = self.fifo();
+                let grp = self.group_mut(g);
+                grp.msg_count += 1;
+                if fifo || state == State::Available {
+                    grp.members.insert(s.id);
+                }
+                self.count(state, 1);
+                self.timers.push(Reverse((
+                    sent_ms.saturating_add(self.retention_ms),
+                    TIMER_RETENTION,
+                    s.id,
+                    0,
+                )));
+                if state == State::Delayed {
+                    self.timers
+                        .push(Reverse((s.visible_at_ms, TIMER_DELAY, s.id, 0)));
+                }
+                match (&s.origin, &s.payload.dedup_id) {
+                    (Some(o), _) => {
+                        let key = (o.queue_id, o.partition, o.msg_id);
+                        let expires = at + MOVE_ORIGIN_WINDOW_MS;
+                        self.origins.insert(key, expires);
+                        self.origin_order.push_back((expires, key));
+                    }
+                    (None, Some(d)) if fifo => {
+                        let key = self.dedup_key(s.payload.group_id.as_deref(), d);
+                        if !self.dedup.contains_key(&key) {
+                            let expires_ms = at + DEDUP_WINDOW_MS;
+                            self.dedup.insert(
+                                key.clone(),
+                                DedupEntry {
+                                    message_id: s.message_id,
+                                    seq: s.id,
+                                    expires_ms,
+                                },
+                            );
+                            self.dedup_order.push_back((expires_ms, key));
+                        }
+                    }
+                    _ => {}
+                }
+                self.refresh_ready(g);
+            }
+            RecordKind::Received {
+                id,
+                receive_count,
+                deadline_ms,
+                attempt_id,
+                batch_start,
+            } => {
+                let Some(m) = self.msgs.get_mut(id) else {
+                    return bad("receive of an unknown message");
+                };
+                if m.state != State::Available || *receive_count != m.receive_count + 1 {
+                    return bad("receive of a message that is not available");
+                }
+                m.receive_count = *receive_count;
+                if m.first_receive_ms.is_none() {
+                    m.first_receive_ms = Some(at);
+                }
+                m.touched = false;
+                let g = m.group;
+                self.receive_seq += 1;
+                let seq = self.receive_seq;
+                self.group_mut(g).last_served = seq;
+                self.transition(
+                    *id,
+                    State::InFlight {
+                        deadline_ms: *deadline_ms,
+                        lease_start_ms: at,
+                    },
+                );
+                self.timers
+                    .push(Reverse((*deadline_ms, TIMER_LEASE, *id, *receive_count)));
+                if let Some(a) = attempt_id {
+                    if *batch_start {
+                        if let Some(old) = self.attempts.remove(a) {
+                            self.attempt_order.remove(&old.first_seq);
+                        }
+                        self.attempts.insert(
+                            a.clone(),
+                            AttemptEntry {
+                                at_ms: at,
+                                first_seq: seq,
+                                items: vec![(*id, *receive_count)],
+                            },
+                        );
+                        self.attempt_order.insert(seq, a.clone());
+                        while self.attempts.len() > self.cfg.limits.attempt_ids_max as usize {
+                            let Some((_, k)) = self.attempt_order.pop_first() else {
+                                break;
+                            };
+                            self.attempts.remove(&k);
+                        }
+                    } else if let Some(e) = self.attempts.get_mut(a) {
+                        e.items.push((*id, *receive_count));
+                    }
+                }
+            }
+            RecordKind::VisibilityChanged {
+                id,
+                epoch,
+                deadline_ms,
+                attempt_retry,
+            } => {
+                let Some(m) = self.msgs.get_mut(id) else {
+                    return bad("visibility change of an unknown message");
+                };
+                let State::InFlight { lease_start_ms, .. } = m.state else {
+                    return bad("visibility change of a message not in flight");
+                };
+                if m.receive_count != *epoch {
+                    return bad("visibility change of a stale lease");
+                }
+                m.state = State::InFlight {
+                    deadline_ms: *deadline_ms,
+                    lease_start_ms,
+                };
+                if !attempt_retry {
+                    m.touched = true;
+                }
+                self.timers
+                    .push(Reverse((*deadline_ms, TIMER_LEASE, *id, *epoch)));
+            }
+            RecordKind::Deleted { id } => {
+                if !self.msgs.contains_key(id) {
+                    return bad("delete of an unknown message");
+                }
+                self.remove(*id);
+            }
+            RecordKind::Purged { before_id } => {
+                let ids: Vec<u64> = self
+                    .msgs
+                    .range(..*before_id)
+                    .filter(|(_, m)| m.state != State::Moving)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in ids {
+                    self.remove(id);
+                }
+                self.last_purge_ms = Some(at);
+            }
+            RecordKind::DlqMoveStarted { id } => {
+                if self.msgs.get(id).map(|m| m.state) != Some(State::Available) {
+                    return bad("move of a message that is not available");
+                }
+                self.transition(*id, State::Moving);
+            }
+            RecordKind::DlqMoveDone { id } => {
+                if self.msgs.get(id).map(|m| m.state) != Some(State::Moving) {
+                    return bad("move completion of a message not being moved");
+                }
+                self.remove(*id);
+            }
+            RecordKind::Configured {
+                retention_s,
+                dedup_scope,
+            } => {
+                let retention_ms = u64::from(*retention_s) * 1000;
+                let shorter = retention_ms < self.retention_ms;
+                self.retention_ms = retention_ms;
+                self.dedup_scope = *dedup_scope;
+                if shorter {
+                    // Existing retention timers would fire late; add earlier ones (the old
+                    // ones then find the message gone).
+                    for (&id, m) in &self.msgs {
+                        self.timers.push(Reverse((
+                            m.sent_ms.saturating_add(retention_ms),
+                            TIMER_RETENTION,
+                            id,
+                            0,
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ----- state helpers -----
+
+    fn count(&mut self, s: State, delta: i64) {
+        let c = match s {
+            State::Delayed => &mut self.counters.delayed,
+            State::Available => &mut self.counters.visible,
+            State::InFlight { .. } => &mut self.counters.in_flight,
+            State::Moving => &mut self.counters.moving,
+        };
+        *c = c.checked_add_signed(delta).expect("counter stays in range");
+    }
+
+    fn group_for(&mut self, name: &str) -> u32 {
+        if let Some(&g) = self.group_by_name.get(name) {
+            return g;
+        }
+        let name: Arc<str> = Arc::from(name);
+        let group = Group {
+            name: name.clone(),
+            members: BTreeSet::new(),
+            msg_count: 0,
+            inflight: 0,
+            moving: 0,
+            last_served: 0,
+            ready_key: None,
+        };
+        let g = match self.free_groups.pop() {
+            Some(g) => {
+                self.groups[g as usize] = Some(group);
+                g
+            }
+            None => {
+                self.groups.push(Some(group));
+                u32::try_from(self.groups.len() - 1).expect("groups are bounded by messages")
+            }
+        };
+        self.group_by_name.insert(name, g);
+        g
+    }
+
+    fn group_mut(&mut self, g: u32) -> &mut Group {
+        self.groups[g as usize]
+            .as_mut()
+            .expect("group of a live message exists")
+    }
+
+    /// Moves a present message to `new`, keeping counters, group membership and readiness.
+    fn transition(&mut self, id: u64, new: State) {
+        let fifo = self.fifo();
+        let m = self
+            .msgs
+            .get_mut(&id)
+            .expect("transition of a present message");
+        let old = m.state;
+        m.state = new;
+        let g = m.group;
+        self.count(old, -1);
+        self.count(new, 1);
+        let grp = self.group_mut(g);
+        if !fifo {
+            if old == State::Available {
+                grp.members.remove(&id);
+            }
+            if new == State::Available {
+                grp.members.insert(id);
+            }
+        } else if new == State::Moving {
+            // Once `DlqMoveStarted` is durable the message has left the group's order (it is
+            // never delivered from here again), so the group's next message may go out.
+            grp.members.remove(&id);
+        }
+        match old {
+            State::InFlight { .. } => grp.inflight -= 1,
+            State::Moving => grp.moving -= 1,
+            _ => {}
+        }
+        match new {
+            State::InFlight { .. } => grp.inflight += 1,
+            State::Moving => grp.moving += 1,
+            _ => {}
+        }
+        if new == State::Moving {
+            self.moving.insert(id);
+        }
+        self.refresh_ready(g);
+    }
+
+    fn remove(&mut self, id: u64) {
+        let Some(m) = self.msgs.remove(&id) else {
+            return;
+        };
+        self.count(m.state, -1);
+        self.payload_bytes -= m.payload.size_bytes() as u64;
+        if m.state == State::Moving {
+            self.moving.remove(&id);
+        }
+        let grp = self.group_mut(m.group);
+        grp.members.remove(&id);
+        grp.msg_count -= 1;
+        match m.state {
+            State::InFlight { .. } => grp.inflight -= 1,
+            State::Moving => grp.moving -= 1,
+            _ => {}
+        }
+        let empty = grp.msg_count == 0;
+        self.refresh_ready(m.group);
+        if empty {
+            let grp = self.groups[m.group as usize]
+                .take()
+                .expect("group of a live message exists");
+            debug_assert!(grp.ready_key.is_none() && grp.members.is_empty());
+            self.group_by_name.remove(&grp.name);
+            self.free_groups.push(m.group);
+        }
+    }
+
+    /// Puts the group in `ready` under its current key, or takes it out.
+    fn refresh_ready(&mut self, g: u32) {
+        let fifo = self.fifo();
+        let grp = self.groups[g as usize]
+            .as_ref()
+            .expect("group of a live message exists");
+        let head = grp.members.first().copied();
+        let want = match head {
+            Some(h) if !fifo => Some((grp.last_served, h)),
+            Some(h)
+                if grp.inflight == 0
+                    && self.msgs.get(&h).map(|m| m.state) == Some(State::Available) =>
+            {
+                Some((grp.last_served, h))
+            }
+            _ => None,
+        };
+        if want == grp.ready_key {
+            return;
+        }
+        if let Some((ls, h)) = grp.ready_key {
+            self.ready.remove(&(ls, h, g));
+        }
+        if let Some((ls, h)) = want {
+            self.ready.insert((ls, h, g));
+        }
+        self.group_mut(g).ready_key = want;
+    }
+
+    /// A canonical, order-independent picture of the whole state (for tests and inspection):
+    /// equal dumps mean equal behaviour from here on.
+    pub fn dump(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "now={} next_id={} receive_seq={} last_purge={:?} retention_ms={} scope={:?} \
+             bytes={} counters={:?} moving={:?}",
+            self.now_ms,
+            self.next_id,
+            self.receive_seq,
+            self.last_purge_ms,
+            self.retention_ms,
+            self.dedup_scope,
+            self.payload_bytes,
+            self.counters,
+            self.moving
+        );
+        for (id, m) in &self.msgs {
+            let g = self.groups[m.group as usize]
+                .as_ref()
+                .map_or("?", |g| &g.name);
+            let _ = writeln!(
+                s,
+                "msg {id} {} group={g:?} sent={} vis={} rc={} first={:?} {:?} touched={} \
+                 origin={:?} body={:?} dedup={:?}",
+                m.message_id,
+                m.sent_ms,
+                m.visible_at_ms,
+                m.receive_count,
+                m.first_receive_ms,
+                m.state,
+                m.touched,
+                m.origin,
+                m.payload.body,
+                m.payload.dedup_id
+            );
+        }
+        let mut groups: Vec<&Group> = self.groups.iter().flatten().collect();
+        groups.sort_by(|a, b| a.name.cmp(&b.name));
+        for g in groups {
+            let _ = writeln!(
+                s,
+                "group {:?} members={:?} n={} inflight={} moving={} last_served={} ready={:?}",
+                g.name, g.members, g.msg_count, g.inflight, g.moving, g.last_served, g.ready_key
+            );
+        }
+        let mut dedup: Vec<_> = self.dedup.iter().collect();
+        dedup.sort_by(|a, b| a.0.cmp(b.0));
+        for (k, e) in dedup {
+            let _ = writeln!(s, "dedup {k:?} {} {} {}", e.message_id, e.seq, e.expires_ms);
+        }
+        for (seq, k) in &self.attempt_order {
+            let e = &self.attempts[k];
+            let _ = writeln!(s, "attempt {seq} {k:?} at={} {:?}", e.at_ms, e.items);
+        }
+        let mut origins: Vec<_> = self.origins.iter().collect();
+        origins.sort();
+        for (k, e) in origins {
+            let _ = writeln!(s, "origin {k:?} {e}");
+        }
+        s
+    }
+}
+
+/// SendMessageBatch's request-level rules: 1–10 entries, ids of 1–80 alphanumerics, `-`, `_`,
+/// distinct, and at most 1 MiB of messages in total. Entry-level problems are per-entry results.
+pub fn validate_batch(entries: &[BatchEntry]) -> Result<(), EngineError> {
+    if entries.is_empty() {
+        return Err(EngineError::EmptyBatchRequest);
+    }
+    if entries.len() > BATCH_ENTRIES_MAX {
+        return Err(EngineError::TooManyEntriesInBatchRequest);
+    }
+    let mut total = 0usize;
+    for (i, e) in entries.iter().enumerate() {
+        if e.id.is_empty()
+            || e.id.len() > BATCH_ENTRY_ID_LEN_MAX
+            || !e
+                .id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(EngineError::InvalidBatchEntryId(e.id.clone()));
+        }
+        if entries[..i].iter().any(|p| p.id == e.id) {
+            return Err(EngineError::BatchEntryIdsNotDistinct(e.id.clone()));
+        }
+        total += e.request.body.len()
+            + e.request
+                .attributes
+                .iter()
+                .map(MessageAttribute::size_bytes)
+                .sum::<usize>();
+    }
+    if total > BATCH_PAYLOAD_BYTES_MAX {
+        return Err(EngineError::BatchRequestTooLong { size_bytes: total });
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}

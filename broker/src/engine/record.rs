@@ -1,0 +1,720 @@
+//! The partition's log records: every durable state change of a partition is one [`Record`], and
+//! replaying the records rebuilds the partition (see `partition.rs`).
+//!
+//! # Encoding (format version 1)
+//!
+//! Hand-written, compact and versioned; these bytes are the value of one storage-log record.
+//!
+//! ```text
+//! record   = version:u8 (=1) | kind:u8 | at_ms:u64 | fields(kind)
+//! Sent (1) = id:u64 | message_id:[16] | visible_at_ms:u64 | flags:u8
+//!            [group:str16 if flags&1] [dedup:str16 if flags&2]
+//!            [origin: queue_id:u64 partition:u32 msg_id:u64 sent_ms:u64 if flags&4]
+//!            body:str32 | n_attrs:u8 | n × (name:str16 type:str16 transport:u8 value:bytes32)
+//! Received (2)          = id:u64 | receive_count:u32 | deadline_ms:u64 | flags:u8
+//!                         (1 = attempt id follows, 2 = first delivery of a receive) [attempt:str16]
+//! VisibilityChanged (3) = id:u64 | epoch:u32 | deadline_ms:u64 | flags:u8 (1 = attempt-id retry)
+//! Deleted (4)           = id:u64
+//! Purged (5)            = before_id:u64
+//! DlqMoveStarted (6)    = id:u64
+//! DlqMoveDone (7)       = id:u64
+//! Configured (8)        = retention_s:u32 | dedup_scope:u8 (0 queue, 1 messageGroup)
+//! str16/str32/bytes32   = little-endian u16/u32/u32 length, then the bytes (strings UTF-8)
+//! ```
+//!
+//! Fixed fields are little-endian. Decoding checks every length against the bytes left before
+//! allocating, rejects unknown versions, kinds, flags and trailing bytes, and never panics: any
+//! input gives a record or a [`DecodeError`]. Bumping the format means a new version byte and a
+//! decoder that keeps reading the old one.
+
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use super::attributes::{AttributeValue, DedupScope, MessageAttribute, MESSAGE_ATTRIBUTES_MAX};
+use super::md5::{md5_of_attributes, md5_of_body, Md5Digest};
+
+pub const RECORD_FORMAT_VERSION: u8 = 1;
+
+/// A message's SQS MessageId: 16 bytes shown as a UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId(pub [u8; 16]);
+
+impl MessageId {
+    /// Deterministic and unique per (queue, partition, id): queue id (8 bytes) | partition
+    /// (2 bytes) | id (6 bytes), big-endian so the text sorts like the triple. Replicas and
+    /// replays agree on it without storing randomness; queue ids are never reused, partitions
+    /// stay below [`PARTITIONS_MAX`] and ids below [`MSG_ID_MAX`].
+    pub fn derive(queue_id: u64, partition: u32, id: u64) -> Self {
+        debug_assert!(partition < PARTITIONS_MAX && id < MSG_ID_MAX);
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&queue_id.to_be_bytes());
+        b[8..10].copy_from_slice(&(partition as u16).to_be_bytes());
+        b[10..16].copy_from_slice(&id.to_be_bytes()[2..]);
+        MessageId(b)
+    }
+}
+
+/// Partitions per queue: the partition index takes 16 bits of a MessageId.
+pub const PARTITIONS_MAX: u32 = 1 << 16;
+/// Message ids per partition: 48 bits of a MessageId (2.8e14; nine years at 1M msg/s).
+pub const MSG_ID_MAX: u64 = 1 << 48;
+
+impl std::fmt::Display for MessageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The immutable content of a message, shared by the record, the in-memory state and replies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload {
+    pub body: String,
+    pub attributes: Vec<MessageAttribute>,
+    pub group_id: Option<String>,
+    /// The effective deduplication id (explicit, or the SHA-256 of the body in hex).
+    pub dedup_id: Option<String>,
+    /// Derived from `body`; kept so a receive does not rehash.
+    pub md5_body: Md5Digest,
+    /// Derived from `attributes`.
+    pub md5_attributes: Option<Md5Digest>,
+}
+
+impl Payload {
+    pub fn new(
+        body: String,
+        attributes: Vec<MessageAttribute>,
+        group_id: Option<String>,
+        dedup_id: Option<String>,
+    ) -> Self {
+        Payload {
+            md5_body: md5_of_body(body.as_bytes()),
+            md5_attributes: md5_of_attributes(&attributes),
+            body,
+            attributes,
+            group_id,
+            dedup_id,
+        }
+    }
+
+    /// Bytes the message counts against MaximumMessageSize.
+    pub fn size_bytes(&self) -> usize {
+        self.body.len()
+            + self
+                .attributes
+                .iter()
+                .map(|a| a.size_bytes())
+                .sum::<usize>()
+    }
+}
+
+/// Where a dead-lettered message came from; makes the DLQ side of a move idempotent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MoveOrigin {
+    pub queue_id: u64,
+    pub partition: u32,
+    pub msg_id: u64,
+    /// The original send time: retention in the DLQ counts from it, as SQS does.
+    pub sent_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub id: u64,
+    pub message_id: MessageId,
+    pub visible_at_ms: u64,
+    pub payload: Arc<Payload>,
+    pub origin: Option<MoveOrigin>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordKind {
+    Sent(Sent),
+    /// A delivery: the new receive count is also the lease epoch. `at_ms` of the record is the
+    /// lease start (and ApproximateFirstReceiveTimestamp when the count is 1).
+    Received {
+        id: u64,
+        receive_count: u32,
+        deadline_ms: u64,
+        attempt_id: Option<String>,
+        /// The first delivery of one ReceiveMessage call (starts a new attempt-id entry).
+        batch_start: bool,
+    },
+    /// A new deadline for the current lease; `attempt_retry` marks a ReceiveRequestAttemptId
+    /// retry (which keeps the attempt cache valid) as opposed to ChangeMessageVisibility.
+    VisibilityChanged {
+        id: u64,
+        epoch: u32,
+        deadline_ms: u64,
+        attempt_retry: bool,
+    },
+    Deleted {
+        id: u64,
+    },
+    /// Every message with an id below `before_id` is gone, except those being moved to the DLQ.
+    Purged {
+        before_id: u64,
+    },
+    DlqMoveStarted {
+        id: u64,
+    },
+    DlqMoveDone {
+        id: u64,
+    },
+    /// The settings replay depends on (retention expiry, dedup keys), at the point they changed.
+    Configured {
+        retention_s: u32,
+        dedup_scope: DedupScope,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The engine's clock when the record was made (monotonic per partition).
+    pub at_ms: u64,
+    pub kind: RecordKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    #[error("record truncated")]
+    Truncated,
+    #[error("unknown record format version {0}")]
+    UnknownVersion(u8),
+    #[error("unknown record kind {0}")]
+    UnknownKind(u8),
+    #[error("invalid record: {0}")]
+    Invalid(&'static str),
+    #[error("trailing bytes after record")]
+    TrailingBytes,
+}
+
+const KIND_SENT: u8 = 1;
+const KIND_RECEIVED: u8 = 2;
+const KIND_VISIBILITY: u8 = 3;
+const KIND_DELETED: u8 = 4;
+const KIND_PURGED: u8 = 5;
+const KIND_MOVE_STARTED: u8 = 6;
+const KIND_MOVE_DONE: u8 = 7;
+const KIND_CONFIGURED: u8 = 8;
+
+const SENT_HAS_GROUP: u8 = 1;
+const SENT_HAS_DEDUP: u8 = 2;
+const SENT_HAS_ORIGIN: u8 = 4;
+const RECEIVED_HAS_ATTEMPT: u8 = 1;
+const RECEIVED_BATCH_START: u8 = 2;
+const TRANSPORT_STRING: u8 = 1;
+const TRANSPORT_BINARY: u8 = 2;
+
+impl Record {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len_hint());
+        self.encode_into(&mut out);
+        out
+    }
+
+    fn encoded_len_hint(&self) -> usize {
+        match &self.kind {
+            RecordKind::Sent(s) => 64 + s.payload.size_bytes() + 16 * s.payload.attributes.len(),
+            _ => 40,
+        }
+    }
+
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.push(RECORD_FORMAT_VERSION);
+        let kind = match &self.kind {
+            RecordKind::Sent(_) => KIND_SENT,
+            RecordKind::Received { .. } => KIND_RECEIVED,
+            RecordKind::VisibilityChanged { .. } => KIND_VISIBILITY,
+            RecordKind::Deleted { .. } => KIND_DELETED,
+            RecordKind::Purged { .. } => KIND_PURGED,
+            RecordKind::DlqMoveStarted { .. } => KIND_MOVE_STARTED,
+            RecordKind::DlqMoveDone { .. } => KIND_MOVE_DONE,
+            RecordKind::Configured { .. } => KIND_CONFIGURED,
+        };
+        out.push(kind);
+        out.extend_from_slice(&self.at_ms.to_le_bytes());
+        match &self.kind {
+            RecordKind::Sent(s) => {
+                out.extend_from_slice(&s.id.to_le_bytes());
+                out.extend_from_slice(&s.message_id.0);
+                out.extend_from_slice(&s.visible_at_ms.to_le_bytes());
+                let p = &s.payload;
+                let mut flags = 0;
+                if p.group_id.is_some() {
+                    flags |= SENT_HAS_GROUP;
+                }
+                if p.dedup_id.is_some() {
+                    flags |= SENT_HAS_DEDUP;
+                }
+                if s.origin.is_some() {
+                    flags |= SENT_HAS_ORIGIN;
+                }
+                out.push(flags);
+                if let Some(g) = &p.group_id {
+                    put_str16(out, g);
+                }
+                if let Some(d) = &p.dedup_id {
+                    put_str16(out, d);
+                }
+                if let Some(o) = &s.origin {
+                    out.extend_from_slice(&o.queue_id.to_le_bytes());
+                    out.extend_from_slice(&o.partition.to_le_bytes());
+                    out.extend_from_slice(&o.msg_id.to_le_bytes());
+                    out.extend_from_slice(&o.sent_ms.to_le_bytes());
+                }
+                put_bytes32(out, p.body.as_bytes());
+                out.push(u8::try_from(p.attributes.len()).expect("at most 10 attributes"));
+                for a in &p.attributes {
+                    put_str16(out, &a.name);
+                    put_str16(out, &a.data_type);
+                    match &a.value {
+                        AttributeValue::String(v) => {
+                            out.push(TRANSPORT_STRING);
+                            put_bytes32(out, v.as_bytes());
+                        }
+                        AttributeValue::Binary(v) => {
+                            out.push(TRANSPORT_BINARY);
+                            put_bytes32(out, v);
+                        }
+                    }
+                }
+            }
+            RecordKind::Received {
+                id,
+                receive_count,
+                deadline_ms,
+                attempt_id,
+                batch_start,
+            } => {
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&receive_count.to_le_bytes());
+                out.extend_from_slice(&deadline_ms.to_le_bytes());
+                let start = if *batch_start {
+                    RECEIVED_BATCH_START
+                } else {
+                    0
+                };
+                match attempt_id {
+                    Some(a) => {
+                        out.push(RECEIVED_HAS_ATTEMPT | start);
+                        put_str16(out, a);
+                    }
+                    None => out.push(start),
+                }
+            }
+            RecordKind::VisibilityChanged {
+                id,
+                epoch,
+                deadline_ms,
+                attempt_retry,
+            } => {
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.extend_from_slice(&deadline_ms.to_le_bytes());
+                out.push(u8::from(*attempt_retry));
+            }
+            RecordKind::Deleted { id }
+            | RecordKind::DlqMoveStarted { id }
+            | RecordKind::DlqMoveDone { id } => out.extend_from_slice(&id.to_le_bytes()),
+            RecordKind::Purged { before_id } => out.extend_from_slice(&before_id.to_le_bytes()),
+            RecordKind::Configured {
+                retention_s,
+                dedup_scope,
+            } => {
+                out.extend_from_slice(&retention_s.to_le_bytes());
+                out.push(match dedup_scope {
+                    DedupScope::Queue => 0,
+                    DedupScope::MessageGroup => 1,
+                });
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+        let mut c = Cursor { b: bytes };
+        let version = c.u8()?;
+        if version != RECORD_FORMAT_VERSION {
+            return Err(DecodeError::UnknownVersion(version));
+        }
+        let kind = c.u8()?;
+        let at_ms = c.u64()?;
+        let kind = match kind {
+            KIND_SENT => {
+                let id = c.u64()?;
+                let message_id = MessageId(c.array16()?);
+                let visible_at_ms = c.u64()?;
+                let flags = c.u8()?;
+                if flags & !(SENT_HAS_GROUP | SENT_HAS_DEDUP | SENT_HAS_ORIGIN) != 0 {
+                    return Err(DecodeError::Invalid("unknown Sent flags"));
+                }
+                let group_id = if flags & SENT_HAS_GROUP != 0 {
+                    Some(c.str16()?)
+                } else {
+                    None
+                };
+                let dedup_id = if flags & SENT_HAS_DEDUP != 0 {
+                    Some(c.str16()?)
+                } else {
+                    None
+                };
+                let origin = if flags & SENT_HAS_ORIGIN != 0 {
+                    Some(MoveOrigin {
+                        queue_id: c.u64()?,
+                        partition: c.u32()?,
+                        msg_id: c.u64()?,
+                        sent_ms: c.u64()?,
+                    })
+                } else {
+                    None
+                };
+                let body = c.str32()?;
+                let n = usize::from(c.u8()?);
+                if n > MESSAGE_ATTRIBUTES_MAX {
+                    return Err(DecodeError::Invalid("too many attributes"));
+                }
+                let mut attributes = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let name = c.str16()?;
+                    let data_type = c.str16()?;
+                    let value = match c.u8()? {
+                        TRANSPORT_STRING => AttributeValue::String(c.str32()?),
+                        TRANSPORT_BINARY => AttributeValue::Binary(c.bytes32()?.to_vec()),
+                        _ => return Err(DecodeError::Invalid("unknown attribute transport")),
+                    };
+                    attributes.push(MessageAttribute {
+                        name,
+                        data_type,
+                        value,
+                    });
+                }
+                RecordKind::Sent(Sent {
+                    id,
+                    message_id,
+                    visible_at_ms,
+                    payload: Arc::new(Payload::new(body, attributes, group_id, dedup_id)),
+                    origin,
+                })
+            }
+            KIND_RECEIVED => {
+                let id = c.u64()?;
+                let receive_count = c.u32()?;
+                let deadline_ms = c.u64()?;
+                let flags = c.u8()?;
+                if flags & !(RECEIVED_HAS_ATTEMPT | RECEIVED_BATCH_START) != 0 {
+                    return Err(DecodeError::Invalid("unknown Received flags"));
+                }
+                let attempt_id = if flags & RECEIVED_HAS_ATTEMPT != 0 {
+                    Some(c.str16()?)
+                } else {
+                    None
+                };
+                RecordKind::Received {
+                    id,
+                    receive_count,
+                    deadline_ms,
+                    attempt_id,
+                    batch_start: flags & RECEIVED_BATCH_START != 0,
+                }
+            }
+            KIND_VISIBILITY => {
+                let id = c.u64()?;
+                let epoch = c.u32()?;
+                let deadline_ms = c.u64()?;
+                let attempt_retry = match c.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(DecodeError::Invalid("unknown VisibilityChanged flags")),
+                };
+                RecordKind::VisibilityChanged {
+                    id,
+                    epoch,
+                    deadline_ms,
+                    attempt_retry,
+                }
+            }
+            KIND_DELETED => RecordKind::Deleted { id: c.u64()? },
+            KIND_PURGED => RecordKind::Purged {
+                before_id: c.u64()?,
+            },
+            KIND_MOVE_STARTED => RecordKind::DlqMoveStarted { id: c.u64()? },
+            KIND_MOVE_DONE => RecordKind::DlqMoveDone { id: c.u64()? },
+            KIND_CONFIGURED => {
+                let retention_s = c.u32()?;
+                let dedup_scope = match c.u8()? {
+                    0 => DedupScope::Queue,
+                    1 => DedupScope::MessageGroup,
+                    _ => return Err(DecodeError::Invalid("unknown dedup scope")),
+                };
+                RecordKind::Configured {
+                    retention_s,
+                    dedup_scope,
+                }
+            }
+            k => return Err(DecodeError::UnknownKind(k)),
+        };
+        if !c.b.is_empty() {
+            return Err(DecodeError::TrailingBytes);
+        }
+        Ok(Record { at_ms, kind })
+    }
+}
+
+fn put_str16(out: &mut Vec<u8>, s: &str) {
+    // Tokens, names and data types are validated to ≤ 256 bytes at the edge.
+    let len = u16::try_from(s.len()).expect("token below 64 KiB");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_bytes32(out: &mut Vec<u8>, b: &[u8]) {
+    let len = u32::try_from(b.len()).expect("message part below 4 GiB");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.b.len() < n {
+            return Err(DecodeError::Truncated);
+        }
+        let (head, tail) = self.b.split_at(n);
+        self.b = tail;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        let mut a = [0; 2];
+        a.copy_from_slice(self.take(2)?);
+        Ok(u16::from_le_bytes(a))
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let mut a = [0; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        let mut a = [0; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn array16(&mut self) -> Result<[u8; 16], DecodeError> {
+        let mut a = [0; 16];
+        a.copy_from_slice(self.take(16)?);
+        Ok(a)
+    }
+    fn str16(&mut self) -> Result<String, DecodeError> {
+        let n = usize::from(self.u16()?);
+        utf8(self.take(n)?)
+    }
+    fn bytes32(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = usize::try_from(self.u32()?).map_err(|_| DecodeError::Truncated)?;
+        // `take` checks `n` against what is left before anything is allocated.
+        self.take(n)
+    }
+    fn str32(&mut self) -> Result<String, DecodeError> {
+        let b = self.bytes32()?;
+        utf8(b)
+    }
+}
+
+fn utf8(b: &[u8]) -> Result<String, DecodeError> {
+    std::str::from_utf8(b)
+        .map(str::to_owned)
+        .map_err(|_| DecodeError::Invalid("string is not UTF-8"))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn token() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9!#-]{1,20}"
+    }
+
+    fn attribute() -> impl Strategy<Value = MessageAttribute> {
+        (
+            "[a-z]{1,8}",
+            prop_oneof![Just("String"), Just("Number.x"), Just("Binary")],
+            any::<Vec<u8>>(),
+            ".{1,8}",
+        )
+            .prop_map(|(name, ty, bin, s)| MessageAttribute {
+                name,
+                data_type: ty.to_string(),
+                value: if ty == "Binary" {
+                    AttributeValue::Binary(bin)
+                } else {
+                    AttributeValue::String(s)
+                },
+            })
+    }
+
+    pub(crate) fn any_record() -> impl Strategy<Value = Record> {
+        let sent = (
+            any::<u64>(),
+            any::<[u8; 16]>(),
+            any::<u64>(),
+            ".{0,40}",
+            proptest::collection::vec(attribute(), 0..=10),
+            proptest::option::of(token()),
+            proptest::option::of(token()),
+            proptest::option::of((any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>())),
+        )
+            .prop_map(|(id, mid, vis, body, attrs, g, d, o)| {
+                RecordKind::Sent(Sent {
+                    id,
+                    message_id: MessageId(mid),
+                    visible_at_ms: vis,
+                    payload: Arc::new(Payload::new(body, attrs, g, d)),
+                    origin: o.map(|(queue_id, partition, msg_id, sent_ms)| MoveOrigin {
+                        queue_id,
+                        partition,
+                        msg_id,
+                        sent_ms,
+                    }),
+                })
+            });
+        let kind = prop_oneof![
+            sent,
+            (
+                any::<u64>(),
+                any::<u32>(),
+                any::<u64>(),
+                proptest::option::of(token()),
+                any::<bool>(),
+            )
+                .prop_map(
+                    |(id, receive_count, deadline_ms, attempt_id, batch_start)| {
+                        RecordKind::Received {
+                            id,
+                            receive_count,
+                            deadline_ms,
+                            attempt_id,
+                            batch_start,
+                        }
+                    }
+                ),
+            (any::<u64>(), any::<u32>(), any::<u64>(), any::<bool>()).prop_map(
+                |(id, epoch, deadline_ms, attempt_retry)| RecordKind::VisibilityChanged {
+                    id,
+                    epoch,
+                    deadline_ms,
+                    attempt_retry
+                }
+            ),
+            any::<u64>().prop_map(|id| RecordKind::Deleted { id }),
+            any::<u64>().prop_map(|before_id| RecordKind::Purged { before_id }),
+            any::<u64>().prop_map(|id| RecordKind::DlqMoveStarted { id }),
+            any::<u64>().prop_map(|id| RecordKind::DlqMoveDone { id }),
+            (any::<u32>(), any::<bool>()).prop_map(|(retention_s, g)| RecordKind::Configured {
+                retention_s,
+                dedup_scope: if g {
+                    DedupScope::MessageGroup
+                } else {
+                    DedupScope::Queue
+                }
+            }),
+        ];
+        (any::<u64>(), kind).prop_map(|(at_ms, kind)| Record { at_ms, kind })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn round_trip(r in any_record()) {
+            let bytes = r.encode();
+            prop_assert_eq!(Record::decode(&bytes), Ok(r));
+        }
+
+        #[test]
+        fn every_truncation_is_an_error(r in any_record()) {
+            let bytes = r.encode();
+            for n in 0..bytes.len() {
+                prop_assert!(Record::decode(&bytes[..n]).is_err());
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            prop_assert_eq!(Record::decode(&longer), Err(DecodeError::TrailingBytes));
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Record::decode(&bytes);
+        }
+
+        #[test]
+        fn corrupted_records_never_panic(r in any_record(), i in any::<usize>(), x in 1..=255u8) {
+            let mut bytes = r.encode();
+            let i = i % bytes.len();
+            bytes[i] ^= x;
+            let _ = Record::decode(&bytes);
+        }
+    }
+
+    #[test]
+    fn version_and_kind_are_checked() {
+        let r = Record {
+            at_ms: 5,
+            kind: RecordKind::Deleted { id: 9 },
+        };
+        let mut b = r.encode();
+        assert_eq!(b.len(), 1 + 1 + 8 + 8);
+        b[0] = 2;
+        assert_eq!(Record::decode(&b), Err(DecodeError::UnknownVersion(2)));
+        b[0] = 1;
+        b[1] = 99;
+        assert_eq!(Record::decode(&b), Err(DecodeError::UnknownKind(99)));
+    }
+
+    #[test]
+    fn huge_length_prefix_does_not_allocate() {
+        // A Sent record whose body claims 4 GiB must fail as truncated, not try to allocate.
+        let mut b = vec![RECORD_FORMAT_VERSION, KIND_SENT];
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.extend_from_slice(&[0; 16]);
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.push(0);
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(Record::decode(&b), Err(DecodeError::Truncated));
+    }
+
+    #[test]
+    fn message_ids_are_distinct() {
+        let mut seen = std::collections::HashSet::new();
+        for q in 0..3u64 {
+            for p in 0..3u32 {
+                for id in [
+                    0u64,
+                    1,
+                    2,
+                    u32::MAX as u64,
+                    1 << 32,
+                    (1 << 32) + 1,
+                    MSG_ID_MAX - 1,
+                ] {
+                    assert!(seen.insert(MessageId::derive(q, p, id)), "{q} {p} {id}");
+                }
+            }
+        }
+        assert_eq!(
+            MessageId::derive(1, 2, 3).to_string(),
+            "00000000-0000-0001-0002-000000000003"
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! The log on real files through glommio DMA: crash (SIGKILL) rounds, torn writes at every
+//! byte, bit flips, and injected faults.
+
+mod common;
+
+use common::*;
+use rand::Rng;
+use sluice_storage::batch::Record;
+use sluice_storage::fs::{DmaFs, Fault, FaultPlan, FaultyFs, Op};
+use sluice_storage::{rt, Log, LogConfig, StorageError};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// glommio registers locked memory per executor; run one executor at a time in this binary.
+static EXECUTOR: Mutex<()> = Mutex::new(());
+
+fn on_glommio<T: Send + 'static, Fut: std::future::Future<Output = T> + 'static>(
+    f: impl FnOnce() -> Fut + Send + 'static,
+) -> T {
+    let _g = EXECUTOR.lock().unwrap_or_else(|e| e.into_inner());
+    rt::run("test", f).expect("executor")
+}
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 256 * 1024,
+        prealloc_chunk_bytes: 64 * 1024,
+        write_buffer_bytes_max: 128 * 1024,
+        batch_bytes_max: 64 * 1024,
+        ..small_config()
+    }
+}
+
+/// The value of record `i` of the batch tagged `tag`: the reader recomputes and compares it.
+fn value(tag: u64, i: usize) -> Vec<u8> {
+    let mut v = tag.to_le_bytes().to_vec();
+    v.extend((0..2000).map(|k| (tag as usize * 31 + i * 7 + k) as u8));
+    v
+}
+
+fn batch_records(tag: u64, n: usize) -> Vec<Record> {
+    (0..n)
+        .map(|i| Record::new(tag as i64, value(tag, i)))
+        .collect()
+}
+
+/// The child side of the crash test: appends from several tasks and prints `ACK base last tag n`
+/// for each batch as soon as its append resolved. Runs only when the parent starts it.
+#[test]
+#[ignore = "run by crash_rounds_lose_no_acknowledged_batch as a child process"]
+fn crash_child() {
+    let Ok(dir) = std::env::var("SLUICE_CRASH_DIR") else {
+        return;
+    };
+    let first_tag: u64 = std::env::var("SLUICE_CRASH_TAG")
+        .expect("tag")
+        .parse()
+        .expect("tag");
+    rt::run("crash-child", move || async move {
+        let dir = PathBuf::from(dir);
+        let fs = DmaFs::new(&dir).await.expect("fs");
+        let log = std::rc::Rc::new(Log::open(fs, dir.join("p0"), config()).await.expect("open"));
+        let mut tasks = Vec::new();
+        for t in 0..8u64 {
+            let log = log.clone();
+            tasks.push(glommio::spawn_local(async move {
+                for k in 0.. {
+                    let tag = first_tag + k * 8 + t;
+                    let n = 1 + (tag % 4) as usize;
+                    let info = log
+                        .append_records(&batch_records(tag, n))
+                        .await
+                        .expect("append");
+                    let mut out = std::io::stdout().lock();
+                    writeln!(
+                        out,
+                        "ACK {} {} {tag} {n}",
+                        info.base_offset, info.last_offset
+                    )
+                    .expect("stdout");
+                    out.flush().expect("flush");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await;
+        }
+    })
+    .expect("executor");
+}
+
+struct Ack {
+    base: u64,
+    last: u64,
+    tag: u64,
+    n: usize,
+}
+
+fn verify_acked(dir: &Path, acked: Vec<(u64, u64, u64, usize)>) -> u64 {
+    let dir = dir.to_path_buf();
+    on_glommio(move || async move {
+        let fs = DmaFs::new(&dir).await.expect("fs");
+        let log = Log::open(fs, dir.join("p0"), config())
+            .await
+            .expect("recover");
+        for (base, last, tag, n) in acked {
+            let got = log
+                .read(base, 1)
+                .await
+                .unwrap_or_else(|e| panic!("read {base}: {e}"));
+            let b = &got[0];
+            assert_eq!((b.header.base_offset, b.header.last_offset()), (base, last));
+            let values: Vec<Vec<u8>> = b
+                .view()
+                .records()
+                .map(|r| r.expect("record").value.to_vec())
+                .collect();
+            assert_eq!(values.len(), n);
+            for (i, v) in values.iter().enumerate() {
+                assert!(*v == value(tag, i), "batch {base} record {i} differs");
+            }
+        }
+        // The log takes new appends after recovery.
+        let info = log
+            .append_records(&batch_records(0, 1))
+            .await
+            .expect("append after crash");
+        log.close().await.expect("close");
+        info.last_offset + 1
+    })
+}
+
+/// Kill -9 a process appending under load at random moments; every acknowledged batch must be
+/// there, intact, after each restart.
+#[test]
+fn crash_rounds_lose_no_acknowledged_batch() {
+    with_seed("crash_rounds_lose_no_acknowledged_batch", |seed| {
+        let mut rng = rng(seed);
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut all: Vec<Ack> = Vec::new();
+        let mut tag = 1u64;
+        for round in 0..6 {
+            let mut child = Command::new(std::env::current_exe().expect("exe"))
+                .args([
+                    "--exact",
+                    "crash_child",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("SLUICE_CRASH_DIR", tmp.path())
+                .env("SLUICE_CRASH_TAG", tag.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn child");
+            let stdout = child.stdout.take().expect("stdout");
+            let reader = std::thread::spawn(move || {
+                BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                    .filter_map(|l| {
+                        let p: Vec<&str> = l.strip_prefix("ACK ")?.split(' ').collect();
+                        Some(Ack {
+                            base: p[0].parse().ok()?,
+                            last: p[1].parse().ok()?,
+                            tag: p[2].parse().ok()?,
+                            n: p[3].parse().ok()?,
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            });
+            std::thread::sleep(Duration::from_millis(rng.gen_range(150..900)));
+            child.kill().expect("SIGKILL");
+            child.wait().expect("wait");
+            let acks = reader.join().expect("reader");
+            assert!(!acks.is_empty() || round > 0, "child acknowledged nothing");
+            tag += 1_000_000;
+            all.extend(acks);
+            let list = all.iter().map(|a| (a.base, a.last, a.tag, a.n)).collect();
+            let next = verify_acked(tmp.path(), list);
+            // The verification's own append is acknowledged too.
+            all.push(Ack {
+                base: next - 1,
+                last: next - 1,
+                tag: 0,
+                n: 1,
+            });
+        }
+        assert!(
+            all.len() > 50,
+            "only {} batches acknowledged over all rounds",
+            all.len()
+        );
+    });
+}
+
+fn write_batches(dir: &Path, n: usize) -> (Vec<u64>, u64) {
+    let dir = dir.to_path_buf();
+    on_glommio(move || async move {
+        let fs = DmaFs::new(&dir).await.expect("fs");
+        let log = Log::open(fs, dir.join("p0"), config()).await.expect("open");
+        let mut offs = Vec::new();
+        for i in 0..n {
+            offs.push(
+                log.append_records(&batch_records(i as u64, 1))
+                    .await
+                    .expect("append")
+                    .base_offset,
+            );
+        }
+        let base = log.segments().last().expect("seg").base_offset;
+        drop(log); // no close: as after a crash
+        (offs, base)
+    })
+}
+
+async fn end_after_open_async(dir: PathBuf) -> Result<u64, StorageError> {
+    let fs = DmaFs::new(&dir).await.expect("fs");
+    let log = Log::open(fs, dir.join("p0"), config()).await?;
+    for o in log.start_offset()..log.end_offset() {
+        let b = log.read(o, 1).await?;
+        let r = b[0].view().records().next().expect("record").expect("ok");
+        assert!(r.value == value(o, 0).as_slice(), "offset {o}");
+    }
+    Ok(log.end_offset())
+}
+
+fn end_after_open(dir: &Path) -> Result<u64, StorageError> {
+    let dir = dir.to_path_buf();
+    on_glommio(move || end_after_open_async(dir))
+}
+
+/// Truncate the real segment file at every byte of its last batch (and zero the rest, as a torn
+/// write into pre-zeroed space leaves it): exactly that batch is lost, the rest reads back.
+#[test]
+fn torn_write_at_every_byte_of_the_last_batch() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (offs, base) = write_batches(tmp.path(), 20);
+    let path = tmp.path().join("p0").join(format!("{base:020}.log"));
+    let original = std::fs::read(&path).expect("read");
+    let batch_len = 56 + 4 + 4 + 8 + 4 + 4 + 2008 + 2;
+    let end = batch_len * (20 - base as usize);
+    let dir = tmp.path().to_path_buf();
+    on_glommio(move || async move {
+        for cut in (end - batch_len)..end {
+            let mut damaged = original[..cut].to_vec();
+            damaged.resize(original.len(), 0);
+            std::fs::write(&path, &damaged).expect("write");
+            let want = if damaged == original {
+                offs[19] + 1
+            } else {
+                offs[19]
+            };
+            let got = end_after_open_async(dir.clone()).await.expect("recover");
+            assert_eq!(got, want, "cut at {cut}");
+            // Recovery zeroed the torn bytes; put the file back for the next cut.
+            std::fs::write(&path, &original).expect("restore");
+        }
+    });
+}
+
+#[test]
+fn bit_flips_on_real_files() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (_offs, active) = write_batches(tmp.path(), 300);
+    assert!(active > 0, "want a sealed segment");
+    // Tail: a flip in the last batch is a torn tail.
+    let apath = tmp.path().join("p0").join(format!("{active:020}.log"));
+    let original = std::fs::read(&apath).expect("read");
+    let end = (300 - active as usize) * (56 + 4 + 4 + 8 + 4 + 4 + 2008 + 2);
+    let mut b = original.clone();
+    b[end - 100] ^= 0x10;
+    std::fs::write(&apath, &b).expect("write");
+    assert_eq!(end_after_open(tmp.path()).expect("recover"), 299);
+    // Sealed: a flip in the first segment is corruption when read, never served.
+    let spath = tmp.path().join("p0").join(format!("{:020}.log", 0));
+    let mut s = std::fs::read(&spath).expect("read");
+    s[5000] ^= 0x01;
+    std::fs::write(&spath, &s).expect("write");
+    match end_after_open(tmp.path()) {
+        Err(StorageError::Corruption { position, .. }) => assert!(position <= 5000),
+        other => panic!("expected corruption, got {other:?}"),
+    }
+}
+
+#[test]
+fn injected_faults_on_real_files_keep_acknowledged_data() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().to_path_buf();
+    on_glommio(move || async move {
+        let plan = FaultPlan::new();
+        let fs = FaultyFs::new(DmaFs::new(&dir).await.expect("fs"), plan.clone());
+        let log = Log::open(fs, dir.join("p0"), config()).await.expect("open");
+        for i in 0..10 {
+            log.append_records(&batch_records(i, 1))
+                .await
+                .expect("append");
+        }
+        plan.fail(Op::Sync, 0, 1, Fault::Eio);
+        assert!(matches!(
+            log.append_records(&batch_records(99, 1)).await,
+            Err(StorageError::Io { .. })
+        ));
+        plan.fail(Op::Write, 0, 1, Fault::NoSpace);
+        assert!(matches!(
+            log.append_records(&batch_records(99, 1)).await,
+            Err(StorageError::NoSpace { .. })
+        ));
+        plan.fail(Op::Write, 0, 5, Fault::ShortWrite);
+        for i in 10..20 {
+            let info = log
+                .append_records(&batch_records(i, 1))
+                .await
+                .expect("append after faults");
+            assert_eq!(info.base_offset, i);
+        }
+        for o in 0..20 {
+            let b = log.read(o, 1).await.expect("read");
+            let r = b[0].view().records().next().expect("r").expect("ok");
+            assert!(r.value == value(o, 0).as_slice());
+        }
+    });
+    assert_eq!(end_after_open(tmp.path()).expect("recover"), 20);
+}

@@ -639,6 +639,12 @@ fn is_number(s: &str) -> bool {
 /// SQS's character rule for bodies and string attributes: #x9 | #xA | #xD | #x20–#xD7FF |
 /// #xE000–#xFFFD | #x10000–#x10FFFF. Returns the first offending character.
 pub fn validate_chars(s: &str) -> Result<(), u32> {
+    // Fast path: printable ASCII, tab, LF and CR are all allowed; this loop vectorizes.
+    if s.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) || b == b'\t' || b == b'\n' || b == b'\r')
+    {
+        return Ok(());
+    }
     for c in s.chars() {
         let c = c as u32;
         let ok =

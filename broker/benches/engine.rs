@@ -1,0 +1,163 @@
+//! Engine CPU per message for send → receive → delete, no I/O (the budget: < 2 µs).
+//!
+//! `cargo bench -p sluice-broker --bench engine` prints ns/message for several shapes; it
+//! asserts nothing about time. Figures include building the payload (MD5 of body and
+//! attributes) and, where named, encoding the records and the receipt handles — the work the
+//! shard would otherwise do around the engine.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use sluice_broker::engine::attributes::{QueueAttributes, QueueKind};
+use sluice_broker::engine::{
+    Command, Limits, Partition, PartitionConfig, ReceiptCodec, ReceiveRequest, Reply, SendRequest,
+};
+
+struct Shape {
+    name: &'static str,
+    kind: QueueKind,
+    body_bytes: usize,
+    groups: usize,
+    batch: u32,
+    encode: bool,
+}
+
+fn run(shape: &Shape, messages: u64) -> f64 {
+    let mut attrs = QueueAttributes::new(shape.kind);
+    attrs.content_based_dedup = shape.kind == QueueKind::Fifo;
+    let mut p = Partition::new(PartitionConfig {
+        queue_id: 1,
+        partition: 0,
+        attributes: attrs,
+        limits: Limits::default(),
+    })
+    .expect("valid config");
+    let codec = ReceiptCodec::new(&[3; 32]).expect("32-byte secret");
+    let body = "x".repeat(shape.body_bytes.saturating_sub(12));
+    let mut now = 1_000_000u64;
+    let mut encoded = Vec::with_capacity(4096);
+    let start = Instant::now();
+    let mut done = 0u64;
+    let mut i = 0u64;
+    while done < messages {
+        for _ in 0..shape.batch {
+            i += 1;
+            let req = SendRequest {
+                // Distinct bodies: FIFO shapes deduplicate by content.
+                body: format!("{body}{i:012}"),
+                group_id: (shape.groups > 0).then(|| format!("g{}", i % shape.groups as u64)),
+                ..SendRequest::default()
+            };
+            let fx = p.execute(now, Command::Send(req)).expect("send");
+            if shape.encode {
+                for r in &fx.records {
+                    encoded.clear();
+                    r.encode_into(&mut encoded);
+                    black_box(&encoded);
+                }
+            }
+        }
+        let fx = p
+            .execute(
+                now,
+                Command::Receive(ReceiveRequest {
+                    max_messages: shape.batch,
+                    visibility_timeout_s: None,
+                    attempt_id: None,
+                }),
+            )
+            .expect("receive");
+        let Reply::Received(got) = fx.reply else {
+            panic!("receive reply expected")
+        };
+        if shape.encode {
+            for r in &fx.records {
+                encoded.clear();
+                r.encode_into(&mut encoded);
+                black_box(&encoded);
+            }
+        }
+        for d in got {
+            let receipt = if shape.encode {
+                let h = codec.encode(&d.receipt);
+                codec.decode(&h, 1).expect("own handle")
+            } else {
+                d.receipt
+            };
+            let fx = p.execute(now, Command::Delete { receipt }).expect("delete");
+            if shape.encode {
+                for r in &fx.records {
+                    encoded.clear();
+                    r.encode_into(&mut encoded);
+                    black_box(&encoded);
+                }
+            }
+            done += 1;
+        }
+        now += 1;
+    }
+    start.elapsed().as_nanos() as f64 / done as f64
+}
+
+fn main() {
+    let messages = std::env::var("SLUICE_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300_000u64);
+    let shapes = [
+        Shape {
+            name: "standard 100 B, 1 at a time",
+            kind: QueueKind::Standard,
+            body_bytes: 100,
+            groups: 0,
+            batch: 1,
+            encode: false,
+        },
+        Shape {
+            name: "standard 100 B, batches of 10",
+            kind: QueueKind::Standard,
+            body_bytes: 100,
+            groups: 0,
+            batch: 10,
+            encode: false,
+        },
+        Shape {
+            name: "standard 100 B, batches of 10, + encode records & handles",
+            kind: QueueKind::Standard,
+            body_bytes: 100,
+            groups: 0,
+            batch: 10,
+            encode: true,
+        },
+        Shape {
+            name: "standard 1 KiB, batches of 10",
+            kind: QueueKind::Standard,
+            body_bytes: 1024,
+            groups: 0,
+            batch: 10,
+            encode: false,
+        },
+        Shape {
+            name: "fair (100 groups) 100 B, batches of 10",
+            kind: QueueKind::Standard,
+            body_bytes: 100,
+            groups: 100,
+            batch: 10,
+            encode: false,
+        },
+        Shape {
+            name: "FIFO 100 groups, content dedup, 100 B, batches of 10",
+            kind: QueueKind::Fifo,
+            body_bytes: 100,
+            groups: 100,
+            batch: 10,
+            encode: false,
+        },
+    ];
+    println!("engine CPU per message, send → receive → delete ({messages} messages each)");
+    for s in &shapes {
+        run(s, messages / 10); // warm-up
+        let ns = run(s, messages);
+        println!("{:>8.0} ns/message  {}", ns, s.name);
+    }
+}

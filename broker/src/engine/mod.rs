@@ -10,6 +10,7 @@
 //! | `record`      | the partition's log records and their versioned binary encoding        |
 //! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves   |
 //! | `model`       | (tests) a simple reference model and the seeded randomized comparison  |
+//! | `scenarios`   | (tests) one test per queue rule                                        |
 
 pub mod attributes;
 pub mod error;
@@ -20,6 +21,8 @@ pub mod record;
 
 #[cfg(test)]
 mod model;
+#[cfg(test)]
+mod scenarios;
 
 pub use error::{EngineError, SqsCode};
 pub use partition::{

@@ -1,0 +1,705 @@
+//! One test per queue rule, written as a user would notice it. The randomized comparison with
+//! the reference model lives in `model.rs`.
+
+use super::attributes::{
+    AttributeValue, DedupScope, MessageAttribute, QueueAttributes, QueueKind, RedrivePolicy,
+};
+use super::partition::*;
+use super::receipt::Receipt;
+use super::record::{Record, RecordKind};
+use super::EngineError;
+
+const T0: u64 = 1_700_000_000_000;
+
+struct Q {
+    p: Partition,
+    cfg: PartitionConfig,
+    log: Vec<Record>,
+}
+
+impl Q {
+    fn new(kind: QueueKind, tweak: impl FnOnce(&mut QueueAttributes, &mut Limits)) -> Q {
+        let mut a = QueueAttributes::new(kind);
+        let mut l = Limits::default();
+        tweak(&mut a, &mut l);
+        let cfg = PartitionConfig {
+            queue_id: 5,
+            partition: 1,
+            attributes: a,
+            limits: l,
+        };
+        Q {
+            p: Partition::new(cfg.clone()).expect("valid config"),
+            cfg,
+            log: Vec::new(),
+        }
+    }
+
+    fn std() -> Q {
+        Q::new(QueueKind::Standard, |_, _| {})
+    }
+
+    fn fifo() -> Q {
+        Q::new(QueueKind::Fifo, |_, _| {})
+    }
+
+    fn exec(&mut self, now: u64, cmd: Command) -> Result<Effects, EngineError> {
+        let fx = self.p.execute(now, cmd)?;
+        self.log.extend(fx.records.iter().cloned());
+        Ok(fx)
+    }
+
+    fn send(&mut self, now: u64, req: SendRequest) -> Result<SentReply, EngineError> {
+        match self.exec(now, Command::Send(req))?.reply {
+            Reply::Sent(s) => Ok(s),
+            r => panic!("unexpected reply {r:?}"),
+        }
+    }
+
+    fn body(&mut self, now: u64, body: &str) -> SentReply {
+        self.send(
+            now,
+            SendRequest {
+                body: body.into(),
+                ..Default::default()
+            },
+        )
+        .expect("send")
+    }
+
+    fn fifo_send(&mut self, now: u64, group: &str, body: &str, dedup: &str) -> SentReply {
+        self.send(
+            now,
+            SendRequest {
+                body: body.into(),
+                group_id: Some(group.into()),
+                dedup_id: Some(dedup.into()),
+                ..Default::default()
+            },
+        )
+        .expect("send")
+    }
+
+    fn recv_with(
+        &mut self,
+        now: u64,
+        max: u32,
+        vt: Option<u32>,
+        attempt: Option<&str>,
+    ) -> Vec<Delivered> {
+        let fx = self
+            .exec(
+                now,
+                Command::Receive(ReceiveRequest {
+                    max_messages: max,
+                    visibility_timeout_s: vt,
+                    attempt_id: attempt.map(str::to_string),
+                }),
+            )
+            .expect("receive");
+        match fx.reply {
+            Reply::Received(d) => d,
+            r => panic!("unexpected reply {r:?}"),
+        }
+    }
+
+    fn recv(&mut self, now: u64, max: u32) -> Vec<Delivered> {
+        self.recv_with(now, max, None, None)
+    }
+
+    fn bodies(&mut self, now: u64, max: u32) -> Vec<String> {
+        self.recv(now, max)
+            .iter()
+            .map(|d| d.payload.body.clone())
+            .collect()
+    }
+
+    fn delete(&mut self, now: u64, r: Receipt) -> Result<(), EngineError> {
+        self.exec(now, Command::Delete { receipt: r }).map(|_| ())
+    }
+
+    fn change(&mut self, now: u64, r: Receipt, t: u32) -> Result<(), EngineError> {
+        self.exec(
+            now,
+            Command::ChangeVisibility {
+                receipt: r,
+                timeout_s: t,
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Rebuilds from the records, checking the replayed state equals the live one.
+    fn restart(&mut self, now: u64) {
+        let mut fresh = Partition::new(self.cfg.clone()).expect("valid config");
+        for r in &self.log {
+            let r = Record::decode(&r.encode()).expect("own record decodes");
+            fresh.replay(&r).expect("own record replays");
+        }
+        self.p.tick(now);
+        fresh.tick(now);
+        assert_eq!(self.p.dump(), fresh.dump());
+        self.p = fresh;
+    }
+}
+
+#[test]
+fn send_receive_delete() {
+    let mut q = Q::std();
+    let s = q
+        .send(
+            T0,
+            SendRequest {
+                body: "hello".into(),
+                attributes: vec![MessageAttribute {
+                    name: "timestamp".into(),
+                    data_type: "Number".into(),
+                    value: AttributeValue::String("1493147359900".into()),
+                }],
+                ..Default::default()
+            },
+        )
+        .expect("send");
+    assert_eq!(s.md5_body.to_string(), "5d41402abc4b2a76b9719d911017c592");
+    assert_eq!(
+        s.md5_attributes.map(|d| d.to_string()).as_deref(),
+        Some("235c5c510d26fb653d073faed50ae77c")
+    );
+    assert_eq!(s.sequence_number, None);
+    assert_eq!(q.p.counters().visible, 1);
+    let got = q.recv(T0 + 1, 10);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].message_id, s.message_id);
+    assert_eq!(
+        (
+            got[0].receive_count,
+            got[0].first_receive_ms,
+            got[0].sent_ms
+        ),
+        (1, T0 + 1, T0)
+    );
+    assert_eq!(q.p.counters().in_flight, 1);
+    q.delete(T0 + 2, got[0].receipt).expect("delete");
+    assert_eq!(q.p.counters(), Counters::default());
+    // Deleting again is fine (SQS is idempotent), and nothing comes back.
+    q.delete(T0 + 3, got[0].receipt).expect("repeated delete");
+    assert!(q.recv(T0 + 60_000, 10).is_empty());
+}
+
+#[test]
+fn per_message_and_queue_delays() {
+    let mut q = Q::new(QueueKind::Standard, |a, _| a.delay_s = 5);
+    q.body(T0, "queue-delay");
+    q.send(
+        T0,
+        SendRequest {
+            body: "own".into(),
+            delay_s: Some(2),
+            ..Default::default()
+        },
+    )
+    .expect("send");
+    q.send(
+        T0,
+        SendRequest {
+            body: "none".into(),
+            delay_s: Some(0),
+            ..Default::default()
+        },
+    )
+    .expect("send");
+    assert_eq!(q.p.counters().delayed, 2);
+    assert_eq!(q.bodies(T0, 10), ["none"]);
+    assert_eq!(q.p.next_deadline_ms(), Some(T0 + 2_000));
+    assert_eq!(q.bodies(T0 + 2_000, 10), ["own"]);
+    assert_eq!(q.bodies(T0 + 4_999, 10), Vec::<String>::new());
+    assert_eq!(q.bodies(T0 + 5_000, 10), ["queue-delay"]);
+    assert!(matches!(
+        q.send(
+            T0,
+            SendRequest {
+                body: "x".into(),
+                delay_s: Some(901),
+                ..Default::default()
+            }
+        ),
+        Err(EngineError::InvalidParameterValue { .. })
+    ));
+}
+
+#[test]
+fn lease_expiry_redelivers_with_counts() {
+    let mut q = Q::std();
+    q.body(T0, "m");
+    let first = q.recv_with(T0, 1, Some(10), None).remove(0);
+    assert!(q.recv(T0 + 9_999, 1).is_empty());
+    let second = q.recv(T0 + 10_000, 1).remove(0);
+    assert_eq!(second.receive_count, 2);
+    assert_eq!(second.first_receive_ms, T0);
+    assert_ne!(first.receipt, second.receipt);
+    // §4.6: the stale handle cannot touch the current lease...
+    assert!(matches!(
+        q.change(T0 + 10_001, first.receipt, 0),
+        Err(EngineError::ReceiptHandleIsInvalid(_))
+    ));
+    // ...and leases survive a restart (they are in the Received record).
+    q.restart(T0 + 10_002);
+    assert!(q.recv(T0 + 10_003, 1).is_empty());
+    // On a standard queue any authentic handle deletes, as in SQS.
+    q.delete(T0 + 10_004, first.receipt)
+        .expect("stale delete on standard");
+    assert_eq!(q.p.counters(), Counters::default());
+}
+
+#[test]
+fn change_visibility_rules() {
+    let mut q = Q::std();
+    q.body(T0, "m");
+    let d = q.recv(T0, 1).remove(0);
+    q.change(T0 + 1_000, d.receipt, 0).expect("release");
+    let again = q.recv(T0 + 1_000, 1).remove(0);
+    assert_eq!(again.receive_count, 2);
+    // 12 h from the receive that started the lease, not from now.
+    assert!(matches!(
+        q.change(T0 + 2_000, again.receipt, 43_200),
+        Err(EngineError::InvalidParameterValue { .. })
+    ));
+    q.change(T0 + 2_000, again.receipt, 43_199)
+        .expect("within 12 h");
+    assert!(matches!(
+        q.change(T0 + 2_000, again.receipt, 43_201),
+        Err(EngineError::InvalidParameterValue { .. })
+    ));
+    // After the lease ends the handle is not in flight.
+    q.p.tick(T0 + 2_000 + 43_199_000);
+    assert_eq!(
+        q.change(T0 + 2_000 + 43_199_000, again.receipt, 5),
+        Err(EngineError::MessageNotInflight)
+    );
+    // A handle of another partition or queue is refused.
+    let other = Receipt {
+        partition: 2,
+        ..again.receipt
+    };
+    assert!(matches!(
+        q.delete(T0, other),
+        Err(EngineError::ReceiptHandleIsInvalid(_))
+    ));
+}
+
+#[test]
+fn fifo_order_and_group_lock() {
+    let mut q = Q::fifo();
+    q.fifo_send(T0, "A", "a1", "1");
+    q.fifo_send(T0, "A", "a2", "2");
+    q.fifo_send(T0, "B", "b1", "3");
+    let a1 = q.recv(T0, 1).remove(0);
+    assert_eq!(a1.payload.body, "a1");
+    // A is locked while a1 is in flight; B goes on.
+    assert_eq!(q.bodies(T0, 10), ["b1"]);
+    assert!(q.recv(T0, 10).is_empty());
+    q.delete(T0, a1.receipt).expect("delete a1");
+    assert_eq!(q.bodies(T0, 10), ["a2"]);
+}
+
+#[test]
+fn fifo_receive_takes_a_run_of_one_group_and_sequence_numbers_increase() {
+    let mut q = Q::fifo();
+    let seqs: Vec<u64> = (0..4)
+        .map(|i| {
+            q.fifo_send(T0, "A", &format!("a{i}"), &i.to_string())
+                .sequence_number
+                .expect("FIFO seq")
+        })
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(q.bodies(T0, 3), ["a0", "a1", "a2"]);
+    assert!(
+        q.recv(T0, 3).is_empty(),
+        "group locked while its run is in flight"
+    );
+}
+
+#[test]
+fn fifo_stale_or_expired_handles_cannot_delete() {
+    let mut q = Q::fifo();
+    q.fifo_send(T0, "A", "a1", "1");
+    let d = q.recv_with(T0, 1, Some(5), None).remove(0);
+    q.p.tick(T0 + 5_000);
+    assert!(matches!(
+        q.delete(T0 + 5_000, d.receipt),
+        Err(EngineError::ReceiptHandleIsInvalid(_))
+    ));
+    let d2 = q.recv(T0 + 5_000, 1).remove(0);
+    assert!(matches!(
+        q.delete(T0 + 5_001, d.receipt),
+        Err(EngineError::ReceiptHandleIsInvalid(_))
+    ));
+    q.delete(T0 + 5_001, d2.receipt)
+        .expect("current lease deletes");
+}
+
+#[test]
+fn fifo_dedup_window_and_restart() {
+    let mut q = Q::fifo();
+    let first = q.fifo_send(T0, "A", "x", "d");
+    let dup = q.fifo_send(T0 + 1_000, "B", "other body", "d");
+    assert!(dup.duplicate);
+    assert_eq!(
+        (dup.message_id, dup.sequence_number),
+        (first.message_id, first.sequence_number)
+    );
+    assert_eq!(q.p.counters().visible, 1, "a duplicate stores nothing");
+    // Dedup survives deletion and restart...
+    let d = q.recv(T0 + 2_000, 1).remove(0);
+    q.delete(T0 + 2_000, d.receipt).expect("delete");
+    q.restart(T0 + 3_000);
+    assert!(
+        q.fifo_send(T0 + DEDUP_WINDOW_MS - 1, "A", "x", "d")
+            .duplicate
+    );
+    // ...and ends after 5 minutes.
+    assert!(!q.fifo_send(T0 + DEDUP_WINDOW_MS, "A", "x", "d").duplicate);
+}
+
+#[test]
+fn content_based_and_group_scoped_dedup() {
+    let mut q = Q::new(QueueKind::Fifo, |a, _| {
+        a.content_based_dedup = true;
+        a.dedup_scope = DedupScope::MessageGroup;
+    });
+    let req = |g: &str, body: &str| SendRequest {
+        body: body.into(),
+        group_id: Some(g.into()),
+        ..Default::default()
+    };
+    let a = q.send(T0, req("A", "same")).expect("send");
+    assert!(q.send(T0, req("A", "same")).expect("send").duplicate);
+    assert!(
+        !q.send(T0, req("B", "same")).expect("send").duplicate,
+        "scope is the group"
+    );
+    assert!(!q.send(T0, req("A", "different")).expect("send").duplicate);
+    assert!(!a.duplicate);
+    let mut plain = Q::fifo();
+    assert!(matches!(
+        plain.send(T0, req("A", "no dedup id")),
+        Err(EngineError::InvalidParameterValue { .. })
+    ));
+    assert!(matches!(
+        plain.send(
+            T0,
+            SendRequest {
+                body: "x".into(),
+                dedup_id: Some("d".into()),
+                ..Default::default()
+            }
+        ),
+        Err(EngineError::InvalidParameterValue { .. })
+    ));
+}
+
+#[test]
+fn attempt_id_retries_return_the_same_messages() {
+    let mut q = Q::fifo();
+    for i in 0..3 {
+        q.fifo_send(T0, "A", &format!("a{i}"), &i.to_string());
+    }
+    let first = q.recv_with(T0, 2, Some(30), Some("try-1"));
+    let retry = q.recv_with(T0 + 20_000, 2, Some(30), Some("try-1"));
+    let handles = |v: &[Delivered]| v.iter().map(|d| d.receipt).collect::<Vec<_>>();
+    assert_eq!(handles(&first), handles(&retry));
+    // The retry reset the visibility timeout: still invisible at T0 + 45 s.
+    assert!(q.recv(T0 + 45_000, 10).is_empty());
+    // The retry survives a restart (the attempt id is in the records).
+    q.restart(T0 + 46_000);
+    assert_eq!(
+        handles(&q.recv_with(T0 + 46_000, 2, None, Some("try-1"))),
+        handles(&first)
+    );
+    // Once a message was deleted, the attempt id no longer replays.
+    q.delete(T0 + 47_000, first[0].receipt).expect("delete");
+    assert!(
+        q.recv_with(T0 + 47_000, 2, None, Some("try-1")).is_empty(),
+        "group still locked"
+    );
+}
+
+#[test]
+fn fair_queue_does_not_starve_a_small_tenant() {
+    let mut q = Q::std();
+    for i in 0..100 {
+        q.send(
+            T0,
+            SendRequest {
+                body: format!("big{i}"),
+                group_id: Some("big".into()),
+                ..Default::default()
+            },
+        )
+        .expect("send");
+    }
+    q.send(
+        T0 + 1,
+        SendRequest {
+            body: "small".into(),
+            group_id: Some("small".into()),
+            ..Default::default()
+        },
+    )
+    .expect("send");
+    let got = q.bodies(T0 + 2, 3);
+    assert_eq!(got, ["big0", "small", "big1"]);
+}
+
+#[test]
+fn dead_letter_move_is_two_step_and_idempotent() {
+    let mut src = Q::new(QueueKind::Standard, |a, _| {
+        a.redrive_policy = Some(RedrivePolicy {
+            dead_letter_target_arn: "arn:dlq".into(),
+            max_receive_count: 1,
+        });
+    });
+    let mut dlq = Q::std();
+    let sent = src.body(T0, "poison");
+    src.recv_with(T0, 1, Some(1), None);
+    // The second receive would exceed maxReceiveCount: the message moves instead.
+    let fx = src
+        .exec(
+            T0 + 1_000,
+            Command::Receive(ReceiveRequest {
+                max_messages: 1,
+                visibility_timeout_s: None,
+                attempt_id: None,
+            }),
+        )
+        .expect("receive");
+    assert_eq!(fx.reply, Reply::Received(Vec::new()));
+    assert!(matches!(
+        fx.records[..],
+        [Record {
+            kind: RecordKind::DlqMoveStarted { .. },
+            ..
+        }]
+    ));
+    let mv = fx.moves[0].clone();
+    // Crash before forwarding: the move is still pending after recovery, never delivered.
+    src.restart(T0 + 2_000);
+    assert_eq!(src.p.pending_moves(), vec![mv.clone()]);
+    assert!(src.recv(T0 + 2_000, 10).is_empty());
+    dlq.exec(T0 + 2_000, Command::AcceptMove(mv.clone()))
+        .expect("accept");
+    // Crash after the DLQ accepted: re-driving does not duplicate.
+    dlq.restart(T0 + 2_500);
+    let again = dlq
+        .exec(T0 + 2_500, Command::AcceptMove(mv.clone()))
+        .expect("re-accept");
+    assert!(again.records.is_empty());
+    src.exec(
+        T0 + 3_000,
+        Command::CompleteMove {
+            msg_id: mv.origin.msg_id,
+        },
+    )
+    .expect("complete");
+    assert!(src.p.pending_moves().is_empty());
+    assert_eq!(src.p.counters(), Counters::default());
+    let got = dlq.recv(T0 + 3_000, 10);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].message_id, got[0].sent_ms), (sent.message_id, T0));
+    assert_eq!(got[0].dead_letter_source.map(|o| o.queue_id), Some(5));
+}
+
+#[test]
+fn purge_and_its_interval() {
+    let mut q = Q::std();
+    q.body(T0, "a");
+    q.body(T0, "b");
+    q.exec(T0, Command::Purge).expect("purge");
+    assert_eq!(q.p.counters(), Counters::default());
+    assert_eq!(
+        q.exec(T0 + 59_999, Command::Purge).map(|_| ()),
+        Err(EngineError::PurgeQueueInProgress)
+    );
+    q.restart(T0 + 59_999);
+    assert_eq!(
+        q.exec(T0 + 59_999, Command::Purge).map(|_| ()),
+        Err(EngineError::PurgeQueueInProgress)
+    );
+    q.exec(T0 + 60_000, Command::Purge)
+        .expect("purge after 60 s");
+}
+
+#[test]
+fn retention_expiry() {
+    let mut q = Q::new(QueueKind::Standard, |a, _| a.retention_s = 60);
+    q.body(T0, "old");
+    q.body(T0 + 30_000, "new");
+    assert_eq!(q.p.next_deadline_ms(), Some(T0 + 60_000));
+    q.p.tick(T0 + 60_000);
+    assert_eq!(q.p.counters().visible, 1);
+    assert_eq!(q.bodies(T0 + 60_000, 10), ["new"]);
+    // Shortening retention applies to messages already stored.
+    let mut a = q.cfg.attributes.clone();
+    a.retention_s = 61;
+    q.exec(T0 + 60_000, Command::SetAttributes(Box::new(a)))
+        .expect("set");
+    q.restart(T0 + 60_001);
+}
+
+#[test]
+fn limits_give_typed_errors() {
+    let mut q = Q::new(QueueKind::Standard, |_, l| {
+        l.messages_max = 2;
+        l.inflight_max = 1;
+    });
+    q.body(T0, "a");
+    q.body(T0, "b");
+    assert!(matches!(
+        q.send(
+            T0,
+            SendRequest {
+                body: "c".into(),
+                ..Default::default()
+            }
+        ),
+        Err(EngineError::OverLimit(_))
+    ));
+    assert_eq!(
+        q.recv(T0, 10).len(),
+        1,
+        "the in-flight window caps the receive"
+    );
+    assert!(matches!(
+        q.exec(
+            T0,
+            Command::Receive(ReceiveRequest {
+                max_messages: 1,
+                visibility_timeout_s: None,
+                attempt_id: None
+            })
+        ),
+        Err(EngineError::OverLimit(_))
+    ));
+    let mut f = Q::new(QueueKind::Fifo, |_, l| {
+        l.inflight_max = 1;
+        l.dedup_entries_max = 2;
+    });
+    f.fifo_send(T0, "A", "a", "1");
+    f.fifo_send(T0, "B", "b", "2");
+    assert!(matches!(
+        f.send(
+            T0,
+            SendRequest {
+                body: "c".into(),
+                group_id: Some("C".into()),
+                dedup_id: Some("3".into()),
+                ..Default::default()
+            }
+        ),
+        Err(EngineError::OverLimit(_))
+    ));
+    assert_eq!(f.recv(T0, 10).len(), 1);
+    assert!(
+        f.recv(T0, 10).is_empty(),
+        "FIFO at its in-flight limit returns nothing, as SQS"
+    );
+}
+
+#[test]
+fn send_batch_rules_and_partial_failure() {
+    let mut q = Q::std();
+    let entry = |id: &str, body: &str| BatchEntry {
+        id: id.into(),
+        request: SendRequest {
+            body: body.into(),
+            ..Default::default()
+        },
+    };
+    let run = |q: &mut Q, v: Vec<BatchEntry>| q.exec(T0, Command::SendBatch(v)).map(|fx| fx.reply);
+    assert_eq!(run(&mut q, vec![]), Err(EngineError::EmptyBatchRequest));
+    assert_eq!(
+        run(
+            &mut q,
+            (0..11).map(|i| entry(&i.to_string(), "x")).collect()
+        ),
+        Err(EngineError::TooManyEntriesInBatchRequest)
+    );
+    assert!(matches!(
+        run(&mut q, vec![entry("a b", "x")]),
+        Err(EngineError::InvalidBatchEntryId(_))
+    ));
+    assert!(matches!(
+        run(&mut q, vec![entry(&"a".repeat(81), "x")]),
+        Err(EngineError::InvalidBatchEntryId(_))
+    ));
+    assert!(matches!(
+        run(&mut q, vec![entry("a", "x"), entry("a", "y")]),
+        Err(EngineError::BatchEntryIdsNotDistinct(_))
+    ));
+    let big = "x".repeat(600_000);
+    assert!(matches!(
+        run(&mut q, vec![entry("a", &big), entry("b", &big)]),
+        Err(EngineError::BatchRequestTooLong { .. })
+    ));
+    let Ok(Reply::SentBatch(results)) = run(
+        &mut q,
+        vec![
+            entry("ok-1", "fine"),
+            entry("bad_2", "nul\u{0}"),
+            entry("ok_3", "fine"),
+        ],
+    ) else {
+        panic!("batch reply expected")
+    };
+    assert!(results[0].1.is_ok() && results[2].1.is_ok());
+    assert!(matches!(
+        results[1].1,
+        Err(EngineError::InvalidMessageContents(_))
+    ));
+    assert_eq!(q.p.counters().visible, 2);
+}
+
+#[test]
+fn replay_rejects_records_that_do_not_fit() {
+    let mut q = Q::std();
+    let bad = Record {
+        at_ms: T0,
+        kind: RecordKind::Received {
+            id: 3,
+            receive_count: 1,
+            deadline_ms: T0,
+            attempt_id: None,
+            batch_start: true,
+        },
+    };
+    assert!(q.p.replay(&bad).is_err());
+    let bad = Record {
+        at_ms: T0,
+        kind: RecordKind::Deleted { id: 0 },
+    };
+    assert!(q.p.replay(&bad).is_err());
+}
+
+#[test]
+fn message_size_limit_counts_attributes() {
+    let mut q = Q::new(QueueKind::Standard, |a, _| a.message_size_bytes_max = 1024);
+    let ok = SendRequest {
+        body: "x".repeat(1024),
+        ..Default::default()
+    };
+    q.send(T0, ok).expect("exactly the limit");
+    let over = SendRequest {
+        body: "x".repeat(1000),
+        attributes: vec![MessageAttribute {
+            name: "n".repeat(10),
+            data_type: "String".into(),
+            value: AttributeValue::String("v".repeat(10)),
+        }],
+        ..Default::default()
+    };
+    assert!(matches!(
+        q.send(T0, over),
+        Err(EngineError::InvalidParameterValue { .. })
+    ));
+}

@@ -837,6 +837,20 @@ impl Case {
             })
             .collect();
         self.check("received", &e_got, &m_got)?;
+        if fx.records.iter().any(|r| {
+            matches!(
+                r.kind,
+                super::record::RecordKind::VisibilityChanged {
+                    attempt_retry: true,
+                    ..
+                }
+            )
+        }) {
+            self.log.push("attempt retry".into());
+        }
+        if !fx.moves.is_empty() {
+            self.log.push("moved to dlq".into());
+        }
         let e_moved: Vec<u64> = fx.moves.iter().map(|m| m.origin.msg_id).collect();
         let m_moved_ids: Vec<u64> = m_moved.iter().map(|m| m.id).collect();
         self.check("moved", e_moved, m_moved_ids)?;
@@ -945,7 +959,7 @@ impl Case {
     }
 }
 
-fn run_case(seed: u64, steps: usize) -> Result<(), String> {
+fn run_case(seed: u64, steps: usize) -> Result<Vec<String>, String> {
     let mut c = Case::new(seed);
     for _ in 0..steps {
         if let Err(e) = c.step() {
@@ -956,8 +970,27 @@ fn run_case(seed: u64, steps: usize) -> Result<(), String> {
     // Final check: both partitions replay to the state they have.
     let now = c.now;
     c.src.restart(now)?;
-    c.dlq.restart(now)
+    c.dlq.restart(now)?;
+    Ok(c.log)
 }
+
+/// Paths the random operations must reach over a full run, found in the operation logs.
+const COVERAGE: &[(&str, &str)] = &[
+    ("duplicate send", "), true))"),
+    ("OverLimit", "OverLimit"),
+    ("invalid handle", "ReceiptHandleIsInvalid"),
+    ("not in flight", "MessageNotInflight"),
+    ("visibility range", "43201 -> Err(\"InvalidParameterValue"),
+    ("12 h cap", "43200 -> Err(\"InvalidParameterValue"),
+    ("attempt-id retry", "attempt retry"),
+    ("DLQ move", "moved to dlq"),
+    ("crash before forwarding a move", "crash source before move"),
+    ("crash mid-move", "crash both mid-move"),
+    ("purge", "purge Ok"),
+    ("purge too soon", "PurgeQueueInProgress"),
+    ("restart", "restart source"),
+    ("receive from the DLQ", "receive q1"),
+];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -966,13 +999,20 @@ fn env_u64(name: &str) -> Option<u64> {
 #[test]
 fn engine_matches_model_on_random_operations() {
     let base = env_u64("SLUICE_SEED").unwrap_or_else(rand::random);
-    let cases = env_u64("SLUICE_CASES").unwrap_or(2_000);
+    let cases = env_u64("SLUICE_CASES").unwrap_or(10_000);
     let steps = env_u64("SLUICE_STEPS").unwrap_or(120) as usize;
+    let mut reached = vec![0u64; COVERAGE.len()];
     for i in 0..cases {
         let seed = base.wrapping_add(i);
         let result = catch_unwind(AssertUnwindSafe(|| run_case(seed, steps)));
         match result {
-            Ok(Ok(())) => {}
+            Ok(Ok(log)) => {
+                for (i, (_, needle)) in COVERAGE.iter().enumerate() {
+                    if log.iter().any(|l| l.contains(needle)) {
+                        reached[i] += 1;
+                    }
+                }
+            }
             Ok(Err(e)) => {
                 panic!("engine/model mismatch; replay with SLUICE_SEED={seed} SLUICE_CASES=1\n{e}")
             }
@@ -986,6 +1026,21 @@ fn engine_matches_model_on_random_operations() {
             }
         }
     }
+    // A full run must reach every interesting path (a short replay of one seed need not).
+    if cases >= 500 {
+        for ((what, _), n) in COVERAGE.iter().zip(&reached) {
+            assert!(*n > 0, "no case reached: {what} (base seed {base})");
+        }
+    }
+    eprintln!(
+        "engine model test: {cases} cases x {steps} steps from SLUICE_SEED={base}; cases reaching: {}",
+        COVERAGE
+            .iter()
+            .zip(&reached)
+            .map(|((w, _), n)| format!("{w} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }
 
 #[test]

@@ -11,6 +11,17 @@
 //! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves   |
 //! | `model`       | (tests) a simple reference model and the seeded randomized comparison  |
 //! | `scenarios`   | (tests) one test per queue rule                                        |
+//!
+//! The shard's view: build a [`Partition`] per partition from a [`PartitionConfig`], rebuild it
+//! with [`Partition::replay`] over the log, then for each request call
+//! [`Partition::execute`]`(now_ms, Command)`, append `effects.records` (each
+//! [`Record::encode`]d) and make them durable before sending `effects.reply`, and forward
+//! `effects.moves` to the DLQ's partition (`Command::AcceptMove`, then `Command::CompleteMove`
+//! back here). Park until [`Partition::next_deadline_ms`] and call [`Partition::tick`]. Receipt
+//! handles are encoded and verified at the edge with [`ReceiptCodec`]; the engine takes the
+//! decoded [`Receipt`]. Errors map to SQS codes through [`EngineError::sqs_code`].
+//!
+//! Bench: `cargo bench -p sluice-broker --bench engine` prints engine CPU per message.
 
 pub mod attributes;
 pub mod error;

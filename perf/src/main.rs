@@ -1,1 +1,153 @@
-fn main() {}
+//! `sluice-perf`: the perf suite. Each subcommand measures one thing beside its floor (and,
+//! where the scenario has one, its peers) in the same run, and writes a JSON record and a
+//! Markdown report under `perf/results/`.
+
+mod fio;
+mod storage_bench;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "sluice-perf", about = "Sluice perf suite")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Storage engine: group-commit appends of fixed-size records at several concurrency
+    /// levels, beside fio's O_DIRECT + fdatasync floor on the same disk.
+    Storage {
+        /// Directory on the disk under test.
+        #[arg(long, default_value = "perf/work")]
+        dir: PathBuf,
+        /// Measured seconds per concurrency level (after warm-up).
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 1.0)]
+        warmup_seconds: f64,
+        #[arg(long, default_value_t = 2048)]
+        record_bytes: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]
+        concurrency: Vec<usize>,
+        /// Skip the fio floor.
+        #[arg(long)]
+        no_fio: bool,
+        /// Where to write results (JSON and Markdown).
+        #[arg(long, default_value = "perf/results")]
+        out: PathBuf,
+    },
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cores} cores, {cpu}")
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Storage {
+            dir,
+            seconds,
+            warmup_seconds,
+            record_bytes,
+            concurrency,
+            no_fio,
+            out,
+        } => {
+            std::fs::create_dir_all(&dir).expect("create bench dir");
+            std::fs::create_dir_all(&out).expect("create results dir");
+            let mut floors = Vec::new();
+            if !no_fio {
+                if fio::available() {
+                    for bs in [4096u64, 512 * 1024] {
+                        match fio::run(&dir, bs, seconds.ceil() as u64) {
+                            Ok(r) => floors.push(r),
+                            Err(e) => eprintln!("fio floor failed: {e}"),
+                        }
+                    }
+                } else {
+                    eprintln!("fio not found: run perf/scripts/install-deps.sh for the disk floor");
+                }
+            }
+            let mut results = Vec::new();
+            for c in concurrency {
+                match storage_bench::run(dir.clone(), c, record_bytes, seconds, warmup_seconds) {
+                    Ok(r) => {
+                        eprintln!(
+                            "c={:<4} {:>9.0} appends/s {:>7.1} MB/s  p50 {:>6.0} µs  p99 {:>6.0} µs  p99.9 {:>6.0} µs  {:.1} batches/commit",
+                            r.concurrency, r.appends_per_s, r.mb_per_s, r.p50_us, r.p99_us, r.p999_us, r.batches_per_commit
+                        );
+                        results.push(r);
+                    }
+                    Err(e) => eprintln!("storage bench c={c} failed: {e}"),
+                }
+            }
+            let report = render_storage(&floors, &results, record_bytes);
+            println!("{report}");
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let json = serde_json::json!({
+                "kind": "storage",
+                "unix_time": stamp,
+                "machine": machine(),
+                "record_bytes": record_bytes,
+                "fio_floors": floors,
+                "sluice": results,
+            });
+            let jpath = out.join(format!("storage-{stamp}.json"));
+            std::fs::write(&jpath, serde_json::to_string_pretty(&json).expect("json"))
+                .expect("write json");
+            std::fs::write(out.join("storage-latest.md"), &report).expect("write report");
+            eprintln!("wrote {} and {}", jpath.display(), out.join("storage-latest.md").display());
+        }
+    }
+}
+
+fn render_storage(
+    floors: &[fio::FioResult],
+    results: &[storage_bench::StorageResult],
+    record_bytes: usize,
+) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "## Storage: group-commit appends vs the disk floor\n");
+    let _ = writeln!(s, "Machine: {}. Records of {record_bytes} B, one record per append, fdatasync before every ack.\n", machine());
+    let bw_floor = floors.iter().map(|f| f.bandwidth_mb_s).fold(0.0, f64::max);
+    let lat_floor = floors.iter().find(|f| f.block_bytes == 4096);
+    if !results.is_empty() {
+        let best = results.iter().map(|r| r.mb_per_s).fold(0.0, f64::max);
+        let low = &results[0];
+        let _ = writeln!(s, "Ratios first:\n");
+        if bw_floor > 0.0 {
+            let _ = writeln!(s, "- peak ingest / fio bandwidth floor: **{:.0}%** ({best:.1} of {bw_floor:.1} MB/s; target >= 80%)", 100.0 * best / bw_floor);
+        }
+        if let Some(f) = lat_floor {
+            let _ = writeln!(s, "- p99 append at concurrency {} / fio 4 KiB fdatasync p99: **{:.2}x** ({:.0} vs {:.0} µs; target <= 1.5x)", low.concurrency, low.p99_us / f.sync_p99_us, low.p99_us, f.sync_p99_us);
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "| floor (fio, psync, O_DIRECT, fdatasync each write) | MB/s | ops/s | write p50 µs | sync p50 µs | sync p99 µs | sync p99.9 µs |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for f in floors {
+        let _ = writeln!(s, "| bs {} KiB | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |", f.block_bytes / 1024, f.bandwidth_mb_s, f.ops_per_s, f.write_p50_us, f.sync_p50_us, f.sync_p99_us, f.sync_p999_us);
+    }
+    let _ = writeln!(s, "\n| Sluice concurrency | appends/s | MB/s | p50 µs | p99 µs | p99.9 µs | max µs | commits/s | appends/commit |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        let _ = writeln!(s, "| {} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |", r.concurrency, r.appends_per_s, r.mb_per_s, r.p50_us, r.p99_us, r.p999_us, r.max_us, r.commits_per_s, r.batches_per_commit);
+    }
+    s
+}

@@ -569,7 +569,7 @@ impl<F: Fs> Log<F> {
         }
     }
 
-    fn stage(&self, bytes: &mut Vec<u8>) -> (AppendInfo, Slot) {
+    fn stage(&self, bytes: &mut [u8]) -> (AppendInfo, Slot) {
         let mut guard = self.inner.borrow_mut();
         let i = &mut *guard;
         let mut header = BatchHeader::parse(bytes).expect("verified by the caller");

@@ -111,7 +111,9 @@ impl Fs for DmaFs {
     }
 
     async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let d = glommio::io::Directory::open(dir)
+        // glommio's Directory::open fails with EBADF on relative paths.
+        let dir = std::path::absolute(dir)?;
+        let d = glommio::io::Directory::open(&dir)
             .await
             .map_err(io::Error::from)?;
         d.sync().await.map_err(io::Error::from)?;

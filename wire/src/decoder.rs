@@ -1,0 +1,335 @@
+//! The incremental frame decoder: bytes in, whole frames out, as a QUIC stream delivers them.
+//!
+//! What must stay true, whatever the input:
+//! - it never panics;
+//! - it judges a header (magic, flags, length against the limit) before it allocates for the
+//!   body, and it never holds more than one frame: at most `frame_bytes_max` bytes;
+//! - the body buffer grows with the bytes that actually arrived (a peer that announces 10 MiB and
+//!   sends 10 bytes costs 64 KiB, not 10 MiB), and never past the announced length;
+//! - bodies land in an `AlignedVec` (rkyv 0.8 rejects misaligned input), copied once;
+//! - a CHECKSUM trailer is verified before the frame is handed over, and before its kind is
+//!   trusted.
+//!
+//! Errors that leave frame boundaries intact (an unknown kind) are non-fatal: the caller answers
+//! with an `Error` frame and goes on reading. The others (`DecodeError::is_fatal`) desynchronise
+//! the stream; the decoder then repeats the same error on every call, and the caller answers
+//! with an `Error` frame (request id from `DecodeError::request_id`) and closes the stream.
+
+use rkyv::util::AlignedVec;
+use thiserror::Error;
+
+use crate::error_code::ErrorCode;
+use crate::frame::{
+    frame_checksum, Frame, FrameHeader, FrameKind, FLAGS_KNOWN, FRAME_BYTES_MAX, FRAME_BYTES_MIN,
+    FRAME_HEADER_BYTES, FRAME_MAGIC, FRAME_TRAILER_BYTES,
+};
+use crate::messages::ErrorResponse;
+
+/// The body buffer's first allocation; it then doubles, up to the announced body length.
+pub const BODY_CHUNK_BYTES_INITIAL: usize = 64 * 1024;
+
+/// Why a byte stream is not a sequence of valid frames.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    #[error("bad magic byte 0x{found:02x} (expected 0x{FRAME_MAGIC:02x}): not a Sluice frame stream, or a newer frame layout")]
+    BadMagic { found: u8 },
+    #[error("reserved flag bits set: 0x{flags:02x} (request {request_id})")]
+    ReservedFlags { flags: u8, request_id: u64 },
+    #[error("frame of {frame_bytes} bytes exceeds the limit of {limit_bytes} bytes (request {request_id})")]
+    FrameTooLarge {
+        frame_bytes: u64,
+        limit_bytes: usize,
+        request_id: u64,
+    },
+    #[error("checksum mismatch (request {request_id}): trailer 0x{trailer:016x}, computed 0x{computed:016x}")]
+    ChecksumMismatch {
+        request_id: u64,
+        trailer: u64,
+        computed: u64,
+    },
+    #[error("unknown frame kind 0x{kind:04x} (request {request_id})")]
+    UnknownKind { kind: u16, request_id: u64 },
+    #[error("stream closed inside a frame: {buffered_bytes} bytes of a frame buffered")]
+    Truncated { buffered_bytes: usize },
+}
+
+impl DecodeError {
+    /// Whether frame boundaries are lost (the stream must be closed after answering).
+    pub fn is_fatal(&self) -> bool {
+        !matches!(self, DecodeError::UnknownKind { .. })
+    }
+
+    /// The request the error is about, 0 (connection level) if the header was not read.
+    pub fn request_id(&self) -> u64 {
+        match self {
+            DecodeError::BadMagic { .. } | DecodeError::Truncated { .. } => 0,
+            DecodeError::ReservedFlags { request_id, .. }
+            | DecodeError::FrameTooLarge { request_id, .. }
+            | DecodeError::ChecksumMismatch { request_id, .. }
+            | DecodeError::UnknownKind { request_id, .. } => *request_id,
+        }
+    }
+
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            DecodeError::BadMagic { .. } | DecodeError::ReservedFlags { .. } => {
+                ErrorCode::ProtocolViolation
+            }
+            DecodeError::FrameTooLarge { .. } => ErrorCode::FrameTooLarge,
+            DecodeError::ChecksumMismatch { .. } => ErrorCode::ChecksumMismatch,
+            DecodeError::UnknownKind { .. } => ErrorCode::UnknownFrameKind,
+            DecodeError::Truncated { .. } => ErrorCode::MalformedFrame,
+        }
+    }
+
+    /// The `Error` frame body that tells the peer what went wrong.
+    pub fn to_error_response(&self) -> ErrorResponse {
+        ErrorResponse::new(self.error_code(), self.to_string())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Gathering the 16 header bytes.
+    Header,
+    /// Gathering `header.body_len` body bytes.
+    Body(FrameHeader),
+    /// Gathering the 8 trailer bytes.
+    Trailer(FrameHeader),
+}
+
+/// Incremental, bounded frame decoder for one stream. See the module documentation.
+///
+/// ```
+/// # use sluice_wire::{FrameDecoder, REQUEST_FRAME_BYTES_MAX};
+/// let mut decoder = FrameDecoder::new(REQUEST_FRAME_BYTES_MAX);
+/// let chunk: &[u8] = &[]; // as the stream delivered it
+/// let mut input = chunk;
+/// loop {
+///     match decoder.decode(&mut input) {
+///         Ok(Some(_frame)) => { /* decode_request(&frame), handle */ }
+///         Ok(None) => break, // chunk consumed; wait for more
+///         Err(e) if !e.is_fatal() => { /* answer e.to_error_response(), go on */ }
+///         Err(_e) => { /* answer, then close the stream */ break }
+///     }
+/// }
+/// ```
+#[derive(Debug)]
+pub struct FrameDecoder {
+    frame_bytes_max: usize,
+    state: State,
+    header: [u8; FRAME_HEADER_BYTES],
+    header_len: usize,
+    body: AlignedVec,
+    trailer: [u8; FRAME_TRAILER_BYTES],
+    trailer_len: usize,
+    /// Set by a fatal error: the stream is desynchronised for good.
+    failed: Option<DecodeError>,
+}
+
+impl FrameDecoder {
+    /// A decoder that accepts frames up to `frame_bytes_max` bytes (header and trailer included),
+    /// clamped to [`FRAME_BYTES_MIN`]..=[`FRAME_BYTES_MAX`].
+    pub fn new(frame_bytes_max: usize) -> Self {
+        FrameDecoder {
+            frame_bytes_max: clamp_limit(frame_bytes_max),
+            state: State::Header,
+            header: [0; FRAME_HEADER_BYTES],
+            header_len: 0,
+            body: AlignedVec::new(),
+            trailer: [0; FRAME_TRAILER_BYTES],
+            trailer_len: 0,
+            failed: None,
+        }
+    }
+
+    pub fn frame_bytes_max(&self) -> usize {
+        self.frame_bytes_max
+    }
+
+    /// Changes the limit for frames whose header has not been read yet (a server may read
+    /// `Hello` with a small limit and raise it once the peer is authenticated).
+    pub fn set_frame_bytes_max(&mut self, frame_bytes_max: usize) {
+        self.frame_bytes_max = clamp_limit(frame_bytes_max);
+    }
+
+    /// Bytes of a partial frame held right now (at most `frame_bytes_max`).
+    pub fn buffered_bytes(&self) -> usize {
+        self.header_len + self.body.len() + self.trailer_len
+    }
+
+    /// Consumes bytes from the front of `input` until one frame is complete (returned; the rest
+    /// of `input` is left for the next call) or `input` is empty (`Ok(None)`).
+    pub fn decode(&mut self, input: &mut &[u8]) -> Result<Option<Frame>, DecodeError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.step(input) {
+            Err(e) if e.is_fatal() => {
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    /// Call when the stream ends: an error if it ended inside a frame (or had failed before).
+    pub fn finish(&self) -> Result<(), DecodeError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.buffered_bytes() {
+            0 => Ok(()),
+            buffered_bytes => Err(DecodeError::Truncated { buffered_bytes }),
+        }
+    }
+
+    fn step(&mut self, input: &mut &[u8]) -> Result<Option<Frame>, DecodeError> {
+        loop {
+            match self.state {
+                State::Header => {
+                    if self.header_len == 0 {
+                        // Judge the magic on the first byte: a peer speaking HTTP or TLS is
+                        // told so at once, not after 15 more bytes that may never come.
+                        match input.first() {
+                            None => return Ok(None),
+                            Some(&b) if b != FRAME_MAGIC => {
+                                return Err(DecodeError::BadMagic { found: b })
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                    let n = take_into(&mut self.header[self.header_len..], input);
+                    self.header_len += n;
+                    if self.header_len < FRAME_HEADER_BYTES {
+                        return Ok(None);
+                    }
+                    let header = FrameHeader::parse(&self.header);
+                    self.check_header(&header)?;
+                    // Never more than the announced length, which is within the limit.
+                    self.body = AlignedVec::with_capacity(
+                        (header.body_len as usize).min(BODY_CHUNK_BYTES_INITIAL),
+                    );
+                    self.state = State::Body(header);
+                }
+                State::Body(header) => {
+                    let missing = header.body_len as usize - self.body.len();
+                    let n = missing.min(input.len());
+                    if n > 0 {
+                        self.grow_body(header.body_len as usize, n);
+                        let (chunk, rest) = input.split_at(n);
+                        self.body.extend_from_slice(chunk);
+                        *input = rest;
+                    }
+                    if self.body.len() < header.body_len as usize {
+                        return Ok(None);
+                    }
+                    if !header.has_checksum() {
+                        return self.complete(header).map(Some);
+                    }
+                    self.state = State::Trailer(header);
+                }
+                State::Trailer(header) => {
+                    let n = take_into(&mut self.trailer[self.trailer_len..], input);
+                    self.trailer_len += n;
+                    if self.trailer_len < FRAME_TRAILER_BYTES {
+                        return Ok(None);
+                    }
+                    let trailer = u64::from_le_bytes(self.trailer);
+                    let computed = frame_checksum(&self.header, &self.body);
+                    if trailer != computed {
+                        return Err(DecodeError::ChecksumMismatch {
+                            request_id: header.request_id,
+                            trailer,
+                            computed,
+                        });
+                    }
+                    return self.complete(header).map(Some);
+                }
+            }
+        }
+    }
+
+    fn check_header(&self, header: &FrameHeader) -> Result<(), DecodeError> {
+        if header.flags & !FLAGS_KNOWN != 0 {
+            return Err(DecodeError::ReservedFlags {
+                flags: header.flags,
+                request_id: header.request_id,
+            });
+        }
+        // u64 arithmetic: cannot overflow whatever body_len says, on any pointer width.
+        let frame_bytes = FRAME_HEADER_BYTES as u64
+            + u64::from(header.body_len)
+            + if header.has_checksum() {
+                FRAME_TRAILER_BYTES as u64
+            } else {
+                0
+            };
+        if frame_bytes > self.frame_bytes_max as u64 {
+            return Err(DecodeError::FrameTooLarge {
+                frame_bytes,
+                limit_bytes: self.frame_bytes_max,
+                request_id: header.request_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// Makes room for `n` more body bytes: doubling (amortised copies), never past `body_len`.
+    fn grow_body(&mut self, body_len: usize, n: usize) {
+        let needed = self.body.len() + n;
+        if needed <= self.body.capacity() {
+            return;
+        }
+        let target = needed.max(self.body.capacity() * 2).min(body_len);
+        self.body.reserve_exact(target - self.body.len());
+    }
+
+    /// Hands over the finished frame and resets for the next one.
+    fn complete(&mut self, header: FrameHeader) -> Result<Frame, DecodeError> {
+        let body = std::mem::take(&mut self.body);
+        self.state = State::Header;
+        self.header_len = 0;
+        self.trailer_len = 0;
+        debug_assert_eq!(body.len(), header.body_len as usize);
+        if FrameKind::from_u16(header.kind).is_none() {
+            return Err(DecodeError::UnknownKind {
+                kind: header.kind,
+                request_id: header.request_id,
+            });
+        }
+        Ok(Frame { header, body })
+    }
+}
+
+fn clamp_limit(frame_bytes_max: usize) -> usize {
+    frame_bytes_max.clamp(FRAME_BYTES_MIN, FRAME_BYTES_MAX)
+}
+
+/// Copies as much of `input` as fits into `dst`, advances `input`, returns the count.
+fn take_into(dst: &mut [u8], input: &mut &[u8]) -> usize {
+    let n = dst.len().min(input.len());
+    let (chunk, rest) = input.split_at(n);
+    dst[..n].copy_from_slice(chunk);
+    *input = rest;
+    n
+}
+
+/// Decodes one complete frame held in a single buffer (a datagram, a test vector, a stored
+/// frame): it must contain exactly one frame, nothing more. `buf` may have any alignment.
+pub fn decode_one(buf: &[u8], frame_bytes_max: usize) -> Result<Frame, DecodeError> {
+    let mut decoder = FrameDecoder::new(frame_bytes_max);
+    let mut input = buf;
+    match decoder.decode(&mut input)? {
+        Some(frame) if input.is_empty() => Ok(frame),
+        // Trailing bytes: report them as a truncated second frame.
+        Some(_) => Err(DecodeError::Truncated {
+            buffered_bytes: input.len(),
+        }),
+        None => {
+            decoder.finish()?;
+            // An empty buffer holds no frame.
+            Err(DecodeError::Truncated { buffered_bytes: 0 })
+        }
+    }
+}

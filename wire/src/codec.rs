@@ -299,3 +299,383 @@ pub fn decode_response(frame: &Frame) -> Result<Response, MessageError> {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decoder::{decode_one, FrameDecoder};
+    use crate::frame::{FRAME_BYTES_MAX, FRAME_HEADER_BYTES};
+    use proptest::prelude::*;
+
+    /// Decodes `bytes` through a decoder fed in `chunk`-byte pieces, as a stream would.
+    fn decode_chunked(bytes: &[u8], chunk: usize) -> Frame {
+        let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX);
+        let mut frames = Vec::new();
+        for piece in bytes.chunks(chunk.max(1)) {
+            let mut input = piece;
+            while let Some(frame) = decoder.decode(&mut input).expect("valid frame") {
+                frames.push(frame);
+            }
+        }
+        decoder.finish().expect("ends on a frame boundary");
+        assert_eq!(frames.len(), 1);
+        frames.pop().expect("one frame")
+    }
+
+    fn check_request(request: Request, request_id: u64, chunk: usize) {
+        for checksum in [Checksum::None, Checksum::Xxh3] {
+            let bytes = encode_request_with(request_id, &request, checksum).expect("encodes");
+            let frame = decode_chunked(&bytes, chunk);
+            assert_eq!(frame.kind(), Some(request.kind()));
+            assert!(!request.kind().is_response());
+            assert_eq!(frame.request_id(), request_id);
+            assert_eq!(frame.header.has_checksum(), checksum == Checksum::Xxh3);
+            assert_eq!(decode_request(&frame), Ok(request.clone()));
+            // A request is never mistaken for a response.
+            assert!(matches!(
+                decode_response(&frame),
+                Err(MessageError::NotAResponse { .. })
+            ));
+        }
+    }
+
+    fn check_response(response: Response, request_id: u64, chunk: usize) {
+        for checksum in [Checksum::None, Checksum::Xxh3] {
+            let bytes = encode_response_with(request_id, &response, checksum).expect("encodes");
+            let frame = decode_chunked(&bytes, chunk);
+            assert_eq!(frame.kind(), Some(response.kind()));
+            assert!(response.kind().is_response());
+            assert_eq!(frame.request_id(), request_id);
+            assert_eq!(decode_response(&frame), Ok(response.clone()));
+            assert!(matches!(
+                decode_request(&frame),
+                Err(MessageError::NotARequest { .. })
+            ));
+        }
+    }
+
+    /// One round-trip property per message kind, so a failure names the kind.
+    macro_rules! round_trips {
+        ($(
+            $test:ident: $enum:ident::$variant:ident($ty:ty);
+        )*) => {
+            proptest! {
+                #![proptest_config(ProptestConfig::with_cases(64))]
+                $(
+                    #[test]
+                    fn $test(m in any::<$ty>(), id in any::<u64>(), chunk in 1usize..4096) {
+                        round_trips!(@check $enum, $variant, m, id, chunk);
+                    }
+                )*
+            }
+        };
+        (@check Request, $variant:ident, $m:ident, $id:ident, $chunk:ident) => {
+            check_request(Request::$variant($m), $id, $chunk)
+        };
+        (@check Response, $variant:ident, $m:ident, $id:ident, $chunk:ident) => {
+            check_response(Response::$variant($m), $id, $chunk)
+        };
+    }
+
+    round_trips! {
+        hello: Request::Hello(Hello);
+        create_queue: Request::CreateQueue(CreateQueueRequest);
+        delete_queue: Request::DeleteQueue(DeleteQueueRequest);
+        get_queue_url: Request::GetQueueUrl(GetQueueUrlRequest);
+        list_queues: Request::ListQueues(ListQueuesRequest);
+        get_queue_attributes: Request::GetQueueAttributes(GetQueueAttributesRequest);
+        set_queue_attributes: Request::SetQueueAttributes(SetQueueAttributesRequest);
+        purge_queue: Request::PurgeQueue(PurgeQueueRequest);
+        tag_queue: Request::TagQueue(TagQueueRequest);
+        untag_queue: Request::UntagQueue(UntagQueueRequest);
+        list_queue_tags: Request::ListQueueTags(ListQueueTagsRequest);
+        list_dead_letter_source_queues:
+            Request::ListDeadLetterSourceQueues(ListDeadLetterSourceQueuesRequest);
+        start_message_move_task: Request::StartMessageMoveTask(StartMessageMoveTaskRequest);
+        list_message_move_tasks: Request::ListMessageMoveTasks(ListMessageMoveTasksRequest);
+        cancel_message_move_task: Request::CancelMessageMoveTask(CancelMessageMoveTaskRequest);
+        send_message: Request::SendMessage(SendMessageRequest);
+        send_message_batch: Request::SendMessageBatch(SendMessageBatchRequest);
+        receive_message: Request::ReceiveMessage(ReceiveMessageRequest);
+        delete_message: Request::DeleteMessage(DeleteMessageRequest);
+        delete_message_batch: Request::DeleteMessageBatch(DeleteMessageBatchRequest);
+        change_message_visibility:
+            Request::ChangeMessageVisibility(ChangeMessageVisibilityRequest);
+        change_message_visibility_batch:
+            Request::ChangeMessageVisibilityBatch(ChangeMessageVisibilityBatchRequest);
+
+        error_response: Response::Error(ErrorResponse);
+        hello_ok: Response::HelloOk(HelloOk);
+        create_queue_result: Response::CreateQueue(CreateQueueResult);
+        delete_queue_result: Response::DeleteQueue(DeleteQueueResult);
+        get_queue_url_result: Response::GetQueueUrl(GetQueueUrlResult);
+        list_queues_result: Response::ListQueues(ListQueuesResult);
+        get_queue_attributes_result: Response::GetQueueAttributes(GetQueueAttributesResult);
+        set_queue_attributes_result: Response::SetQueueAttributes(SetQueueAttributesResult);
+        purge_queue_result: Response::PurgeQueue(PurgeQueueResult);
+        tag_queue_result: Response::TagQueue(TagQueueResult);
+        untag_queue_result: Response::UntagQueue(UntagQueueResult);
+        list_queue_tags_result: Response::ListQueueTags(ListQueueTagsResult);
+        list_dead_letter_source_queues_result:
+            Response::ListDeadLetterSourceQueues(ListDeadLetterSourceQueuesResult);
+        start_message_move_task_result:
+            Response::StartMessageMoveTask(StartMessageMoveTaskResult);
+        list_message_move_tasks_result:
+            Response::ListMessageMoveTasks(ListMessageMoveTasksResult);
+        cancel_message_move_task_result:
+            Response::CancelMessageMoveTask(CancelMessageMoveTaskResult);
+        send_message_result: Response::SendMessage(SendMessageResult);
+        send_message_batch_result: Response::SendMessageBatch(SendMessageBatchResult);
+        receive_message_result: Response::ReceiveMessage(ReceiveMessageResult);
+        delete_message_result: Response::DeleteMessage(DeleteMessageResult);
+        delete_message_batch_result: Response::DeleteMessageBatch(DeleteMessageBatchResult);
+        change_message_visibility_result:
+            Response::ChangeMessageVisibility(ChangeMessageVisibilityResult);
+        change_message_visibility_batch_result:
+            Response::ChangeMessageVisibilityBatch(ChangeMessageVisibilityBatchResult);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Many requests back to back in one stream, cut anywhere: each comes out whole, in
+        /// order, with its own request id (pipelining).
+        #[test]
+        fn pipelined_requests_in_arbitrary_chunks(
+            requests in proptest::collection::vec(any::<Request>(), 1..8),
+            chunk in 1usize..512,
+        ) {
+            let mut stream = Vec::new();
+            for (i, r) in requests.iter().enumerate() {
+                let checksum = if i % 2 == 0 { Checksum::None } else { Checksum::Xxh3 };
+                stream.extend(encode_request_with(i as u64 + 1, r, checksum).expect("encodes"));
+            }
+            let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX);
+            let mut got = Vec::new();
+            for piece in stream.chunks(chunk) {
+                let mut input = piece;
+                while let Some(frame) = decoder.decode(&mut input).expect("valid stream") {
+                    got.push((frame.request_id(), decode_request(&frame).expect("valid request")));
+                }
+            }
+            decoder.finish().expect("ends on a boundary");
+            let want: Vec<_> = requests.into_iter().enumerate().map(|(i, r)| (i as u64 + 1, r)).collect();
+            prop_assert_eq!(got, want);
+        }
+
+        /// Flipping any one bit of an unchecksummed frame's body gives a typed error or some
+        /// valid message, never a panic.
+        #[test]
+        fn body_bit_flips_never_panic(request in any::<Request>(), bit in any::<proptest::sample::Index>()) {
+            let mut bytes = encode_request(7, &request).expect("encodes");
+            let body_bits = (bytes.len() - FRAME_HEADER_BYTES) * 8;
+            if body_bits > 0 {
+                let b = FRAME_HEADER_BYTES * 8 + bit.index(body_bits);
+                bytes[b / 8] ^= 1 << (b % 8);
+            }
+            let frame = decode_one(&bytes, FRAME_BYTES_MAX).expect("boundaries intact");
+            if let Err(e) = decode_request(&frame) {
+                prop_assert_eq!(e.error_code(), ErrorCode::MalformedFrame);
+            }
+        }
+    }
+
+    #[test]
+    fn every_kind_has_a_message_type() {
+        // The enums cover every kind: build each variant from Default and compare kinds.
+        let kinds: Vec<FrameKind> = [
+            Request::Hello(Default::default()),
+            Request::CreateQueue(Default::default()),
+            Request::DeleteQueue(Default::default()),
+            Request::GetQueueUrl(Default::default()),
+            Request::ListQueues(Default::default()),
+            Request::GetQueueAttributes(Default::default()),
+            Request::SetQueueAttributes(Default::default()),
+            Request::PurgeQueue(Default::default()),
+            Request::TagQueue(Default::default()),
+            Request::UntagQueue(Default::default()),
+            Request::ListQueueTags(Default::default()),
+            Request::ListDeadLetterSourceQueues(Default::default()),
+            Request::StartMessageMoveTask(Default::default()),
+            Request::ListMessageMoveTasks(Default::default()),
+            Request::CancelMessageMoveTask(Default::default()),
+            Request::SendMessage(Default::default()),
+            Request::SendMessageBatch(Default::default()),
+            Request::ReceiveMessage(Default::default()),
+            Request::DeleteMessage(Default::default()),
+            Request::DeleteMessageBatch(Default::default()),
+            Request::ChangeMessageVisibility(Default::default()),
+            Request::ChangeMessageVisibilityBatch(Default::default()),
+        ]
+        .iter()
+        .map(Request::kind)
+        .collect();
+        let requests: Vec<FrameKind> = FrameKind::ALL
+            .into_iter()
+            .filter(|k| !k.is_response())
+            .collect();
+        assert_eq!(kinds, requests);
+        let responses = FrameKind::ALL.iter().filter(|k| k.is_response()).count();
+        assert_eq!(responses, 23);
+    }
+
+    #[test]
+    fn a_body_of_the_wrong_kind_is_malformed_not_misread() {
+        // A SendMessage body under a DeleteMessage header: validation catches it or it reads as
+        // some DeleteMessage; it is never trusted blindly.
+        let send = Request::SendMessage(SendMessageRequest {
+            queue_url: "http://localhost:9324/000000000000/q".into(),
+            message_body: "hello".into(),
+            ..Default::default()
+        });
+        let body = send.encode_body().expect("encodes");
+        let bytes =
+            crate::frame::encode_frame(FrameKind::DeleteMessage.as_u16(), 3, &body, Checksum::None)
+                .expect("fits");
+        let frame = decode_one(&bytes, FRAME_BYTES_MAX).expect("frame is well delimited");
+        let _ = decode_request(&frame);
+        // A truncated archive is always caught.
+        let short = crate::frame::encode_frame(
+            FrameKind::SendMessage.as_u16(),
+            3,
+            &body[..body.len() / 2],
+            Checksum::None,
+        )
+        .expect("fits");
+        let frame = decode_one(&short, FRAME_BYTES_MAX).expect("frame is well delimited");
+        let err = decode_request(&frame).expect_err("half an archive");
+        assert_eq!(err.error_code(), ErrorCode::MalformedFrame);
+        assert_eq!(
+            err.to_error_response().error_code(),
+            ErrorCode::MalformedFrame
+        );
+    }
+
+    #[test]
+    fn zero_copy_access_reads_in_place() {
+        let send = SendMessageRequest {
+            queue_url: "http://localhost:9324/000000000000/q".into(),
+            message_body: "in place".into(),
+            ..Default::default()
+        };
+        let bytes = encode_request(1, &Request::SendMessage(send)).expect("encodes");
+        let frame = decode_one(&bytes, FRAME_BYTES_MAX).expect("decodes");
+        let archived = access_body::<SendMessageRequest>(&frame).expect("valid");
+        assert_eq!(archived.message_body.as_str(), "in place");
+        assert!(matches!(
+            access_body::<DeleteMessageRequest>(&frame),
+            Err(MessageError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn oversized_messages_fail_to_encode() {
+        let send = Request::SendMessage(SendMessageRequest {
+            message_body: "x".repeat(FRAME_BYTES_MAX),
+            ..Default::default()
+        });
+        let err = encode_request(1, &send).expect_err("over the frame limit");
+        assert!(matches!(err, EncodeError::FrameTooLarge { .. }));
+        assert_eq!(err.error_code(), ErrorCode::InvalidParameterValue);
+    }
+
+    #[test]
+    fn a_full_sqs_batch_fits_a_request_frame() {
+        // Ten entries of ~100 KiB bodies with ten attributes each and maximal ids: 1 MiB of
+        // messages, as SQS allows in one SendMessageBatch.
+        let attrs: MessageAttributeMap = (0..10)
+            .map(|i| {
+                (
+                    format!("attr-{i:0>250}"),
+                    MessageAttributeValue {
+                        data_type: "String".into(),
+                        value: AttributeValue::String("v".repeat(10)),
+                    },
+                )
+            })
+            .collect();
+        let attr_bytes: usize = attrs
+            .iter()
+            .map(|(k, v)| k.len() + v.data_type.len() + 10)
+            .sum();
+        let body_bytes = crate::frame::MESSAGE_BYTES_MAX / 10 - attr_bytes;
+        let entries = (0..10)
+            .map(|i| SendMessageBatchRequestEntry {
+                id: format!("{i:0>80}"),
+                message_body: "b".repeat(body_bytes),
+                delay_seconds: Some(900),
+                message_attributes: attrs.clone(),
+                message_system_attributes: Default::default(),
+                message_deduplication_id: Some("d".repeat(128)),
+                message_group_id: Some("g".repeat(128)),
+            })
+            .collect();
+        let batch = Request::SendMessageBatch(SendMessageBatchRequest {
+            queue_url: format!("http://localhost:9324/000000000000/{}", "q".repeat(80)),
+            entries,
+        });
+        let bytes = encode_request(1, &batch).expect("encodes");
+        assert!(
+            bytes.len() <= crate::frame::REQUEST_FRAME_BYTES_MAX,
+            "{} bytes",
+            bytes.len()
+        );
+        let frame = decode_one(&bytes, crate::frame::REQUEST_FRAME_BYTES_MAX).expect("fits");
+        assert_eq!(decode_request(&frame), Ok(batch));
+    }
+
+    #[test]
+    fn ten_full_size_messages_fit_a_response_frame() {
+        let message = Message {
+            message_id: "0".repeat(36),
+            receipt_handle: "r".repeat(1024),
+            md5_of_body: "0".repeat(32),
+            body: "m".repeat(crate::frame::MESSAGE_BYTES_MAX),
+            attributes: [
+                "SenderId",
+                "SentTimestamp",
+                "ApproximateReceiveCount",
+                "ApproximateFirstReceiveTimestamp",
+                "SequenceNumber",
+                "MessageDeduplicationId",
+                "MessageGroupId",
+                "AWSTraceHeader",
+                "DeadLetterQueueSourceArn",
+            ]
+            .into_iter()
+            .map(|k| (k.to_string(), "x".repeat(128)))
+            .collect(),
+            md5_of_message_attributes: Some("0".repeat(32)),
+            message_attributes: Default::default(),
+        };
+        let response = Response::ReceiveMessage(ReceiveMessageResult {
+            messages: vec![message; 10],
+        });
+        let bytes = encode_response(9, &response).expect("fits FRAME_BYTES_MAX");
+        let frame = decode_one(&bytes, FRAME_BYTES_MAX).expect("decodes");
+        assert_eq!(decode_response(&frame), Ok(response));
+    }
+
+    /// The exact bytes of one frame. If this changes, the wire format changed: bump
+    /// `PROTOCOL_VERSION` (or `FRAME_FORMAT_VERSION` for the header) and update the fixture.
+    #[test]
+    fn golden_hello_frame() {
+        let hello = Request::Hello(Hello {
+            versions: crate::messages::VersionRange { min: 1, max: 1 },
+            client_name: "sdk".into(),
+            client_version: "0.1.0".into(),
+            auth_token: None,
+        });
+        let bytes = encode_request_with(0, &hello, Checksum::Xxh3).expect("encodes");
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, GOLDEN_HELLO_HEX);
+    }
+
+    /// `f1` magic, `01` CHECKSUM, `0100` kind Hello, `20000000` 32-byte body, request id 0,
+    /// the archive (versions 1..=1, two inline strings, `None`), then the xxh3-64 trailer.
+    const GOLDEN_HELLO_HEX: &str = concat!(
+        "f1010100200000000000000000000000",
+        "0100010073646bffffffffff302e312e30ffffff000000000000000000000000",
+        "65cc836b17c641b6",
+    );
+}

@@ -333,3 +333,281 @@ pub fn decode_one(buf: &[u8], frame_bytes_max: usize) -> Result<Frame, DecodeErr
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode_request, encode_request, encode_request_with, Request};
+    use crate::frame::{encode_frame, Checksum, FLAG_CHECKSUM, REQUEST_FRAME_BYTES_MAX};
+    use crate::messages::{DeleteMessageRequest, SendMessageRequest};
+
+    fn send(body: &str) -> Request {
+        Request::SendMessage(SendMessageRequest {
+            queue_url: "http://localhost:9324/000000000000/q".into(),
+            message_body: body.into(),
+            ..Default::default()
+        })
+    }
+
+    /// Every frame and every error a whole stream produces, fed in `chunk`-byte pieces, then
+    /// `finish`. Stops at the first fatal error.
+    fn run(bytes: &[u8], chunk: usize, limit: usize) -> (Vec<Frame>, Vec<DecodeError>) {
+        let mut decoder = FrameDecoder::new(limit);
+        let (mut frames, mut errors) = (Vec::new(), Vec::new());
+        for piece in bytes.chunks(chunk.max(1)) {
+            let mut input = piece;
+            loop {
+                assert!(decoder.buffered_bytes() <= decoder.frame_bytes_max());
+                match decoder.decode(&mut input) {
+                    Ok(Some(f)) => frames.push(f),
+                    Ok(None) => break,
+                    Err(e) => {
+                        let fatal = e.is_fatal();
+                        errors.push(e);
+                        if fatal {
+                            return (frames, errors);
+                        }
+                    }
+                }
+            }
+        }
+        if let Err(e) = decoder.finish() {
+            errors.push(e);
+        }
+        (frames, errors)
+    }
+
+    #[test]
+    fn byte_by_byte_and_all_at_once_agree() {
+        let bytes = encode_request(5, &send("hello")).expect("encodes");
+        let (one, e1) = run(&bytes, 1, REQUEST_FRAME_BYTES_MAX);
+        let (all, e2) = run(&bytes, bytes.len(), REQUEST_FRAME_BYTES_MAX);
+        assert!(e1.is_empty() && e2.is_empty());
+        assert_eq!(one, all);
+        assert_eq!(one.len(), 1);
+    }
+
+    #[test]
+    fn garbage_is_bad_magic_at_the_first_byte() {
+        for garbage in [
+            &b"GET / HTTP/1.1\r\n"[..],
+            &[0x16, 0x03, 0x01],
+            &[0x00],
+            &[0xFF; 64],
+        ] {
+            let mut decoder = FrameDecoder::new(REQUEST_FRAME_BYTES_MAX);
+            let mut input = garbage;
+            let err = decoder.decode(&mut input).expect_err("not a frame");
+            assert_eq!(err, DecodeError::BadMagic { found: garbage[0] });
+            assert!(err.is_fatal());
+            assert_eq!(err.error_code(), ErrorCode::ProtocolViolation);
+            assert_eq!(err.request_id(), 0);
+            // Sticky, and nothing was buffered for it.
+            assert_eq!(decoder.decode(&mut &[FRAME_MAGIC][..]), Err(err.clone()));
+            assert_eq!(decoder.finish(), Err(err));
+            assert_eq!(decoder.buffered_bytes(), 0);
+        }
+    }
+
+    #[test]
+    fn truncated_streams_are_reported_at_close() {
+        let bytes = encode_request_with(5, &send("hello"), Checksum::Xxh3).expect("encodes");
+        for cut in 1..bytes.len() {
+            let (frames, errors) = run(&bytes[..cut], 3, REQUEST_FRAME_BYTES_MAX);
+            assert!(frames.is_empty());
+            assert_eq!(
+                errors,
+                vec![DecodeError::Truncated {
+                    buffered_bytes: cut
+                }]
+            );
+        }
+        // Nothing at all is a clean close.
+        assert_eq!(run(&[], 1, REQUEST_FRAME_BYTES_MAX), (vec![], vec![]));
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_before_allocation() {
+        // A header announcing 4 GiB: refused from the 16 header bytes alone.
+        let header = FrameHeader {
+            kind: FrameKind::SendMessage.as_u16(),
+            flags: 0,
+            body_len: u32::MAX,
+            request_id: 11,
+        };
+        let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX);
+        let err = decoder
+            .decode(&mut &header.to_bytes()[..])
+            .expect_err("too large");
+        assert_eq!(
+            err,
+            DecodeError::FrameTooLarge {
+                frame_bytes: 16 + u64::from(u32::MAX),
+                limit_bytes: FRAME_BYTES_MAX,
+                request_id: 11,
+            }
+        );
+        assert_eq!(err.request_id(), 11);
+        assert_eq!(err.error_code(), ErrorCode::FrameTooLarge);
+        assert_eq!(decoder.body.capacity(), 0);
+
+        // Exactly at a configured lower limit passes; one byte over does not.
+        let limit = FRAME_BYTES_MIN;
+        let body = vec![0u8; limit - FRAME_HEADER_BYTES];
+        let kind = FrameKind::DeleteQueue.as_u16();
+        let at = encode_frame(kind, 1, &body, Checksum::None).expect("fits");
+        assert_eq!(at.len(), limit);
+        let (frames, errors) = run(&at, 4096, limit);
+        assert_eq!((frames.len(), errors.len()), (1, 0));
+        let over = encode_frame(kind, 2, &body, Checksum::Xxh3).expect("fits");
+        let (frames, errors) = run(&over, 4096, limit);
+        assert!(frames.is_empty());
+        assert!(matches!(errors[..], [DecodeError::FrameTooLarge { .. }]));
+    }
+
+    #[test]
+    fn the_body_buffer_follows_the_bytes_that_arrived() {
+        // Announce a frame at the top limit, send 100 bytes of it.
+        let header = FrameHeader {
+            kind: FrameKind::SendMessage.as_u16(),
+            flags: 0,
+            body_len: (FRAME_BYTES_MAX - FRAME_HEADER_BYTES) as u32,
+            request_id: 1,
+        };
+        let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX);
+        let mut input = &header.to_bytes()[..];
+        assert_eq!(decoder.decode(&mut input), Ok(None));
+        assert_eq!(decoder.decode(&mut &[0u8; 100][..]), Ok(None));
+        assert!(decoder.body.capacity() <= BODY_CHUNK_BYTES_INITIAL);
+        // Feed the rest in uneven pieces: capacity never passes the announced length.
+        let rest = vec![0u8; header.body_len as usize - 100];
+        for piece in rest.chunks(777_777) {
+            let mut input = piece;
+            let _ = decoder.decode(&mut input);
+            assert!(decoder.body.capacity() <= header.body_len as usize);
+        }
+    }
+
+    #[test]
+    fn misaligned_input_decodes_the_same() {
+        let bytes = encode_request(3, &send("aligned or not")).expect("encodes");
+        let mut shifted = vec![0u8; bytes.len() + 1];
+        shifted[1..].copy_from_slice(&bytes);
+        let misaligned = &shifted[1..];
+        // rkyv itself refuses the misaligned body in place...
+        let body = &misaligned[FRAME_HEADER_BYTES..];
+        if !(body.as_ptr() as usize).is_multiple_of(16) {
+            assert!(
+                rkyv::access::<rkyv::Archived<SendMessageRequest>, rkyv::rancor::Error>(body)
+                    .is_err()
+            );
+        }
+        // ...the decoder copies it into an aligned buffer first.
+        let frame = decode_one(misaligned, REQUEST_FRAME_BYTES_MAX).expect("decodes");
+        assert_eq!(frame.body.as_ptr() as usize % 16, 0);
+        assert_eq!(decode_request(&frame), Ok(send("aligned or not")));
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_a_checksummed_frame_is_detected() {
+        let bytes =
+            encode_request_with(0x0102_0304, &send("bits"), Checksum::Xxh3).expect("encodes");
+        for bit in 0..bytes.len() * 8 {
+            let mut flipped = bytes.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let (_frames, errors) = run(&flipped, 7, REQUEST_FRAME_BYTES_MAX);
+            // Clearing the CHECKSUM flag makes the frame 8 bytes shorter: it then decodes, and
+            // the orphaned trailer is refused as the start of a next frame. Any other flip fails
+            // the frame itself.
+            assert!(!errors.is_empty(), "flip of bit {bit} went unnoticed");
+            if bit / 8 >= FRAME_HEADER_BYTES {
+                assert!(
+                    matches!(errors[0], DecodeError::ChecksumMismatch { .. }),
+                    "bit {bit}: {:?}",
+                    errors[0]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reserved_flags_are_refused() {
+        let mut bytes = encode_request(1, &send("x")).expect("encodes");
+        bytes[1] |= 0x80;
+        let (_, errors) = run(&bytes, 64, REQUEST_FRAME_BYTES_MAX);
+        assert_eq!(
+            errors,
+            vec![DecodeError::ReservedFlags {
+                flags: 0x80,
+                request_id: 1
+            }]
+        );
+        assert_eq!(FLAGS_KNOWN, FLAG_CHECKSUM);
+    }
+
+    #[test]
+    fn unknown_kinds_are_answered_and_the_stream_goes_on() {
+        let mut stream = encode_frame(0x0301, 41, b"produce", Checksum::None).expect("fits");
+        stream.extend(encode_frame(0x7FFF, 42, b"", Checksum::Xxh3).expect("fits"));
+        stream.extend(
+            encode_request(
+                43,
+                &Request::DeleteMessage(DeleteMessageRequest {
+                    queue_url: "u".into(),
+                    receipt_handle: "r".into(),
+                }),
+            )
+            .expect("encodes"),
+        );
+        let (frames, errors) = run(&stream, 5, REQUEST_FRAME_BYTES_MAX);
+        assert_eq!(
+            errors,
+            vec![
+                DecodeError::UnknownKind {
+                    kind: 0x0301,
+                    request_id: 41
+                },
+                DecodeError::UnknownKind {
+                    kind: 0x7FFF,
+                    request_id: 42
+                },
+            ]
+        );
+        assert!(!errors[0].is_fatal());
+        let answer = errors[0].to_error_response();
+        assert_eq!(answer.error_code(), ErrorCode::UnknownFrameKind);
+        assert!(answer.message.contains("0x0301"));
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].request_id(), 43);
+    }
+
+    #[test]
+    fn limits_are_clamped() {
+        assert_eq!(FrameDecoder::new(0).frame_bytes_max(), FRAME_BYTES_MIN);
+        assert_eq!(
+            FrameDecoder::new(usize::MAX).frame_bytes_max(),
+            FRAME_BYTES_MAX
+        );
+        let mut d = FrameDecoder::new(REQUEST_FRAME_BYTES_MAX);
+        d.set_frame_bytes_max(FRAME_BYTES_MIN);
+        assert_eq!(d.frame_bytes_max(), FRAME_BYTES_MIN);
+    }
+
+    #[test]
+    fn decode_one_wants_exactly_one_frame() {
+        let bytes = encode_request(1, &send("one")).expect("encodes");
+        assert!(decode_one(&bytes, REQUEST_FRAME_BYTES_MAX).is_ok());
+        let mut two = bytes.clone();
+        two.extend_from_slice(&bytes);
+        assert_eq!(
+            decode_one(&two, REQUEST_FRAME_BYTES_MAX),
+            Err(DecodeError::Truncated {
+                buffered_bytes: bytes.len()
+            })
+        );
+        assert_eq!(
+            decode_one(&[], REQUEST_FRAME_BYTES_MAX),
+            Err(DecodeError::Truncated { buffered_bytes: 0 })
+        );
+    }
+}

@@ -3,4 +3,10 @@
 //! `engine` is the sans-I/O queue state machine (no runtime, no clock, no sockets);
 //! everything that touches glommio lives beside it, at the edge.
 
+pub mod config;
 pub mod engine;
+pub mod error;
+pub mod metadata;
+pub mod runtime;
+pub mod server;
+pub mod shard;

@@ -17,4 +17,4 @@ pub mod rt;
 pub use batch::{BatchBuilder, BatchHeader, BatchView, Record, RecordView};
 pub use config::LogConfig;
 pub use error::{BatchError, Result, StorageError};
-pub use log::{AppendInfo, Log, LogStats, ReadBatch, RetentionOutcome, SegmentInfo};
+pub use log::{AppendInfo, AppendTicket, Log, LogStats, ReadBatch, RetentionOutcome, SegmentInfo};

@@ -44,6 +44,13 @@ pub struct AppendInfo {
     pub last_offset: u64,
 }
 
+/// A staged batch: where it will land, and the slot its commit result arrives in.
+#[must_use = "a staged batch is durable only once `Log::durable` resolves"]
+pub struct AppendTicket {
+    pub info: AppendInfo,
+    slot: Slot,
+}
+
 /// A verified batch read from the log, in its on-disk bytes.
 #[derive(Debug, Clone)]
 pub struct ReadBatch {
@@ -512,7 +519,42 @@ impl<F: Fs> Log<F> {
 
     /// Appends an encoded batch (as a producer sent it: verified here, then stored unchanged but
     /// for its base offset); resolves once it is durable.
-    pub async fn append(&self, mut bytes: Vec<u8>) -> Result<AppendInfo> {
+    pub async fn append(&self, bytes: Vec<u8>) -> Result<AppendInfo> {
+        self.wait_for_space(bytes.len()).await?;
+        let ticket = self.stage_batch(bytes)?;
+        self.durable(ticket).await
+    }
+
+    /// Waits until a batch of `len_bytes` fits in the write buffer (back-pressure). Callers that
+    /// must keep an order between their own state and the log's (the queue engine) wait here
+    /// first, then change their state and [`Log::stage_batch`] with no await in between.
+    pub async fn wait_for_space(&self, len_bytes: usize) -> Result<()> {
+        loop {
+            self.check_writable()?;
+            let (full, committing) = {
+                let i = self.inner.borrow();
+                (
+                    i.staged_bytes > 0
+                        && i.staged_bytes + len_bytes > self.config.write_buffer_bytes_max,
+                    i.committing,
+                )
+            };
+            if !full {
+                return Ok(());
+            }
+            if committing {
+                self.wait_flush_gen().await;
+            } else {
+                self.commit().await;
+            }
+        }
+    }
+
+    /// Verifies a batch and stages it at the end of the log, synchronously: batches are
+    /// committed in the order they were staged. The batch is not durable until
+    /// [`Log::durable`] resolves for the returned ticket. May exceed the write buffer by one
+    /// batch if the caller skipped [`Log::wait_for_space`].
+    pub fn stage_batch(&self, mut bytes: Vec<u8>) -> Result<AppendTicket> {
         if bytes.len() > self.config.batch_bytes_max {
             return Err(crate::error::BatchError::TooLarge {
                 size_bytes: bytes.len(),
@@ -525,30 +567,16 @@ impl<F: Fs> Log<F> {
         if view.bytes.len() != bytes.len() {
             return Err(crate::error::BatchError::BadLength(view.header.batch_len).into());
         }
-        // Back-pressure: wait while the write buffer is full.
-        loop {
-            self.check_writable()?;
-            let (full, committing) = {
-                let i = self.inner.borrow();
-                (
-                    i.staged_bytes > 0
-                        && i.staged_bytes + bytes.len() > self.config.write_buffer_bytes_max,
-                    i.committing,
-                )
-            };
-            if !full {
-                break;
-            }
-            if committing {
-                self.wait_flush_gen().await;
-            } else {
-                self.commit().await;
-            }
-        }
+        self.check_writable()?;
         let (info, slot) = self.stage(&mut bytes);
+        Ok(AppendTicket { info, slot })
+    }
+
+    /// Resolves when the staged batch is durable (driving the group commit if nobody is).
+    pub async fn durable(&self, ticket: AppendTicket) -> Result<AppendInfo> {
         loop {
-            if let Some(r) = slot.borrow_mut().take() {
-                return r.map(|()| info);
+            if let Some(r) = ticket.slot.borrow_mut().take() {
+                return r.map(|()| ticket.info);
             }
             if self.inner.borrow().committing {
                 self.wait_flush_gen().await;

@@ -1,0 +1,114 @@
+//! Broker configuration. The embedded default (no flags) is a single node on loopback with its
+//! data in `./sluice-data`.
+
+use sluice_storage::LogConfig;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub data_dir: PathBuf,
+    /// Shards (one executor each).
+    pub shards: usize,
+    /// Pin shard i to CPU `cpus[i % cpus.len()]`; empty: do not pin.
+    pub cpus: Vec<usize>,
+    /// Partitions of a new queue.
+    pub default_partitions: u32,
+    /// The region named in queue ARNs and URLs.
+    pub region: String,
+    /// Key of the receipt-handle MAC (32 bytes, kept in `<data>/receipt.key`).
+    pub receipt_secret: Vec<u8>,
+    /// Segment, buffer and cache sizes of each partition's log.
+    pub log: LogConfig,
+    pub http_addr: SocketAddr,
+    pub quic_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+}
+
+pub const RECEIPT_KEY_BYTES: usize = 32;
+
+/// The log configuration of a queue partition: smaller than the storage default, because a
+/// broker holds many partitions and each one's buffers and zero-filled space add up.
+pub fn partition_log_config() -> LogConfig {
+    const MIB: u64 = 1024 * 1024;
+    LogConfig {
+        segment_bytes_max: 256 * MIB,
+        prealloc_chunk_bytes: 4 * MIB,
+        write_buffer_bytes_max: 4 * MIB as usize,
+        batch_bytes_max: 4 * MIB as usize,
+        read_cache_bytes_max: MIB as usize,
+        index_cache_bytes_max: MIB as usize,
+        ..LogConfig::default()
+    }
+}
+
+/// The metadata log's configuration: small, rare records.
+pub fn meta_log_config() -> LogConfig {
+    const MIB: u64 = 1024 * 1024;
+    LogConfig {
+        segment_bytes_max: 64 * MIB,
+        prealloc_chunk_bytes: MIB,
+        write_buffer_bytes_max: MIB as usize,
+        batch_bytes_max: MIB as usize,
+        read_cache_bytes_max: MIB as usize,
+        index_cache_bytes_max: MIB as usize,
+        ..LogConfig::default()
+    }
+}
+
+/// Reads the receipt key from the data dir, creating it (mode 0600) on first start.
+pub fn load_or_create_receipt_key(data_dir: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(data_dir)?;
+    let path = data_dir.join("receipt.key");
+    match std::fs::read(&path) {
+        Ok(k) if k.len() == RECEIPT_KEY_BYTES => return Ok(k),
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} is not a {RECEIPT_KEY_BYTES}-byte key", path.display()),
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut key = vec![0u8; RECEIPT_KEY_BYTES];
+    getrandom_fill(&mut key)?;
+    let tmp = data_dir.join("receipt.key.tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&key)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(data_dir)?.sync_all()?;
+    Ok(key)
+}
+
+fn getrandom_fill(buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
+impl BrokerConfig {
+    /// The embedded default, rooted at `data_dir`.
+    pub fn embedded(data_dir: PathBuf) -> std::io::Result<BrokerConfig> {
+        let shards = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(BrokerConfig {
+            receipt_secret: load_or_create_receipt_key(&data_dir)?,
+            data_dir,
+            shards,
+            cpus: Vec::new(),
+            default_partitions: shards as u32,
+            region: "us-east-1".to_string(),
+            log: partition_log_config(),
+            http_addr: "127.0.0.1:9324".parse().expect("literal"),
+            quic_addr: "127.0.0.1:7400".parse().expect("literal"),
+            metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
+        })
+    }
+}

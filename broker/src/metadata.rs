@@ -1,0 +1,426 @@
+//! Queue definitions: the catalog of tenants' queues, kept durably in a metadata log.
+//!
+//! Shard 0 owns the metadata log (`<data>/meta/`) and decides every change; each change is a
+//! [`MetaRecord`], made durable, then applied by every shard to its own replica of the
+//! [`Catalog`] (the same deterministic `apply` everywhere), so that any shard can resolve a
+//! queue name without a cross-core hop. Records are JSON with a version field: metadata is
+//! small, rare and worth being readable with `sluice log dump`.
+
+use crate::engine::attributes::{validate_queue_name, QueueAttributes, QueueKind};
+use crate::engine::EngineError;
+use crate::error::{ServiceError, ServiceResult};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+pub const META_FORMAT_VERSION: u32 = 1;
+/// Queues per tenant (SQS has no hard limit on queues; this bounds the catalog's memory).
+pub const QUEUES_PER_TENANT_MAX: usize = 100_000;
+/// Tags per queue (SQS: 50).
+pub const TAGS_PER_QUEUE_MAX: usize = 50;
+/// SQS: a deleted queue's name cannot be reused for 60 s.
+pub const NAME_REUSE_DELAY_MS: u64 = 60_000;
+/// The account id of the embedded single-tenant default.
+pub const DEFAULT_TENANT: &str = "000000000000";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum MetaRecord {
+    QueueCreated {
+        v: u32,
+        id: u64,
+        tenant: String,
+        name: String,
+        /// Attributes as given (defaults are implied).
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+        partitions: u32,
+        at_ms: u64,
+    },
+    AttributesSet {
+        v: u32,
+        id: u64,
+        attributes: BTreeMap<String, String>,
+        at_ms: u64,
+    },
+    TagsSet {
+        v: u32,
+        id: u64,
+        tags: BTreeMap<String, String>,
+        at_ms: u64,
+    },
+    QueueDeleted {
+        v: u32,
+        id: u64,
+        at_ms: u64,
+    },
+}
+
+impl MetaRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("metadata records always serialize")
+    }
+
+    pub fn decode(b: &[u8]) -> Result<MetaRecord, String> {
+        let r: MetaRecord = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+        let v = match &r {
+            MetaRecord::QueueCreated { v, .. }
+            | MetaRecord::AttributesSet { v, .. }
+            | MetaRecord::TagsSet { v, .. }
+            | MetaRecord::QueueDeleted { v, .. } => *v,
+        };
+        if v != META_FORMAT_VERSION {
+            return Err(format!("unsupported metadata record version {v}"));
+        }
+        Ok(r)
+    }
+}
+
+/// One queue's definition, as every shard sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueMeta {
+    pub id: u64,
+    pub tenant: String,
+    pub name: String,
+    pub kind: QueueKind,
+    pub attributes: BTreeMap<String, String>,
+    pub parsed: QueueAttributes,
+    pub tags: BTreeMap<String, String>,
+    pub partitions: u32,
+    pub created_ms: u64,
+    pub modified_ms: u64,
+}
+
+impl QueueMeta {
+    pub fn arn(&self, region: &str) -> String {
+        format!("arn:aws:sqs:{region}:{}:{}", self.tenant, self.name)
+    }
+
+    /// The value of every static attribute (defaults included), as GetQueueAttributes shows it.
+    pub fn static_attributes(&self, region: &str) -> BTreeMap<String, String> {
+        let a = &self.parsed;
+        let mut m = BTreeMap::new();
+        m.insert("QueueArn".into(), self.arn(region));
+        m.insert(
+            "VisibilityTimeout".into(),
+            a.visibility_timeout_s.to_string(),
+        );
+        m.insert("MessageRetentionPeriod".into(), a.retention_s.to_string());
+        m.insert("DelaySeconds".into(), a.delay_s.to_string());
+        m.insert(
+            "ReceiveMessageWaitTimeSeconds".into(),
+            a.wait_time_s.to_string(),
+        );
+        m.insert(
+            "MaximumMessageSize".into(),
+            a.message_size_bytes_max.to_string(),
+        );
+        m.insert(
+            "CreatedTimestamp".into(),
+            (self.created_ms / 1000).to_string(),
+        );
+        m.insert(
+            "LastModifiedTimestamp".into(),
+            (self.modified_ms / 1000).to_string(),
+        );
+        m.insert("SqsManagedSseEnabled".into(), "false".into());
+        if self.kind == QueueKind::Fifo {
+            m.insert("FifoQueue".into(), "true".into());
+            m.insert(
+                "ContentBasedDeduplication".into(),
+                a.content_based_dedup.to_string(),
+            );
+            m.insert(
+                "DeduplicationScope".into(),
+                match a.dedup_scope {
+                    crate::engine::attributes::DedupScope::Queue => "queue",
+                    crate::engine::attributes::DedupScope::MessageGroup => "messageGroup",
+                }
+                .into(),
+            );
+            m.insert(
+                "FifoThroughputLimit".into(),
+                match a.fifo_throughput_limit {
+                    crate::engine::attributes::FifoThroughputLimit::PerQueue => "perQueue",
+                    crate::engine::attributes::FifoThroughputLimit::PerMessageGroupId => {
+                        "perMessageGroupId"
+                    }
+                }
+                .into(),
+            );
+        }
+        // Attributes set explicitly and not derived above (RedrivePolicy, Policy, …) are shown
+        // as they were given.
+        for (k, v) in &self.attributes {
+            if !v.is_empty() {
+                m.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        m
+    }
+}
+
+/// Every queue, by id and by (tenant, name). Identical on every shard.
+#[derive(Debug, Default, Clone)]
+pub struct Catalog {
+    queues: BTreeMap<u64, Arc<QueueMeta>>,
+    by_name: HashMap<(String, String), u64>,
+    /// Recently deleted names and when, for the 60 s reuse rule.
+    deleted: HashMap<(String, String), u64>,
+    next_id: u64,
+}
+
+impl Catalog {
+    pub fn get(&self, id: u64) -> Option<Arc<QueueMeta>> {
+        self.queues.get(&id).cloned()
+    }
+
+    pub fn lookup(&self, tenant: &str, name: &str) -> ServiceResult<Arc<QueueMeta>> {
+        self.by_name
+            .get(&(tenant.to_string(), name.to_string()))
+            .and_then(|id| self.get(*id))
+            .ok_or(ServiceError::NonExistentQueue)
+    }
+
+    /// Finds a queue by its ARN (redrive targets name queues by ARN).
+    pub fn lookup_arn(&self, arn: &str) -> Option<Arc<QueueMeta>> {
+        let mut parts = arn.splitn(6, ':');
+        let (_, _, _, _region, tenant, name) = (
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+            parts.next()?,
+        );
+        self.lookup(tenant, name).ok()
+    }
+
+    pub fn list(&self, tenant: &str, prefix: &str) -> Vec<Arc<QueueMeta>> {
+        self.queues
+            .values()
+            .filter(|q| q.tenant == tenant && q.name.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Arc<QueueMeta>> {
+        self.queues.values()
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id.max(1)
+    }
+
+    /// Decides the record for a CreateQueue (on shard 0): a new queue, or `None` if an
+    /// identical one exists (CreateQueue is idempotent), or an error.
+    pub fn plan_create(
+        &self,
+        tenant: &str,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+        partitions: u32,
+        now_ms: u64,
+    ) -> ServiceResult<Option<MetaRecord>> {
+        let kind = validate_queue_name(name)?;
+        QueueAttributes::from_pairs(kind, attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        validate_tags(&tags)?;
+        if let Ok(q) = self.lookup(tenant, name) {
+            return if q.attributes == attributes {
+                Ok(None)
+            } else {
+                Err(ServiceError::QueueNameExists)
+            };
+        }
+        if let Some(at) = self.deleted.get(&(tenant.to_string(), name.to_string())) {
+            if now_ms < at + NAME_REUSE_DELAY_MS {
+                return Err(ServiceError::QueueDeletedRecently);
+            }
+        }
+        if self.queues.values().filter(|q| q.tenant == tenant).count() >= QUEUES_PER_TENANT_MAX {
+            return Err(ServiceError::TooManyQueues(QUEUES_PER_TENANT_MAX));
+        }
+        Ok(Some(MetaRecord::QueueCreated {
+            v: META_FORMAT_VERSION,
+            id: self.next_id(),
+            tenant: tenant.to_string(),
+            name: name.to_string(),
+            attributes,
+            tags,
+            partitions,
+            at_ms: now_ms,
+        }))
+    }
+
+    /// Decides the record for SetQueueAttributes: the merged explicit attributes, validated.
+    pub fn plan_set_attributes(
+        &self,
+        q: &QueueMeta,
+        changes: &BTreeMap<String, String>,
+        now_ms: u64,
+    ) -> ServiceResult<MetaRecord> {
+        let mut merged = q.attributes.clone();
+        for (k, v) in changes {
+            if k == "FifoQueue" {
+                // Settable only at creation.
+                return Err(EngineError::InvalidAttributeName(k.clone()).into());
+            }
+            merged.insert(k.clone(), v.clone());
+        }
+        QueueAttributes::from_pairs(q.kind, merged.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        Ok(MetaRecord::AttributesSet {
+            v: META_FORMAT_VERSION,
+            id: q.id,
+            attributes: merged,
+            at_ms: now_ms,
+        })
+    }
+
+    /// Applies a durable record. Deterministic: every shard applies the same records in the same
+    /// order and holds the same catalog.
+    pub fn apply(&mut self, r: &MetaRecord) -> Result<(), String> {
+        match r {
+            MetaRecord::QueueCreated {
+                id,
+                tenant,
+                name,
+                attributes,
+                tags,
+                partitions,
+                at_ms,
+                ..
+            } => {
+                let kind = validate_queue_name(name).map_err(|e| e.to_string())?;
+                let parsed = QueueAttributes::from_pairs(
+                    kind,
+                    attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )
+                .map_err(|e| e.to_string())?;
+                let q = QueueMeta {
+                    id: *id,
+                    tenant: tenant.clone(),
+                    name: name.clone(),
+                    kind,
+                    attributes: attributes.clone(),
+                    parsed,
+                    tags: tags.clone(),
+                    partitions: (*partitions).max(1),
+                    created_ms: *at_ms,
+                    modified_ms: *at_ms,
+                };
+                self.by_name.insert((tenant.clone(), name.clone()), *id);
+                self.deleted.remove(&(tenant.clone(), name.clone()));
+                self.queues.insert(*id, Arc::new(q));
+                self.next_id = self.next_id.max(id + 1);
+            }
+            MetaRecord::AttributesSet {
+                id,
+                attributes,
+                at_ms,
+                ..
+            } => {
+                let q = self.queues.get_mut(id).ok_or("attributes for unknown queue")?;
+                let mut m = (**q).clone();
+                m.parsed = QueueAttributes::from_pairs(
+                    m.kind,
+                    attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )
+                .map_err(|e| e.to_string())?;
+                m.attributes = attributes.clone();
+                m.modified_ms = *at_ms;
+                *q = Arc::new(m);
+            }
+            MetaRecord::TagsSet { id, tags, .. } => {
+                let q = self.queues.get_mut(id).ok_or("tags for unknown queue")?;
+                let mut m = (**q).clone();
+                m.tags = tags.clone();
+                *q = Arc::new(m);
+            }
+            MetaRecord::QueueDeleted { id, at_ms, .. } => {
+                if let Some(q) = self.queues.remove(id) {
+                    let key = (q.tenant.clone(), q.name.clone());
+                    self.by_name.remove(&key);
+                    self.deleted.insert(key, *at_ms);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn validate_tags(tags: &BTreeMap<String, String>) -> ServiceResult<()> {
+    if tags.len() > TAGS_PER_QUEUE_MAX {
+        return Err(EngineError::param("Tags", "at most 50 tags per queue").into());
+    }
+    for (k, v) in tags {
+        if k.is_empty() || k.len() > 128 || v.len() > 256 {
+            return Err(EngineError::param(
+                "Tags",
+                "tag keys must be 1-128 characters and values at most 256",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_is_idempotent_and_conflicts_are_errors() {
+        let mut c = Catalog::default();
+        let attrs: BTreeMap<_, _> = [("VisibilityTimeout".to_string(), "10".to_string())].into();
+        let r = c
+            .plan_create("1", "q", attrs.clone(), BTreeMap::new(), 2, 5)
+            .expect("plan")
+            .expect("new");
+        c.apply(&r).expect("apply");
+        assert!(c
+            .plan_create("1", "q", attrs, BTreeMap::new(), 2, 6)
+            .expect("plan")
+            .is_none());
+        assert!(matches!(
+            c.plan_create("1", "q", BTreeMap::new(), BTreeMap::new(), 2, 6),
+            Err(ServiceError::QueueNameExists)
+        ));
+        // Another tenant may use the name.
+        assert!(c
+            .plan_create("2", "q", BTreeMap::new(), BTreeMap::new(), 2, 6)
+            .expect("plan")
+            .is_some());
+        let q = c.lookup("1", "q").expect("exists");
+        assert_eq!(q.parsed.visibility_timeout_s, 10);
+        assert_eq!(c.lookup_arn(&q.arn("us-east-1")).map(|q| q.id), Some(q.id));
+        let del = MetaRecord::QueueDeleted {
+            v: 1,
+            id: q.id,
+            at_ms: 100,
+        };
+        c.apply(&del).expect("apply");
+        assert!(matches!(c.lookup("1", "q"), Err(ServiceError::NonExistentQueue)));
+        assert!(matches!(
+            c.plan_create("1", "q", BTreeMap::new(), BTreeMap::new(), 2, 200),
+            Err(ServiceError::QueueDeletedRecently)
+        ));
+        assert!(c
+            .plan_create("1", "q", BTreeMap::new(), BTreeMap::new(), 2, 100 + NAME_REUSE_DELAY_MS)
+            .expect("plan")
+            .is_some());
+    }
+
+    #[test]
+    fn records_round_trip_and_reject_other_versions() {
+        let r = MetaRecord::TagsSet {
+            v: 1,
+            id: 3,
+            tags: [("a".to_string(), "b".to_string())].into(),
+            at_ms: 9,
+        };
+        assert_eq!(MetaRecord::decode(&r.encode()), Ok(r));
+        assert!(MetaRecord::decode(br#"{"type":"QueueDeleted","v":2,"id":1,"at_ms":1}"#).is_err());
+        assert!(MetaRecord::decode(b"garbage").is_err());
+    }
+}

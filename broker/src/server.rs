@@ -1,0 +1,140 @@
+//! Starting and stopping the broker: one glommio executor per shard, joined by a channel mesh.
+
+use crate::config::BrokerConfig;
+use crate::shard::{Envelope, Shard, MESH_CHANNEL_CAPACITY};
+use futures::channel::mpsc;
+use futures::future::LocalBoxFuture;
+use futures::StreamExt;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::Placement;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Work handed to a shard from outside its thread (tests, the CLI's embedded mode).
+pub type Job = Box<dyn FnOnce(Rc<Shard>) -> LocalBoxFuture<'static, ()> + Send>;
+
+enum Control {
+    Run(Job),
+    Shutdown,
+}
+
+/// A running broker: one thread per shard.
+pub struct BrokerHandle {
+    controls: Vec<mpsc::UnboundedSender<Control>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    ready: std::sync::Mutex<std::sync::mpsc::Receiver<Result<usize, String>>>,
+    pub config: Arc<BrokerConfig>,
+}
+
+impl BrokerHandle {
+    /// Waits until every shard has started (or one failed).
+    pub fn wait_ready(&self) -> Result<(), String> {
+        let ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..self.controls.len() {
+            ready
+                .recv()
+                .map_err(|_| "a shard exited during start-up".to_string())??;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on shard `shard` and returns its result.
+    pub fn run_on<T, F, Fut>(&self, shard: usize, f: F) -> T
+    where
+        T: Send + 'static,
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T> + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job: Job = Box::new(move |s| {
+            Box::pin(async move {
+                let _ = tx.send(f(s).await);
+            })
+        });
+        self.controls[shard]
+            .unbounded_send(Control::Run(job))
+            .expect("shard running");
+        rx.recv().expect("shard ran the job")
+    }
+
+    /// Stops every shard (partitions closed, staged writes committed) and joins the threads.
+    pub fn shutdown(self) {
+        for c in &self.controls {
+            let _ = c.unbounded_send(Control::Shutdown);
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the broker's shards, each on its own thread and executor.
+pub fn start(config: BrokerConfig) -> std::io::Result<BrokerHandle> {
+    let config = Arc::new(config);
+    let n = config.shards.max(1);
+    let mesh = (n > 1).then(|| MeshBuilder::<Envelope, _>::full(n, MESH_CHANNEL_CAPACITY));
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let mut controls = Vec::new();
+    let mut threads = Vec::new();
+    for id in 0..n {
+        let (ctl_tx, mut ctl_rx) = mpsc::unbounded::<Control>();
+        controls.push(ctl_tx);
+        let config = config.clone();
+        let mesh = mesh.clone();
+        let ready_tx = ready_tx.clone();
+        let placement = match config.cpus.get(id % config.cpus.len().max(1)) {
+            Some(cpu) if !config.cpus.is_empty() => Placement::Fixed(*cpu),
+            _ => Placement::Unbound,
+        };
+        let builder = sluice_storage::rt::executor_builder(&format!("shard-{id}"), placement)
+            .spin_before_park(std::time::Duration::from_micros(50));
+        let handle = builder
+            .spawn(move || async move {
+                let joined = match mesh {
+                    Some(m) => match m.join().await {
+                        Ok(j) => Some(j),
+                        Err(_) => {
+                            let _ = ready_tx.send(Err(format!("shard {id}: mesh join failed")));
+                            return;
+                        }
+                    },
+                    None => None,
+                };
+                let shard = match Shard::start(id, config, joined).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("shard {id}: {e}")));
+                        return;
+                    }
+                };
+                // Shard 0 bootstraps the others; wait until this one has its catalog.
+                while !shard.is_ready() {
+                    glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                tracing::info!(shard = id, "shard ready");
+                let _ = ready_tx.send(Ok(id));
+                while let Some(c) = ctl_rx.next().await {
+                    match c {
+                        Control::Run(job) => {
+                            glommio::spawn_local(job(shard.clone())).detach();
+                        }
+                        Control::Shutdown => break,
+                    }
+                }
+                shard.shutdown().await;
+                tracing::info!(shard = id, "shard stopped");
+            })
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        threads.push(std::thread::spawn(move || {
+            if let Err(e) = handle.join() {
+                tracing::error!(error = %e, "shard thread failed");
+            }
+        }));
+    }
+    Ok(BrokerHandle {
+        controls,
+        threads,
+        ready: std::sync::Mutex::new(ready),
+        config,
+    })
+}

@@ -1,0 +1,825 @@
+//! A shard: one core's share of the broker. It owns the partitions placed on it (and, on shard
+//! 0, the metadata log), serves requests for them, and forwards everything else to the owning
+//! shard over the cross-core mesh (glommio channels; no shared mutable state between cores).
+//!
+//! Placement: partition `p` of queue `q` lives on shard `(q + p) % shards`, so a queue's
+//! partitions spread over the cores. The service methods at the bottom are what the front ends
+//! call, on whichever shard accepted the connection.
+
+pub mod partition;
+
+use crate::config::BrokerConfig;
+use crate::engine::attributes::QueueKind;
+use crate::engine::partition::validate_batch as validate_batch_entries;
+use crate::engine::{
+    BatchEntry, Command, Counters, Delivered, EngineError, MoveRequest,
+    PartitionConfig, Receipt, ReceiptCodec, ReceiveRequest, Reply, SendRequest, SentReply,
+};
+use crate::error::{ServiceError, ServiceResult};
+use crate::metadata::{Catalog, MetaRecord, QueueMeta};
+use crate::runtime;
+use futures::channel::oneshot;
+use glommio::channels::channel_mesh::{Receivers, Senders};
+use partition::PartitionActor;
+use sluice_storage::fs::DmaFs;
+use sluice_storage::Log;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+
+/// Capacity of each cross-core channel (messages); senders wait beyond it (back-pressure).
+pub const MESH_CHANNEL_CAPACITY: usize = 1024;
+/// A long poll re-checks at least this often, in case a wake-up was missed on another core.
+const LONG_POLL_RECHECK_MS: u64 = 1000;
+
+/// What one shard asks of another.
+#[derive(Debug)]
+pub enum ShardRequest {
+    Partition {
+        queue_id: u64,
+        partition: u32,
+        op: PartitionOp,
+    },
+    /// To shard 0: change the metadata.
+    Meta(MetaOp),
+    /// From shard 0: apply durable metadata records (and open or close partitions).
+    ApplyMeta(Vec<MetaRecord>),
+}
+
+#[derive(Debug)]
+pub enum PartitionOp {
+    Execute(Command),
+    WaitReady { deadline_ms: u64 },
+    Counters,
+}
+
+#[derive(Debug)]
+pub enum MetaOp {
+    Create {
+        tenant: String,
+        name: String,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    },
+    SetAttributes {
+        id: u64,
+        changes: BTreeMap<String, String>,
+    },
+    SetTags {
+        id: u64,
+        tags: BTreeMap<String, String>,
+    },
+    Delete {
+        id: u64,
+    },
+}
+
+#[derive(Debug)]
+pub enum ShardResponse {
+    Reply(ServiceResult<Reply>),
+    Ready(ServiceResult<bool>),
+    Counters(ServiceResult<Counters>),
+    Meta(ServiceResult<u64>),
+    Applied(ServiceResult<()>),
+}
+
+#[derive(Debug)]
+pub enum Envelope {
+    Request {
+        from: usize,
+        id: u64,
+        req: ShardRequest,
+    },
+    Response {
+        id: u64,
+        resp: ShardResponse,
+    },
+}
+
+pub struct Shard {
+    pub id: usize,
+    pub shards: usize,
+    pub config: Arc<BrokerConfig>,
+    fs: DmaFs,
+    catalog: RefCell<Catalog>,
+    partitions: RefCell<HashMap<(u64, u32), Rc<PartitionActor>>>,
+    senders: Option<Senders<Envelope>>,
+    pending: RefCell<HashMap<u64, oneshot::Sender<ShardResponse>>>,
+    next_request: Cell<u64>,
+    meta_log: RefCell<Option<Rc<Log<DmaFs>>>>,
+    meta_lock: futures::lock::Mutex<()>,
+    receipts: ReceiptCodec,
+    ready: Cell<bool>,
+    round_robin: Cell<u64>,
+    this: Weak<Shard>,
+}
+
+fn stable_hash(s: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(s.as_bytes())
+}
+
+impl Shard {
+    /// Starts the shard on the current executor: joins the mesh and, on shard 0, loads the
+    /// metadata and bootstraps every shard with it.
+    pub async fn start(
+        id: usize,
+        config: Arc<BrokerConfig>,
+        mesh: Option<(Senders<Envelope>, Receivers<Envelope>)>,
+    ) -> ServiceResult<Rc<Shard>> {
+        let fs = DmaFs::new(&config.data_dir)
+            .await
+            .map_err(|e| ServiceError::Internal(format!("data dir: {e}")))?;
+        let receipts = ReceiptCodec::new(&config.receipt_secret)?;
+        let (senders, receivers) = match mesh {
+            Some((s, r)) => (Some(s), Some(r)),
+            None => (None, None),
+        };
+        let shard = Rc::new_cyclic(|this| Shard {
+            id,
+            shards: config.shards,
+            config: config.clone(),
+            fs,
+            catalog: RefCell::new(Catalog::default()),
+            partitions: RefCell::new(HashMap::new()),
+            senders,
+            pending: RefCell::new(HashMap::new()),
+            next_request: Cell::new(1),
+            meta_log: RefCell::new(None),
+            meta_lock: futures::lock::Mutex::new(()),
+            receipts,
+            ready: Cell::new(false),
+            round_robin: Cell::new(id as u64),
+            this: this.clone(),
+        });
+        if let Some(mut r) = receivers {
+            for (peer, stream) in r.streams() {
+                let s = shard.clone();
+                runtime::spawn(async move {
+                    while let Some(env) = stream.recv().await {
+                        s.on_envelope(peer, env);
+                    }
+                });
+            }
+        }
+        if id == 0 {
+            let meta_dir = config.data_dir.join("meta");
+            let log = Log::open(shard.fs.clone(), meta_dir, crate::config::meta_log_config()).await?;
+            let mut records = Vec::new();
+            let mut at = log.start_offset();
+            while at < log.end_offset() {
+                for b in log.read(at, 1 << 20).await? {
+                    for r in b.view().records() {
+                        let r = r.map_err(|e| ServiceError::Internal(e.to_string()))?;
+                        records.push(MetaRecord::decode(r.value).map_err(ServiceError::Internal)?);
+                    }
+                    at = b.header.next_offset();
+                }
+            }
+            *shard.meta_log.borrow_mut() = Some(Rc::new(log));
+            tracing::info!(records = records.len(), "metadata loaded");
+            shard.broadcast_meta(records).await?;
+        }
+        Ok(shard)
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.get()
+    }
+
+    fn owner(&self, queue_id: u64, partition: u32) -> usize {
+        ((queue_id + u64::from(partition)) % self.shards as u64) as usize
+    }
+
+    fn on_envelope(self: &Rc<Self>, peer: usize, env: Envelope) {
+        match env {
+            Envelope::Request { from, id, req } => {
+                let s = self.clone();
+                runtime::spawn(async move {
+                    let resp = s.clone().handle(req).await;
+                    let senders = s.senders.as_ref().expect("a request came over the mesh");
+                    // The peer is gone only at shutdown; then nobody waits for this.
+                    let _ = senders.send_to(from, Envelope::Response { id, resp }).await;
+                });
+            }
+            Envelope::Response { id, resp } => {
+                if let Some(tx) = self.pending.borrow_mut().remove(&id) {
+                    let _ = tx.send(resp);
+                } else {
+                    tracing::debug!(peer, id, "response for a request nobody waits for");
+                }
+            }
+        }
+    }
+
+    /// Sends a request to shard `to` (or runs it here) and waits for the response.
+    async fn request(&self, to: usize, req: ShardRequest) -> ShardResponse {
+        if to == self.id {
+            let me = self.this.upgrade().expect("shard alive while serving");
+            return Box::pin(me.handle(req)).await;
+        }
+        let id = self.next_request.get();
+        self.next_request.set(id + 1);
+        let (tx, rx) = oneshot::channel();
+        self.pending.borrow_mut().insert(id, tx);
+        let senders = self.senders.as_ref().expect("several shards have a mesh");
+        if senders
+            .send_to(
+                to,
+                Envelope::Request {
+                    from: self.id,
+                    id,
+                    req,
+                },
+            )
+            .await
+            .is_err()
+        {
+            self.pending.borrow_mut().remove(&id);
+            return ShardResponse::Reply(Err(ServiceError::Unavailable("shard unreachable")));
+        }
+        rx.await
+            .unwrap_or(ShardResponse::Reply(Err(ServiceError::Unavailable(
+                "shard dropped the request",
+            ))))
+    }
+
+    async fn handle(self: Rc<Self>, req: ShardRequest) -> ShardResponse {
+        match req {
+            ShardRequest::Partition {
+                queue_id,
+                partition,
+                op,
+            } => {
+                let actor = self.partitions.borrow().get(&(queue_id, partition)).cloned();
+                let Some(actor) = actor else {
+                    let e = if self.ready.get() {
+                        ServiceError::NonExistentQueue
+                    } else {
+                        ServiceError::Unavailable("shard is starting")
+                    };
+                    return match op {
+                        PartitionOp::Execute(_) => ShardResponse::Reply(Err(e)),
+                        PartitionOp::WaitReady { .. } => ShardResponse::Ready(Err(e)),
+                        PartitionOp::Counters => ShardResponse::Counters(Err(e)),
+                    };
+                };
+                match op {
+                    PartitionOp::Execute(cmd) => ShardResponse::Reply(actor.execute(cmd).await),
+                    PartitionOp::WaitReady { deadline_ms } => {
+                        ShardResponse::Ready(actor.wait_ready(deadline_ms).await)
+                    }
+                    PartitionOp::Counters => ShardResponse::Counters(Ok(actor.counters())),
+                }
+            }
+            ShardRequest::Meta(op) => ShardResponse::Meta(self.meta_change(op).await),
+            ShardRequest::ApplyMeta(records) => {
+                ShardResponse::Applied(self.apply_meta(records).await)
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ metadata
+
+    /// On shard 0: decides, makes durable and broadcasts one metadata change.
+    async fn meta_change(&self, op: MetaOp) -> ServiceResult<u64> {
+        let _serial = self.meta_lock.lock().await;
+        let now = runtime::now_ms();
+        let record = {
+            let c = self.catalog.borrow();
+            match op {
+                MetaOp::Create {
+                    tenant,
+                    name,
+                    attributes,
+                    tags,
+                } => match c.plan_create(
+                    &tenant,
+                    &name,
+                    attributes,
+                    tags,
+                    self.config.default_partitions,
+                    now,
+                )? {
+                    Some(r) => r,
+                    None => return Ok(c.lookup(&tenant, &name)?.id),
+                },
+                MetaOp::SetAttributes { id, changes } => {
+                    let q = c.get(id).ok_or(ServiceError::NonExistentQueue)?;
+                    c.plan_set_attributes(&q, &changes, now)?
+                }
+                MetaOp::SetTags { id, tags } => {
+                    c.get(id).ok_or(ServiceError::NonExistentQueue)?;
+                    crate::metadata::validate_tags(&tags)?;
+                    MetaRecord::TagsSet {
+                        v: crate::metadata::META_FORMAT_VERSION,
+                        id,
+                        tags,
+                        at_ms: now,
+                    }
+                }
+                MetaOp::Delete { id } => {
+                    c.get(id).ok_or(ServiceError::NonExistentQueue)?;
+                    MetaRecord::QueueDeleted {
+                        v: crate::metadata::META_FORMAT_VERSION,
+                        id,
+                        at_ms: now,
+                    }
+                }
+            }
+        };
+        let id = match &record {
+            MetaRecord::QueueCreated { id, .. }
+            | MetaRecord::AttributesSet { id, .. }
+            | MetaRecord::TagsSet { id, .. }
+            | MetaRecord::QueueDeleted { id, .. } => *id,
+        };
+        let log = self
+            .meta_log
+            .borrow()
+            .clone()
+            .ok_or(ServiceError::Unavailable("metadata not loaded"))?;
+        let mut b = sluice_storage::BatchBuilder::new();
+        b.push_parts(now as i64, None, &record.encode(), std::iter::empty());
+        log.append(b.finish().expect("one record")).await?;
+        self.broadcast_meta(vec![record]).await?;
+        Ok(id)
+    }
+
+    async fn broadcast_meta(&self, records: Vec<MetaRecord>) -> ServiceResult<()> {
+        let mut first_err = None;
+        for s in 0..self.shards {
+            if let ShardResponse::Applied(Err(e)) =
+                self.request(s, ShardRequest::ApplyMeta(records.clone())).await
+            {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn partition_config(&self, q: &QueueMeta, p: u32) -> PartitionConfig {
+        PartitionConfig {
+            queue_id: q.id,
+            partition: p,
+            attributes: q.parsed.clone(),
+            limits: PartitionActor::limits(),
+        }
+    }
+
+    fn partition_dir(&self, queue_id: u64, p: u32) -> std::path::PathBuf {
+        self.config
+            .data_dir
+            .join("queues")
+            .join(format!("{queue_id:016}"))
+            .join(format!("p{p:05}"))
+    }
+
+    /// Applies metadata records to this shard's catalog and opens or closes its partitions.
+    async fn apply_meta(&self, records: Vec<MetaRecord>) -> ServiceResult<()> {
+        for r in &records {
+            self.catalog
+                .borrow_mut()
+                .apply(r)
+                .map_err(ServiceError::Internal)?;
+        }
+        // Bring partitions in line with the catalog.
+        let queues: Vec<Arc<QueueMeta>> = self.catalog.borrow().all().cloned().collect();
+        for q in &queues {
+            for p in 0..q.partitions {
+                if self.owner(q.id, p) != self.id {
+                    continue;
+                }
+                let existing = self.partitions.borrow().get(&(q.id, p)).cloned();
+                match existing {
+                    None => {
+                        let weak = self.this.clone();
+                        let sink: partition::MoveSink = Rc::new(move |mv| {
+                            if let Some(s) = weak.upgrade() {
+                                runtime::spawn(async move { s.forward_move(mv).await });
+                            }
+                        });
+                        let actor = PartitionActor::open(
+                            self.fs.clone(),
+                            self.partition_dir(q.id, p),
+                            self.partition_config(q, p),
+                            self.config.log.clone(),
+                            sink,
+                        )
+                        .await?;
+                        self.partitions.borrow_mut().insert((q.id, p), actor);
+                    }
+                    Some(actor) => {
+                        let cfg = self.partition_config(q, p);
+                        if records.iter().any(|r| matches!(r, MetaRecord::AttributesSet { id, .. } if *id == q.id)) {
+                            actor.set_config(cfg);
+                            actor
+                                .execute(Command::SetAttributes(Box::new(q.parsed.clone())))
+                                .await?;
+                        }
+                    }
+                }
+            }
+        }
+        // Partitions of deleted queues: close and remove.
+        let gone: Vec<(u64, u32)> = self
+            .partitions
+            .borrow()
+            .keys()
+            .filter(|(qid, _)| self.catalog.borrow().get(*qid).is_none())
+            .copied()
+            .collect();
+        for key in gone {
+            let actor = self.partitions.borrow_mut().remove(&key);
+            if let Some(a) = actor {
+                let _ = a.close().await;
+                if let Err(e) = std::fs::remove_dir_all(a.dir()) {
+                    tracing::warn!(error = %e, dir = %a.dir().display(), "removing a deleted queue's partition");
+                }
+            }
+        }
+        self.ready.set(true);
+        Ok(())
+    }
+
+    /// Forwards a message that exceeded maxReceiveCount to its dead-letter queue, then completes
+    /// the move at the source. Idempotent at the DLQ (by origin), so retries are safe.
+    async fn forward_move(self: Rc<Self>, mv: MoveRequest) {
+        let mut backoff_ms = 100;
+        loop {
+            let result = self.try_forward_move(&mv).await;
+            match result {
+                Ok(()) => return,
+                Err(None) => return, // the source queue is gone, and its messages with it
+                Err(Some(e)) => {
+                    tracing::warn!(error = %e, queue = mv.origin.queue_id, "dead-letter move failed; retrying");
+                    runtime::sleep(std::time::Duration::from_millis(backoff_ms)).await;
+                    backoff_ms = (backoff_ms * 2).min(30_000);
+                }
+            }
+        }
+    }
+
+    async fn try_forward_move(&self, mv: &MoveRequest) -> Result<(), Option<ServiceError>> {
+        let (src, dlq) = {
+            let c = self.catalog.borrow();
+            let src = c.get(mv.origin.queue_id).ok_or(None)?;
+            let arn = src
+                .parsed
+                .redrive_policy
+                .as_ref()
+                .map(|p| p.dead_letter_target_arn.clone())
+                .ok_or(Some(ServiceError::Internal("redrive policy removed".into())))?;
+            let dlq = c
+                .lookup_arn(&arn)
+                .ok_or(Some(ServiceError::NonExistentQueue))?;
+            (src, dlq)
+        };
+        let p = match (&mv.payload.group_id, dlq.kind) {
+            (Some(g), QueueKind::Fifo) => (stable_hash(g) % u64::from(dlq.partitions)) as u32,
+            _ => (mv.origin.msg_id % u64::from(dlq.partitions)) as u32,
+        };
+        self.execute_on(&dlq, p, Command::AcceptMove(mv.clone()))
+            .await
+            .map_err(Some)?;
+        self.execute_on(
+            &src,
+            mv.origin.partition,
+            Command::CompleteMove {
+                msg_id: mv.origin.msg_id,
+            },
+        )
+        .await
+        .map_err(Some)?;
+        Ok(())
+    }
+
+    async fn execute_on(&self, q: &QueueMeta, p: u32, cmd: Command) -> ServiceResult<Reply> {
+        match self
+            .request(
+                self.owner(q.id, p),
+                ShardRequest::Partition {
+                    queue_id: q.id,
+                    partition: p,
+                    op: PartitionOp::Execute(cmd),
+                },
+            )
+            .await
+        {
+            ShardResponse::Reply(r) => r,
+            other => Err(ServiceError::Internal(format!("unexpected response {other:?}"))),
+        }
+    }
+
+    /// Closes every partition and the metadata log (what is staged is committed first).
+    pub async fn shutdown(&self) {
+        let actors: Vec<_> = self.partitions.borrow_mut().drain().map(|(_, a)| a).collect();
+        for a in actors {
+            if let Err(e) = a.close().await {
+                tracing::warn!(error = %e, "closing a partition");
+            }
+        }
+        let meta = self.meta_log.borrow_mut().take();
+        if let Some(m) = meta {
+            let _ = m.close().await;
+        }
+    }
+
+    // ------------------------------------------------------------------ the service API
+
+    fn check_ready(&self) -> ServiceResult<()> {
+        if self.ready.get() {
+            Ok(())
+        } else {
+            Err(ServiceError::Unavailable("broker is starting"))
+        }
+    }
+
+    pub fn queue(&self, tenant: &str, name: &str) -> ServiceResult<Arc<QueueMeta>> {
+        self.check_ready()?;
+        self.catalog.borrow().lookup(tenant, name)
+    }
+
+    pub fn queue_by_arn(&self, arn: &str) -> Option<Arc<QueueMeta>> {
+        self.catalog.borrow().lookup_arn(arn)
+    }
+
+    pub fn list_queues(&self, tenant: &str, prefix: &str) -> Vec<Arc<QueueMeta>> {
+        self.catalog.borrow().list(tenant, prefix)
+    }
+
+    /// Queues whose RedrivePolicy names `dlq` as their dead-letter queue.
+    pub fn dead_letter_sources(&self, dlq: &QueueMeta) -> Vec<Arc<QueueMeta>> {
+        let arn = dlq.arn(&self.config.region);
+        self.catalog
+            .borrow()
+            .all()
+            .filter(|q| {
+                q.tenant == dlq.tenant
+                    && q.parsed
+                        .redrive_policy
+                        .as_ref()
+                        .is_some_and(|p| p.dead_letter_target_arn == arn)
+            })
+            .cloned()
+            .collect()
+    }
+
+    async fn meta(&self, op: MetaOp) -> ServiceResult<u64> {
+        self.check_ready()?;
+        match self.request(0, ShardRequest::Meta(op)).await {
+            ShardResponse::Meta(r) => r,
+            ShardResponse::Reply(Err(e)) => Err(e),
+            other => Err(ServiceError::Internal(format!("unexpected response {other:?}"))),
+        }
+    }
+
+    pub async fn create_queue(
+        &self,
+        tenant: &str,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> ServiceResult<Arc<QueueMeta>> {
+        let id = self
+            .meta(MetaOp::Create {
+                tenant: tenant.to_string(),
+                name: name.to_string(),
+                attributes,
+                tags,
+            })
+            .await?;
+        self.catalog
+            .borrow()
+            .get(id)
+            .ok_or(ServiceError::Internal("created queue missing".into()))
+    }
+
+    pub async fn delete_queue(&self, q: &QueueMeta) -> ServiceResult<()> {
+        self.meta(MetaOp::Delete { id: q.id }).await.map(|_| ())
+    }
+
+    pub async fn set_queue_attributes(
+        &self,
+        q: &QueueMeta,
+        changes: BTreeMap<String, String>,
+    ) -> ServiceResult<()> {
+        self.meta(MetaOp::SetAttributes { id: q.id, changes })
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn set_tags(&self, q: &QueueMeta, tags: BTreeMap<String, String>) -> ServiceResult<()> {
+        self.meta(MetaOp::SetTags { id: q.id, tags }).await.map(|_| ())
+    }
+
+    /// The approximate counters of the whole queue (summed over its partitions).
+    pub async fn queue_counters(&self, q: &QueueMeta) -> ServiceResult<Counters> {
+        let mut total = Counters::default();
+        for p in 0..q.partitions {
+            let r = self
+                .request(
+                    self.owner(q.id, p),
+                    ShardRequest::Partition {
+                        queue_id: q.id,
+                        partition: p,
+                        op: PartitionOp::Counters,
+                    },
+                )
+                .await;
+            match r {
+                ShardResponse::Counters(Ok(c)) => {
+                    total.visible += c.visible;
+                    total.in_flight += c.in_flight;
+                    total.delayed += c.delayed;
+                    total.moving += c.moving;
+                }
+                ShardResponse::Counters(Err(e)) => return Err(e),
+                other => return Err(ServiceError::Internal(format!("unexpected {other:?}"))),
+            }
+        }
+        Ok(total)
+    }
+
+    /// Partitions of `q` in the order a request should try them: those on this shard first
+    /// (no cross-core hop), starting at a rotating index so load spreads.
+    fn partition_order(&self, q: &QueueMeta) -> Vec<u32> {
+        let n = q.partitions;
+        let start = self.round_robin.get();
+        self.round_robin.set(start.wrapping_add(1));
+        let mut order: Vec<u32> = (0..n).map(|i| ((start + u64::from(i)) % u64::from(n)) as u32).collect();
+        order.sort_by_key(|p| self.owner(q.id, *p) != self.id);
+        order
+    }
+
+    fn send_partition(&self, q: &QueueMeta, group: Option<&str>) -> u32 {
+        match (q.kind, group) {
+            // FIFO: a group lives in one partition, so its order is one log's order.
+            (QueueKind::Fifo, Some(g)) => (stable_hash(g) % u64::from(q.partitions)) as u32,
+            _ => self.partition_order(q)[0],
+        }
+    }
+
+    pub async fn send(&self, q: &QueueMeta, req: SendRequest) -> ServiceResult<SentReply> {
+        self.check_ready()?;
+        let p = self.send_partition(q, req.group_id.as_deref());
+        match self.execute_on(q, p, Command::Send(req)).await? {
+            Reply::Sent(s) => Ok(s),
+            other => Err(ServiceError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// SendMessageBatch: validated as a whole, then each FIFO group's entries go to its
+    /// partition (standard entries to one partition); results in the entries' order.
+    pub async fn send_batch(
+        &self,
+        q: &QueueMeta,
+        entries: Vec<BatchEntry>,
+    ) -> ServiceResult<Vec<(String, Result<SentReply, ServiceError>)>> {
+        self.check_ready()?;
+        validate_batch_entries(&entries)?;
+        let mut by_partition: BTreeMap<u32, Vec<(usize, BatchEntry)>> = BTreeMap::new();
+        let standard_p = self.send_partition(q, None);
+        for (i, e) in entries.into_iter().enumerate() {
+            let p = match q.kind {
+                QueueKind::Fifo => self.send_partition(q, e.request.group_id.as_deref()),
+                QueueKind::Standard => standard_p,
+            };
+            by_partition.entry(p).or_default().push((i, e));
+        }
+        let mut results: Vec<Option<(String, Result<SentReply, ServiceError>)>> = Vec::new();
+        let futs = by_partition.into_iter().map(|(p, list)| async move {
+            let idx: Vec<usize> = list.iter().map(|(i, _)| *i).collect();
+            let ids: Vec<String> = list.iter().map(|(_, e)| e.id.clone()).collect();
+            let cmd = Command::SendBatch(list.into_iter().map(|(_, e)| e).collect());
+            (idx, ids, self.execute_on(q, p, cmd).await)
+        });
+        for (idx, ids, r) in futures::future::join_all(futs).await {
+            match r {
+                Ok(Reply::SentBatch(list)) => {
+                    for (i, (id, res)) in idx.into_iter().zip(list) {
+                        put(&mut results, i, (id, res.map_err(ServiceError::from)));
+                    }
+                }
+                Ok(other) => return Err(ServiceError::Internal(format!("unexpected {other:?}"))),
+                Err(e) => {
+                    for (i, id) in idx.into_iter().zip(ids) {
+                        put(&mut results, i, (id, Err(e.clone())));
+                    }
+                }
+            }
+        }
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    /// ReceiveMessage with long polling: a pass over the partitions; if nothing came and
+    /// `wait_s` > 0, park on every partition until one may have a message (send, lease expiry,
+    /// delay end, release) or the wait ends, and pass again.
+    pub async fn receive(
+        &self,
+        q: &QueueMeta,
+        req: ReceiveRequest,
+        wait_s: u32,
+    ) -> ServiceResult<Vec<Delivered>> {
+        self.check_ready()?;
+        let deadline = runtime::now_ms() + u64::from(wait_s) * 1000;
+        loop {
+            let got = self.receive_pass(q, &req).await?;
+            if !got.is_empty() || runtime::now_ms() >= deadline {
+                return Ok(got);
+            }
+            let wake_by = deadline.min(runtime::now_ms() + LONG_POLL_RECHECK_MS);
+            let waits = (0..q.partitions).map(|p| {
+                Box::pin(self.request(
+                    self.owner(q.id, p),
+                    ShardRequest::Partition {
+                        queue_id: q.id,
+                        partition: p,
+                        op: PartitionOp::WaitReady { deadline_ms: wake_by },
+                    },
+                ))
+            });
+            // The first partition that may have a message ends the wait.
+            let (first, _, _) = futures::future::select_all(waits).await;
+            if let ShardResponse::Ready(Err(e)) = first {
+                return Err(e);
+            }
+        }
+    }
+
+    async fn receive_pass(&self, q: &QueueMeta, req: &ReceiveRequest) -> ServiceResult<Vec<Delivered>> {
+        let mut out: Vec<Delivered> = Vec::new();
+        for p in self.partition_order(q) {
+            let want = req.max_messages.saturating_sub(out.len() as u32);
+            if want == 0 {
+                break;
+            }
+            let r = ReceiveRequest {
+                max_messages: want,
+                ..req.clone()
+            };
+            match self.execute_on(q, p, Command::Receive(r)).await {
+                Ok(Reply::Received(list)) => out.extend(list),
+                Ok(other) => return Err(ServiceError::Internal(format!("unexpected {other:?}"))),
+                Err(e) if out.is_empty() => return Err(e),
+                Err(_) => break, // keep what was received (already leased)
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn receipt_handle(&self, r: &Receipt) -> String {
+        self.receipts.encode(r)
+    }
+
+    pub fn decode_receipt(&self, q: &QueueMeta, handle: &str) -> ServiceResult<Receipt> {
+        let r = self
+            .receipts
+            .decode(handle, q.id)
+            .map_err(|_| EngineError::ReceiptHandleIsInvalid("not a valid receipt handle for this queue"))?;
+        if r.partition >= q.partitions {
+            return Err(EngineError::ReceiptHandleIsInvalid("unknown partition").into());
+        }
+        Ok(r)
+    }
+
+    pub async fn delete_message(&self, q: &QueueMeta, handle: &str) -> ServiceResult<()> {
+        self.check_ready()?;
+        let receipt = self.decode_receipt(q, handle)?;
+        self.execute_on(q, receipt.partition, Command::Delete { receipt })
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn change_visibility(
+        &self,
+        q: &QueueMeta,
+        handle: &str,
+        timeout_s: u32,
+    ) -> ServiceResult<()> {
+        self.check_ready()?;
+        let receipt = self.decode_receipt(q, handle)?;
+        self.execute_on(
+            q,
+            receipt.partition,
+            Command::ChangeVisibility { receipt, timeout_s },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn purge(&self, q: &QueueMeta) -> ServiceResult<()> {
+        self.check_ready()?;
+        for p in 0..q.partitions {
+            self.execute_on(q, p, Command::Purge).await?;
+        }
+        Ok(())
+    }
+}
+
+fn put<T>(v: &mut Vec<Option<T>>, i: usize, x: T) {
+    if v.len() <= i {
+        v.resize_with(i + 1, || None);
+    }
+    v[i] = Some(x);
+}

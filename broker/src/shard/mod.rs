@@ -12,8 +12,8 @@ use crate::config::BrokerConfig;
 use crate::engine::attributes::QueueKind;
 use crate::engine::partition::validate_batch as validate_batch_entries;
 use crate::engine::{
-    BatchEntry, Command, Counters, Delivered, EngineError, MoveRequest,
-    PartitionConfig, Receipt, ReceiptCodec, ReceiveRequest, Reply, SendRequest, SentReply,
+    BatchEntry, Command, Counters, Delivered, EngineError, MoveRequest, PartitionConfig, Receipt,
+    ReceiptCodec, ReceiveRequest, Reply, SendRequest, SentReply,
 };
 use crate::error::{ServiceError, ServiceResult};
 use crate::metadata::{Catalog, MetaRecord, QueueMeta};
@@ -164,7 +164,8 @@ impl Shard {
         }
         if id == 0 {
             let meta_dir = config.data_dir.join("meta");
-            let log = Log::open(shard.fs.clone(), meta_dir, crate::config::meta_log_config()).await?;
+            let log =
+                Log::open(shard.fs.clone(), meta_dir, crate::config::meta_log_config()).await?;
             let mut records = Vec::new();
             let mut at = log.start_offset();
             while at < log.end_offset() {
@@ -251,7 +252,11 @@ impl Shard {
                 partition,
                 op,
             } => {
-                let actor = self.partitions.borrow().get(&(queue_id, partition)).cloned();
+                let actor = self
+                    .partitions
+                    .borrow()
+                    .get(&(queue_id, partition))
+                    .cloned();
                 let Some(actor) = actor else {
                     let e = if self.ready.get() {
                         ServiceError::NonExistentQueue
@@ -349,8 +354,9 @@ impl Shard {
     async fn broadcast_meta(&self, records: Vec<MetaRecord>) -> ServiceResult<()> {
         let mut first_err = None;
         for s in 0..self.shards {
-            if let ShardResponse::Applied(Err(e)) =
-                self.request(s, ShardRequest::ApplyMeta(records.clone())).await
+            if let ShardResponse::Applied(Err(e)) = self
+                .request(s, ShardRequest::ApplyMeta(records.clone()))
+                .await
             {
                 first_err.get_or_insert(e);
             }
@@ -411,7 +417,9 @@ impl Shard {
                     }
                     Some(actor) => {
                         let cfg = self.partition_config(q, p);
-                        if records.iter().any(|r| matches!(r, MetaRecord::AttributesSet { id, .. } if *id == q.id)) {
+                        if records.iter().any(
+                            |r| matches!(r, MetaRecord::AttributesSet { id, .. } if *id == q.id),
+                        ) {
                             actor.set_config(cfg);
                             actor
                                 .execute(Command::SetAttributes(Box::new(q.parsed.clone())))
@@ -469,7 +477,9 @@ impl Shard {
                 .redrive_policy
                 .as_ref()
                 .map(|p| p.dead_letter_target_arn.clone())
-                .ok_or(Some(ServiceError::Internal("redrive policy removed".into())))?;
+                .ok_or(Some(ServiceError::Internal(
+                    "redrive policy removed".into(),
+                )))?;
             let dlq = c
                 .lookup_arn(&arn)
                 .ok_or(Some(ServiceError::NonExistentQueue))?;
@@ -507,13 +517,20 @@ impl Shard {
             .await
         {
             ShardResponse::Reply(r) => r,
-            other => Err(ServiceError::Internal(format!("unexpected response {other:?}"))),
+            other => Err(ServiceError::Internal(format!(
+                "unexpected response {other:?}"
+            ))),
         }
     }
 
     /// Closes every partition and the metadata log (what is staged is committed first).
     pub async fn shutdown(&self) {
-        let actors: Vec<_> = self.partitions.borrow_mut().drain().map(|(_, a)| a).collect();
+        let actors: Vec<_> = self
+            .partitions
+            .borrow_mut()
+            .drain()
+            .map(|(_, a)| a)
+            .collect();
         for a in actors {
             if let Err(e) = a.close().await {
                 tracing::warn!(error = %e, "closing a partition");
@@ -570,7 +587,9 @@ impl Shard {
         match self.request(0, ShardRequest::Meta(op)).await {
             ShardResponse::Meta(r) => r,
             ShardResponse::Reply(Err(e)) => Err(e),
-            other => Err(ServiceError::Internal(format!("unexpected response {other:?}"))),
+            other => Err(ServiceError::Internal(format!(
+                "unexpected response {other:?}"
+            ))),
         }
     }
 
@@ -609,8 +628,14 @@ impl Shard {
             .map(|_| ())
     }
 
-    pub async fn set_tags(&self, q: &QueueMeta, tags: BTreeMap<String, String>) -> ServiceResult<()> {
-        self.meta(MetaOp::SetTags { id: q.id, tags }).await.map(|_| ())
+    pub async fn set_tags(
+        &self,
+        q: &QueueMeta,
+        tags: BTreeMap<String, String>,
+    ) -> ServiceResult<()> {
+        self.meta(MetaOp::SetTags { id: q.id, tags })
+            .await
+            .map(|_| ())
     }
 
     /// The approximate counters of the whole queue (summed over its partitions).
@@ -647,7 +672,9 @@ impl Shard {
         let n = q.partitions;
         let start = self.round_robin.get();
         self.round_robin.set(start.wrapping_add(1));
-        let mut order: Vec<u32> = (0..n).map(|i| ((start + u64::from(i)) % u64::from(n)) as u32).collect();
+        let mut order: Vec<u32> = (0..n)
+            .map(|i| ((start + u64::from(i)) % u64::from(n)) as u32)
+            .collect();
         order.sort_by_key(|p| self.owner(q.id, *p) != self.id);
         order
     }
@@ -665,7 +692,9 @@ impl Shard {
         let p = self.send_partition(q, req.group_id.as_deref());
         match self.execute_on(q, p, Command::Send(req)).await? {
             Reply::Sent(s) => Ok(s),
-            other => Err(ServiceError::Internal(format!("unexpected reply {other:?}"))),
+            other => Err(ServiceError::Internal(format!(
+                "unexpected reply {other:?}"
+            ))),
         }
     }
 
@@ -735,7 +764,9 @@ impl Shard {
                     ShardRequest::Partition {
                         queue_id: q.id,
                         partition: p,
-                        op: PartitionOp::WaitReady { deadline_ms: wake_by },
+                        op: PartitionOp::WaitReady {
+                            deadline_ms: wake_by,
+                        },
                     },
                 ))
             });
@@ -747,7 +778,11 @@ impl Shard {
         }
     }
 
-    async fn receive_pass(&self, q: &QueueMeta, req: &ReceiveRequest) -> ServiceResult<Vec<Delivered>> {
+    async fn receive_pass(
+        &self,
+        q: &QueueMeta,
+        req: &ReceiveRequest,
+    ) -> ServiceResult<Vec<Delivered>> {
         let mut out: Vec<Delivered> = Vec::new();
         for p in self.partition_order(q) {
             let want = req.max_messages.saturating_sub(out.len() as u32);
@@ -773,10 +808,9 @@ impl Shard {
     }
 
     pub fn decode_receipt(&self, q: &QueueMeta, handle: &str) -> ServiceResult<Receipt> {
-        let r = self
-            .receipts
-            .decode(handle, q.id)
-            .map_err(|_| EngineError::ReceiptHandleIsInvalid("not a valid receipt handle for this queue"))?;
+        let r = self.receipts.decode(handle, q.id).map_err(|_| {
+            EngineError::ReceiptHandleIsInvalid("not a valid receipt handle for this queue")
+        })?;
         if r.partition >= q.partitions {
             return Err(EngineError::ReceiptHandleIsInvalid("unknown partition").into());
         }
@@ -789,6 +823,29 @@ impl Shard {
         self.execute_on(q, receipt.partition, Command::Delete { receipt })
             .await
             .map(|_| ())
+    }
+
+    /// DeleteMessageBatch: the deletes run concurrently, so they share group commits.
+    pub async fn delete_message_batch(
+        &self,
+        q: &QueueMeta,
+        handles: &[String],
+    ) -> Vec<ServiceResult<()>> {
+        futures::future::join_all(handles.iter().map(|h| self.delete_message(q, h))).await
+    }
+
+    /// ChangeMessageVisibilityBatch: concurrent, sharing group commits.
+    pub async fn change_visibility_batch(
+        &self,
+        q: &QueueMeta,
+        entries: &[(String, u32)],
+    ) -> Vec<ServiceResult<()>> {
+        futures::future::join_all(
+            entries
+                .iter()
+                .map(|(h, t)| self.change_visibility(q, h, *t)),
+        )
+        .await
     }
 
     pub async fn change_visibility(

@@ -42,7 +42,9 @@ impl ServiceError {
                 let c = e.sqs_code();
                 (c.code, c.http_status, false)
             }
-            ServiceError::NonExistentQueue => ("AWS.SimpleQueueService.NonExistentQueue", 400, false),
+            ServiceError::NonExistentQueue => {
+                ("AWS.SimpleQueueService.NonExistentQueue", 400, false)
+            }
             ServiceError::QueueNameExists => ("QueueAlreadyExists", 400, false),
             ServiceError::QueueDeletedRecently => {
                 ("AWS.SimpleQueueService.QueueDeletedRecently", 400, true)

@@ -70,7 +70,10 @@ fn main() {
     let mut config = match BrokerConfig::embedded(args.data_dir.clone()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("sluiced: cannot prepare data dir {}: {e}", args.data_dir.display());
+            eprintln!(
+                "sluiced: cannot prepare data dir {}: {e}",
+                args.data_dir.display()
+            );
             std::process::exit(1);
         }
     };

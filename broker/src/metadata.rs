@@ -224,7 +224,10 @@ impl Catalog {
         now_ms: u64,
     ) -> ServiceResult<Option<MetaRecord>> {
         let kind = validate_queue_name(name)?;
-        QueueAttributes::from_pairs(kind, attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        QueueAttributes::from_pairs(
+            kind,
+            attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )?;
         validate_tags(&tags)?;
         if let Ok(q) = self.lookup(tenant, name) {
             return if q.attributes == attributes {
@@ -320,7 +323,10 @@ impl Catalog {
                 at_ms,
                 ..
             } => {
-                let q = self.queues.get_mut(id).ok_or("attributes for unknown queue")?;
+                let q = self
+                    .queues
+                    .get_mut(id)
+                    .ok_or("attributes for unknown queue")?;
                 let mut m = (**q).clone();
                 m.parsed = QueueAttributes::from_pairs(
                     m.kind,
@@ -400,13 +406,23 @@ mod tests {
             at_ms: 100,
         };
         c.apply(&del).expect("apply");
-        assert!(matches!(c.lookup("1", "q"), Err(ServiceError::NonExistentQueue)));
+        assert!(matches!(
+            c.lookup("1", "q"),
+            Err(ServiceError::NonExistentQueue)
+        ));
         assert!(matches!(
             c.plan_create("1", "q", BTreeMap::new(), BTreeMap::new(), 2, 200),
             Err(ServiceError::QueueDeletedRecently)
         ));
         assert!(c
-            .plan_create("1", "q", BTreeMap::new(), BTreeMap::new(), 2, 100 + NAME_REUSE_DELAY_MS)
+            .plan_create(
+                "1",
+                "q",
+                BTreeMap::new(),
+                BTreeMap::new(),
+                2,
+                100 + NAME_REUSE_DELAY_MS
+            )
             .expect("plan")
             .is_some());
     }

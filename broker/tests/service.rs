@@ -43,7 +43,10 @@ fn recv(max: u32, vis: Option<u32>) -> ReceiveRequest {
 }
 
 fn attrs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[test]
@@ -53,15 +56,22 @@ fn lifecycle_across_shards_and_restart() {
     let b = start(tmp.path());
     // Create on shard 1, use from both shards.
     b.run_on(1, |s| async move {
-        s.create_queue(T, "orders", attrs(&[("VisibilityTimeout", "30")]), BTreeMap::new())
-            .await
-            .expect("create");
+        s.create_queue(
+            T,
+            "orders",
+            attrs(&[("VisibilityTimeout", "30")]),
+            BTreeMap::new(),
+        )
+        .await
+        .expect("create");
     });
     for shard in 0..2 {
         b.run_on(shard, move |s| async move {
             let q = s.queue(T, "orders").expect("queue");
             for i in 0..10 {
-                s.send(&q, send(&format!("m{shard}-{i}"))).await.expect("send");
+                s.send(&q, send(&format!("m{shard}-{i}")))
+                    .await
+                    .expect("send");
             }
         });
     }
@@ -106,7 +116,11 @@ fn lifecycle_across_shards_and_restart() {
     b.run_on(0, move |s| async move {
         let q = s.queue(T, "orders").expect("queue after restart");
         let c = s.queue_counters(&q).await.expect("counters");
-        assert_eq!((c.visible, c.in_flight), (0, 10), "leases survive a restart");
+        assert_eq!(
+            (c.visible, c.in_flight),
+            (0, 10),
+            "leases survive a restart"
+        );
         for h in &keep {
             s.change_visibility(&q, h, 0).await.expect("release");
         }
@@ -118,7 +132,10 @@ fn lifecycle_across_shards_and_restart() {
             }
         }
         assert_eq!(got.len(), 10);
-        assert!(got.iter().all(|d| d.receive_count == 2), "receive counts survive");
+        assert!(
+            got.iter().all(|d| d.receive_count == 2),
+            "receive counts survive"
+        );
     });
     b.shutdown();
 }
@@ -149,8 +166,14 @@ fn long_poll_wakes_on_a_send_from_another_shard() {
     let waited = start_t.elapsed();
     sender.join().expect("sender");
     assert_eq!(got.len(), 1);
-    assert!(waited >= Duration::from_millis(250), "returned before the send: {waited:?}");
-    assert!(waited < Duration::from_secs(3), "did not wake on the send: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(250),
+        "returned before the send: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(3),
+        "did not wake on the send: {waited:?}"
+    );
     // An empty long poll waits its full time and returns nothing.
     let t = Instant::now();
     let got = b.run_on(1, |s| async move {
@@ -159,7 +182,9 @@ fn long_poll_wakes_on_a_send_from_another_shard() {
     });
     assert!(got.is_empty());
     assert!(t.elapsed() >= Duration::from_millis(900));
-    std::sync::Arc::into_inner(b).expect("sole owner").shutdown();
+    std::sync::Arc::into_inner(b)
+        .expect("sole owner")
+        .shutdown();
 }
 
 #[test]
@@ -179,7 +204,10 @@ fn fifo_order_dedup_and_dead_letter_moves() {
         s.create_queue(
             T,
             "jobs.fifo",
-            attrs(&[("RedrivePolicy", &policy), ("ContentBasedDeduplication", "true")]),
+            attrs(&[
+                ("RedrivePolicy", &policy),
+                ("ContentBasedDeduplication", "true"),
+            ]),
             BTreeMap::new(),
         )
         .await
@@ -198,28 +226,58 @@ fn fifo_order_dedup_and_dead_letter_moves() {
         let r = s.send_batch(&q, entries).await.expect("batch");
         assert!(r.iter().all(|(_, res)| res.is_ok()));
         for i in 0..5 {
-            s.send(&q, SendRequest { group_id: Some("b".into()), ..send(&format!("b{i}")) })
-                .await
-                .expect("send");
+            s.send(
+                &q,
+                SendRequest {
+                    group_id: Some("b".into()),
+                    ..send(&format!("b{i}"))
+                },
+            )
+            .await
+            .expect("send");
         }
         // Content-based dedup: the same body in the window returns the original id.
         let first = s
-            .send(&q, SendRequest { group_id: Some("b".into()), ..send("b0") })
+            .send(
+                &q,
+                SendRequest {
+                    group_id: Some("b".into()),
+                    ..send("b0")
+                },
+            )
             .await
             .expect("dup");
         assert!(first.duplicate);
         // Order per group; a group with a message in flight gives nothing more.
         let got = s.receive(&q, recv(10, Some(30)), 0).await.expect("receive");
-        let a: Vec<&str> = got.iter().filter(|d| d.payload.group_id.as_deref() == Some("a")).map(|d| d.payload.body.as_str()).collect();
-        let bb: Vec<&str> = got.iter().filter(|d| d.payload.group_id.as_deref() == Some("b")).map(|d| d.payload.body.as_str()).collect();
+        let a: Vec<&str> = got
+            .iter()
+            .filter(|d| d.payload.group_id.as_deref() == Some("a"))
+            .map(|d| d.payload.body.as_str())
+            .collect();
+        let bb: Vec<&str> = got
+            .iter()
+            .filter(|d| d.payload.group_id.as_deref() == Some("b"))
+            .map(|d| d.payload.body.as_str())
+            .collect();
         assert_eq!(a, ["a0", "a1", "a2", "a3", "a4"][..a.len()].to_vec());
         assert_eq!(bb, ["b0", "b1", "b2", "b3", "b4"][..bb.len()].to_vec());
-        assert!(s.receive(&q, recv(10, Some(30)), 0).await.expect("receive").is_empty());
+        assert!(s
+            .receive(&q, recv(10, Some(30)), 0)
+            .await
+            .expect("receive")
+            .is_empty());
         // Release everything twice; the third receive moves group heads to the DLQ.
         for round in 0..2 {
-            let list = if round == 0 { got.clone() } else { s.receive(&q, recv(10, Some(30)), 0).await.expect("r") };
+            let list = if round == 0 {
+                got.clone()
+            } else {
+                s.receive(&q, recv(10, Some(30)), 0).await.expect("r")
+            };
             for d in &list {
-                s.change_visibility(&q, &s.receipt_handle(&d.receipt), 0).await.expect("release");
+                s.change_visibility(&q, &s.receipt_handle(&d.receipt), 0)
+                    .await
+                    .expect("release");
             }
         }
         let third = s.receive(&q, recv(10, Some(30)), 0).await.expect("third");
@@ -227,7 +285,11 @@ fn fifo_order_dedup_and_dead_letter_moves() {
         // The moved messages arrive in the DLQ, remembering their source.
         let mut moved = Vec::new();
         for _ in 0..50 {
-            moved.extend(s.receive(&dlq, recv(10, Some(30)), 1).await.expect("dlq receive"));
+            moved.extend(
+                s.receive(&dlq, recv(10, Some(30)), 1)
+                    .await
+                    .expect("dlq receive"),
+            );
             if !moved.is_empty() {
                 break;
             }
@@ -247,28 +309,51 @@ fn queue_admin_errors() {
     let tmp = tempfile::tempdir().expect("tmp");
     let b = start(tmp.path());
     b.run_on(1, |s| async move {
-        assert!(matches!(s.queue(T, "nope"), Err(ServiceError::NonExistentQueue)));
-        assert!(s.create_queue(T, "bad name!", BTreeMap::new(), BTreeMap::new()).await.is_err());
+        assert!(matches!(
+            s.queue(T, "nope"),
+            Err(ServiceError::NonExistentQueue)
+        ));
         assert!(s
-            .create_queue(T, "q", attrs(&[("VisibilityTimeout", "99999")]), BTreeMap::new())
+            .create_queue(T, "bad name!", BTreeMap::new(), BTreeMap::new())
             .await
             .is_err());
-        let q = s.create_queue(T, "q", BTreeMap::new(), BTreeMap::new()).await.expect("create");
+        assert!(s
+            .create_queue(
+                T,
+                "q",
+                attrs(&[("VisibilityTimeout", "99999")]),
+                BTreeMap::new()
+            )
+            .await
+            .is_err());
+        let q = s
+            .create_queue(T, "q", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("create");
         // Idempotent with the same attributes; an error with different ones.
-        s.create_queue(T, "q", BTreeMap::new(), BTreeMap::new()).await.expect("again");
+        s.create_queue(T, "q", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("again");
         assert!(matches!(
-            s.create_queue(T, "q", attrs(&[("DelaySeconds", "5")]), BTreeMap::new()).await,
+            s.create_queue(T, "q", attrs(&[("DelaySeconds", "5")]), BTreeMap::new())
+                .await,
             Err(ServiceError::QueueNameExists)
         ));
         // Another tenant sees nothing of it.
         assert!(s.queue("111111111111", "q").is_err());
         assert!(s.list_queues("111111111111", "").is_empty());
-        s.set_queue_attributes(&q, attrs(&[("DelaySeconds", "7")])).await.expect("set");
+        s.set_queue_attributes(&q, attrs(&[("DelaySeconds", "7")]))
+            .await
+            .expect("set");
         assert_eq!(s.queue(T, "q").expect("q").parsed.delay_s, 7);
         s.delete_queue(&q).await.expect("delete");
-        assert!(matches!(s.queue(T, "q"), Err(ServiceError::NonExistentQueue)));
         assert!(matches!(
-            s.create_queue(T, "q", BTreeMap::new(), BTreeMap::new()).await,
+            s.queue(T, "q"),
+            Err(ServiceError::NonExistentQueue)
+        ));
+        assert!(matches!(
+            s.create_queue(T, "q", BTreeMap::new(), BTreeMap::new())
+                .await,
             Err(ServiceError::QueueDeletedRecently)
         ));
     });

@@ -56,7 +56,10 @@ pub fn run(dir: &Path, block_bytes: u64, seconds: u64) -> Result<FioResult, Stri
         .map_err(|e| format!("fio: {e}"))?;
     let _ = std::fs::remove_file(&file);
     if !out.status.success() {
-        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr)));
+        return Err(format!(
+            "fio failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| format!("fio json: {e}"))?;

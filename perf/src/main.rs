@@ -111,7 +111,11 @@ fn main() {
             std::fs::write(&jpath, serde_json::to_string_pretty(&json).expect("json"))
                 .expect("write json");
             std::fs::write(out.join("storage-latest.md"), &report).expect("write report");
-            eprintln!("wrote {} and {}", jpath.display(), out.join("storage-latest.md").display());
+            eprintln!(
+                "wrote {} and {}",
+                jpath.display(),
+                out.join("storage-latest.md").display()
+            );
         }
     }
 }
@@ -142,12 +146,34 @@ fn render_storage(
     let _ = writeln!(s, "| floor (fio, psync, O_DIRECT, fdatasync each write) | MB/s | ops/s | write p50 µs | sync p50 µs | sync p99 µs | sync p99.9 µs |");
     let _ = writeln!(s, "|---|---|---|---|---|---|---|");
     for f in floors {
-        let _ = writeln!(s, "| bs {} KiB | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |", f.block_bytes / 1024, f.bandwidth_mb_s, f.ops_per_s, f.write_p50_us, f.sync_p50_us, f.sync_p99_us, f.sync_p999_us);
+        let _ = writeln!(
+            s,
+            "| bs {} KiB | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            f.block_bytes / 1024,
+            f.bandwidth_mb_s,
+            f.ops_per_s,
+            f.write_p50_us,
+            f.sync_p50_us,
+            f.sync_p99_us,
+            f.sync_p999_us
+        );
     }
     let _ = writeln!(s, "\n| Sluice concurrency | appends/s | MB/s | p50 µs | p99 µs | p99.9 µs | max µs | commits/s | appends/commit |");
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for r in results {
-        let _ = writeln!(s, "| {} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |", r.concurrency, r.appends_per_s, r.mb_per_s, r.p50_us, r.p99_us, r.p999_us, r.max_us, r.commits_per_s, r.batches_per_commit);
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
+            r.concurrency,
+            r.appends_per_s,
+            r.mb_per_s,
+            r.p50_us,
+            r.p99_us,
+            r.p999_us,
+            r.max_us,
+            r.commits_per_s,
+            r.batches_per_commit
+        );
     }
     s
 }

@@ -105,7 +105,11 @@ pub fn run(
             p999_us: h.value_at_quantile(0.999) as f64,
             max_us: h.max() as f64,
             commits_per_s: commits / elapsed,
-            batches_per_commit: if commits > 0.0 { n as f64 / commits } else { 0.0 },
+            batches_per_commit: if commits > 0.0 {
+                n as f64 / commits
+            } else {
+                0.0
+            },
             fsync_policy: "fdatasync before every ack (group commit)",
         })
     })

@@ -207,7 +207,9 @@ impl PartitionActor {
     /// deadline. Does not lease anything: the caller receives afterwards.
     pub async fn wait_ready(&self, deadline_ms: u64) -> ServiceResult<bool> {
         if self.waiters.get() >= WAITERS_PER_PARTITION_MAX {
-            return Err(ServiceError::Throttled("too many long polls parked on this partition"));
+            return Err(ServiceError::Throttled(
+                "too many long polls parked on this partition",
+            ));
         }
         self.waiters.set(self.waiters.get() + 1);
         let _guard = WaiterGuard(&self.waiters);
@@ -275,7 +277,12 @@ impl PartitionActor {
                 continue;
             }
             let now = runtime::now_ms();
-            if this.engine.borrow().next_deadline_ms().is_none_or(|d| d > now) {
+            if this
+                .engine
+                .borrow()
+                .next_deadline_ms()
+                .is_none_or(|d| d > now)
+            {
                 continue;
             }
             let log = this.log();
@@ -298,7 +305,12 @@ impl PartitionActor {
                 (this.moves)(mv);
             }
             this.ready.notify();
-            if this.engine.borrow().next_deadline_ms().is_some_and(|d| d <= now) {
+            if this
+                .engine
+                .borrow()
+                .next_deadline_ms()
+                .is_some_and(|d| d <= now)
+            {
                 // A deadline the tick did not clear: never spin on it.
                 runtime::sleep(std::time::Duration::from_millis(1)).await;
             }

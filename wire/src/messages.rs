@@ -19,6 +19,12 @@ use std::collections::BTreeMap;
 
 use crate::error_code::ErrorCode;
 
+/// Arbitrary batches in tests hold up to this many entries: a little over SQS's 10, since the
+/// wire does not judge counts (the broker does), and small enough that message-sized values keep
+/// the properties fast.
+#[cfg(test)]
+const BATCH_ENTRIES_TEST_MAX: usize = crate::frame::BATCH_ENTRIES_MAX + 2;
+
 /// Derives every wire type needs: rkyv (with bytecheck validation), plain value semantics, and in
 /// tests proptest's `Arbitrary` for round-trip properties.
 macro_rules! wire_types {
@@ -227,6 +233,7 @@ wire_types! {
 
     #[derive(Debug, Default)]
     pub struct ListMessageMoveTasksResult {
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<ListMessageMoveTasksResultEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub results: Vec<ListMessageMoveTasksResultEntry>,
     }
 
@@ -311,6 +318,7 @@ wire_types! {
     #[derive(Debug, Default)]
     pub struct SendMessageBatchRequest {
         pub queue_url: String,
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<SendMessageBatchRequestEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub entries: Vec<SendMessageBatchRequestEntry>,
     }
 
@@ -328,7 +336,9 @@ wire_types! {
 
     #[derive(Debug, Default)]
     pub struct SendMessageBatchResult {
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<SendMessageBatchResultEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub successful: Vec<SendMessageBatchResultEntry>,
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<BatchResultErrorEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub failed: Vec<BatchResultErrorEntry>,
     }
 
@@ -372,6 +382,7 @@ wire_types! {
 
     #[derive(Debug, Default)]
     pub struct ReceiveMessageResult {
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<Message>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub messages: Vec<Message>,
     }
 
@@ -400,6 +411,7 @@ wire_types! {
     #[derive(Debug, Default)]
     pub struct DeleteMessageBatchRequest {
         pub queue_url: String,
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<DeleteMessageBatchRequestEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub entries: Vec<DeleteMessageBatchRequestEntry>,
     }
 
@@ -412,7 +424,9 @@ wire_types! {
     #[derive(Debug, Default)]
     pub struct DeleteMessageBatchResult {
         /// Ids of the entries that succeeded.
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<BatchResultEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub successful: Vec<BatchResultEntry>,
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<BatchResultErrorEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub failed: Vec<BatchResultErrorEntry>,
     }
 
@@ -436,6 +450,7 @@ wire_types! {
     #[derive(Debug, Default)]
     pub struct ChangeMessageVisibilityBatchRequest {
         pub queue_url: String,
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<ChangeMessageVisibilityBatchRequestEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub entries: Vec<ChangeMessageVisibilityBatchRequestEntry>,
     }
 
@@ -450,7 +465,9 @@ wire_types! {
 
     #[derive(Debug, Default)]
     pub struct ChangeMessageVisibilityBatchResult {
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<BatchResultEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub successful: Vec<BatchResultEntry>,
+        #[cfg_attr(test, proptest(strategy = "proptest::collection::vec(proptest::prelude::any::<BatchResultErrorEntry>(), 0..=BATCH_ENTRIES_TEST_MAX)"))]
         pub failed: Vec<BatchResultErrorEntry>,
     }
 }

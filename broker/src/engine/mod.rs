@@ -37,8 +37,9 @@ mod scenarios;
 
 pub use error::{EngineError, SqsCode};
 pub use partition::{
-    BatchEntry, Command, Counters, Delivered, Effects, Limits, MoveRequest, Partition,
-    PartitionConfig, ReceiveRequest, ReplayError, Reply, SendRequest, SentReply,
+    BatchEntry, Command, Counters, Delivered, Effects, Limits, MoveRequest, MovesStarted,
+    Partition, PartitionConfig, ReceiveRequest, ReplayError, Reply, SendRequest, SentReply,
+    StartMoves,
 };
 pub use receipt::{Receipt, ReceiptCodec};
-pub use record::{MessageId, MoveOrigin, Payload, Record, RecordKind};
+pub use record::{MessageId, MoveDestination, MoveOrigin, Payload, Record, RecordKind};

@@ -1055,6 +1055,7 @@ fn records_round_trip_through_the_harness() {
             visible_at_ms: 1,
             payload: Arc::new(p),
             origin: None,
+            redriven: false,
         }),
     };
     assert_eq!(Record::decode(&r.encode()), Ok(r));

@@ -70,7 +70,8 @@ use super::error::EngineError;
 use super::md5::Md5Digest;
 use super::receipt::Receipt;
 use super::record::{
-    MessageId, MoveOrigin, Payload, Record, RecordKind, Sent, MSG_ID_MAX, PARTITIONS_MAX,
+    MessageId, MoveDestination, MoveOrigin, Payload, Record, RecordKind, Sent, MSG_ID_MAX,
+    PARTITIONS_MAX,
 };
 
 /// FIFO deduplication interval.
@@ -91,6 +92,12 @@ pub const INFLIGHT_MAX: u32 = 120_000;
 pub const BATCH_ENTRIES_MAX: usize = 10;
 pub const BATCH_ENTRY_ID_LEN_MAX: usize = 80;
 pub const BATCH_PAYLOAD_BYTES_MAX: usize = 1_048_576;
+/// Moves one StartMoves command may start (SQS's MaxNumberOfMessagesPerSecond is at most 500;
+/// the shard's redrive task asks for one second's worth at a time).
+pub const MOVES_PER_COMMAND_MAX: u32 = 500;
+/// Messages one StartMoves command looks at, moved or not: bounds its work when most messages
+/// are in flight or blocked; the reply's cursor lets the next command go on from there.
+pub const MOVE_SCAN_PER_COMMAND_MAX: u32 = 10_000;
 
 /// Memory bounds of one partition (DESIGN.md §4.8). Hitting one gives `OverLimit`, except the
 /// attempt-id cache, which forgets its oldest entry (a retry then gets fresh messages).
@@ -157,12 +164,56 @@ pub struct ReceiveRequest {
     pub attempt_id: Option<String>,
 }
 
-/// A message leaving a partition for its DLQ; the shard hands it to the DLQ's partition.
+/// A message leaving a partition: to its DLQ (past maxReceiveCount) or, by redrive, out of a
+/// DLQ. The shard hands it to the destination's partition (`AcceptMove`), then completes it
+/// here (`CompleteMove { msg_id: origin.msg_id }` on `origin.queue_id`/`origin.partition`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MoveRequest {
+    /// This partition and the message's id in it: the destination's idempotency key.
     pub origin: MoveOrigin,
     pub message_id: MessageId,
     pub payload: Arc<Payload>,
+    pub destination: MoveDestination,
+    /// Where the message was dead-lettered from, if it was (for `DeadLetterSource`: the queue
+    /// to route to; `partition` is a hint, the destination may have been repartitioned).
+    pub dead_letter_source: Option<MoveOrigin>,
+}
+
+impl MoveRequest {
+    /// The queue this move goes to, when the request names it; `None` for `RedriveTarget`,
+    /// which the shard resolves from the source queue's redrive policy.
+    pub fn destination_queue(&self) -> Option<u64> {
+        match self.destination {
+            MoveDestination::RedriveTarget => None,
+            MoveDestination::DeadLetterSource => self.dead_letter_source.map(|o| o.queue_id),
+            MoveDestination::Queue(q) => Some(q),
+        }
+    }
+}
+
+/// StartMessageMoveTask, one step: start moving up to `max_messages` visible messages of this
+/// partition, looking at messages from id `from_id` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartMoves {
+    /// 1..=[`MOVES_PER_COMMAND_MAX`].
+    pub max_messages: u32,
+    /// `DeadLetterSource` or `Queue(_)`; `RedriveTarget` is refused (it is the receive path's).
+    pub destination: MoveDestination,
+    /// 0 on the first step of a task, then the previous reply's `next_from_id`.
+    pub from_id: u64,
+}
+
+/// What one StartMoves step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MovesStarted {
+    /// Moves started (their `MoveRequest`s are in `Effects::moves`).
+    pub started: u32,
+    /// Visible messages left in place: `DeadLetterSource` asked for and the message has none
+    /// (it was sent to this queue directly). FIFO: its group stays behind it, uncounted.
+    pub skipped_no_destination: u32,
+    /// `Some(id)`: more messages to look at; pass it as the next step's `from_id`. `None`: the
+    /// scan reached the end of the partition.
+    pub next_from_id: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +236,8 @@ pub enum Command {
     CompleteMove {
         msg_id: u64,
     },
+    /// Redrive (StartMessageMoveTask) step on a dead-letter queue's partition.
+    StartMoves(StartMoves),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,6 +275,7 @@ pub enum Reply {
     AttributesSet,
     MoveAccepted,
     MoveCompleted,
+    MovesStarted(MovesStarted),
     /// `tick`: nothing to tell a client.
     None,
 }
@@ -286,7 +340,10 @@ struct Msg {
     group: u32,
     /// ChangeMessageVisibility touched the current lease: attempt-id retries no longer apply.
     touched: bool,
+    /// Where it was dead-lettered from (`None` for a message sent here or redriven here).
     origin: Option<MoveOrigin>,
+    /// Where it goes, once `Moving`.
+    move_to: MoveDestination,
 }
 
 #[derive(Debug)]
@@ -443,6 +500,8 @@ impl Partition {
             },
             message_id: m.message_id,
             payload: m.payload.clone(),
+            destination: m.move_to,
+            dead_letter_source: m.origin,
         }
     }
 
@@ -521,6 +580,7 @@ impl Partition {
                 })
             }
             Command::AcceptMove(req) => self.accept_move(now, req),
+            Command::StartMoves(req) => self.start_moves(now, req),
             Command::CompleteMove { msg_id } => {
                 let mut records = Vec::new();
                 if matches!(self.msgs.get(&msg_id), Some(m) if m.state == State::Moving) {
@@ -661,6 +721,7 @@ impl Partition {
                 visible_at_ms,
                 payload: Arc::new(payload),
                 origin: None,
+                redriven: false,
             }),
         };
         self.apply_live(&rec);
@@ -783,7 +844,10 @@ impl Partition {
                     moves += 1;
                     let rec = Record {
                         at_ms: now,
-                        kind: RecordKind::DlqMoveStarted { id },
+                        kind: RecordKind::DlqMoveStarted {
+                            id,
+                            destination: MoveDestination::RedriveTarget,
+                        },
                     };
                     self.apply_live(&rec);
                     let m = self.msgs.get(&id).expect("moving message is present");
@@ -888,7 +952,7 @@ impl Partition {
         };
         if m.state == State::Moving {
             return Err(EngineError::ReceiptHandleIsInvalid(
-                "the message is being moved to the dead-letter queue",
+                "the message is being moved to another queue",
             ));
         }
         if r.epoch > m.receive_count {
@@ -962,6 +1026,84 @@ impl Partition {
         })
     }
 
+    /// One redrive step: see [`StartMoves`]. Looks at messages in id order (that is send order)
+    /// from `from_id`; a message moves if it is visible (not delayed, in flight or already
+    /// moving), on a FIFO queue is the head of its group with nothing of the group in flight
+    /// (so a group leaves in order), and has a destination.
+    fn start_moves(&mut self, now: u64, req: StartMoves) -> Result<Effects, EngineError> {
+        if req.max_messages == 0 || req.max_messages > MOVES_PER_COMMAND_MAX {
+            return Err(EngineError::param(
+                "MaxNumberOfMessagesPerSecond",
+                format!("must be 1 to {MOVES_PER_COMMAND_MAX}"),
+            ));
+        }
+        match req.destination {
+            MoveDestination::RedriveTarget => {
+                return Err(EngineError::param(
+                    "DestinationArn",
+                    "a redrive goes to the dead-letter source or to a named queue",
+                ))
+            }
+            MoveDestination::Queue(q) if q == self.cfg.queue_id => {
+                return Err(EngineError::param(
+                    "DestinationArn",
+                    "the destination must differ from the source queue",
+                ))
+            }
+            _ => {}
+        }
+        let fifo = self.fifo();
+        let mut fx = Effects::reply(Reply::None);
+        let mut out = MovesStarted {
+            started: 0,
+            skipped_no_destination: 0,
+            next_from_id: None,
+        };
+        let mut cursor = req.from_id;
+        let mut scanned = 0u32;
+        while let Some((&id, m)) = self.msgs.range(cursor..).next() {
+            if out.started >= req.max_messages || scanned >= MOVE_SCAN_PER_COMMAND_MAX {
+                out.next_from_id = Some(id);
+                break;
+            }
+            scanned += 1;
+            cursor = id + 1;
+            if m.state != State::Available {
+                continue;
+            }
+            if fifo {
+                let grp = self.groups[m.group as usize]
+                    .as_ref()
+                    .expect("message's group exists");
+                if grp.inflight > 0 || grp.members.first() != Some(&id) {
+                    continue;
+                }
+            }
+            if req.destination == MoveDestination::DeadLetterSource && m.origin.is_none() {
+                out.skipped_no_destination += 1;
+                continue;
+            }
+            let rec = Record {
+                at_ms: now,
+                kind: RecordKind::DlqMoveStarted {
+                    id,
+                    destination: req.destination,
+                },
+            };
+            self.apply_live(&rec);
+            let m = self.msgs.get(&id).expect("moving message is present");
+            fx.moves.push(self.move_request(id, m));
+            fx.records.push(rec);
+            out.started += 1;
+        }
+        fx.reply = Reply::MovesStarted(out);
+        Ok(fx)
+    }
+
+    /// Destination side of a move. A dead-letter move keeps the message's history that SQS
+    /// keeps (original send time for retention, the dead-letter source); a redrive makes a
+    /// fresh message (receive count 0, retention from now, no dead-letter source), keeping its
+    /// MessageId and content. Either way the origin is remembered for idempotency.
     fn accept_move(&mut self, now: u64, req: MoveRequest) -> Result<Effects, EngineError> {
         let o = req.origin;
         if self
@@ -988,6 +1130,7 @@ impl Partition {
                 visible_at_ms: now,
                 payload: req.payload,
                 origin: Some(o),
+                redriven: req.destination.is_redrive(),
             }),
         };
         self.apply_live(&rec);
@@ -1112,7 +1255,15 @@ impl Partition {
                 self.next_id = s.id + 1;
                 let gname = s.payload.group_id.as_deref().unwrap_or("");
                 let g = self.group_for(gname);
-                let sent_ms = s.origin.map_or(at, |o| o.sent_ms);
+                if s.redriven && s.origin.is_none() {
+                    return bad("redriven message without an origin");
+                }
+                // A dead letter keeps its original send time (retention counts from it, as in
+                // SQS); a redriven message starts afresh.
+                let sent_ms = match s.origin {
+                    Some(o) if !s.redriven => o.sent_ms,
+                    _ => at,
+                };
                 let state = if s.visible_at_ms > at {
                     State::Delayed
                 } else {
@@ -1130,7 +1281,8 @@ impl Partition {
                         state,
                         group: g,
                         touched: false,
-                        origin: s.origin,
+                        origin: if s.redriven { None } else { s.origin },
+                        move_to: MoveDestination::RedriveTarget,
                     },
                 );
                 self.payload_bytes += s.payload.size_bytes() as u64;
@@ -1276,10 +1428,17 @@ impl Partition {
                 }
                 self.last_purge_ms = Some(at);
             }
-            RecordKind::DlqMoveStarted { id } => {
-                if self.msgs.get(id).map(|m| m.state) != Some(State::Available) {
+            RecordKind::DlqMoveStarted { id, destination } => {
+                let Some(m) = self.msgs.get_mut(id) else {
+                    return bad("move of an unknown message");
+                };
+                if m.state != State::Available {
                     return bad("move of a message that is not available");
                 }
+                if *destination == MoveDestination::DeadLetterSource && m.origin.is_none() {
+                    return bad("redrive to the dead-letter source of a message without one");
+                }
+                m.move_to = *destination;
                 self.transition(*id, State::Moving);
             }
             RecordKind::DlqMoveDone { id } => {
@@ -1288,6 +1447,8 @@ impl Partition {
                 }
                 self.remove(*id);
             }
+            // Checkpoints: see the compaction step (not written yet by this engine).
+            RecordKind::Checkpoint(_) => {}
             RecordKind::Configured {
                 retention_s,
                 dedup_scope,
@@ -1484,7 +1645,7 @@ impl Partition {
             let _ = writeln!(
                 s,
                 "msg {id} {} group={g:?} sent={} vis={} rc={} first={:?} {:?} touched={} \
-                 origin={:?} body={:?} dedup={:?}",
+                 origin={:?} to={:?} body={:?} dedup={:?}",
                 m.message_id,
                 m.sent_ms,
                 m.visible_at_ms,
@@ -1493,6 +1654,7 @@ impl Partition {
                 m.state,
                 m.touched,
                 m.origin,
+                m.move_to,
                 m.payload.body,
                 m.payload.dedup_id
             );

@@ -1,31 +1,44 @@
 //! The partition's log records: every durable state change of a partition is one [`Record`], and
 //! replaying the records rebuilds the partition (see `partition.rs`).
 //!
-//! # Encoding (format version 1)
+//! # Encoding (format versions 1 and 2)
 //!
 //! Hand-written, compact and versioned; these bytes are the value of one storage-log record.
 //!
 //! ```text
-//! record   = version:u8 (=1) | kind:u8 | at_ms:u64 | fields(kind)
+//! record   = version:u8 (1 or 2) | kind:u8 | at_ms:u64 | fields(kind)
 //! Sent (1) = id:u64 | message_id:[16] | visible_at_ms:u64 | flags:u8
 //!            [group:str16 if flags&1] [dedup:str16 if flags&2]
 //!            [origin: queue_id:u64 partition:u32 msg_id:u64 sent_ms:u64 if flags&4]
+//!            (v2: flags&8 = redriven: the origin is an idempotency key only, needs flags&4)
 //!            body:str32 | n_attrs:u8 | n × (name:str16 type:str16 transport:u8 value:bytes32)
 //! Received (2)          = id:u64 | receive_count:u32 | deadline_ms:u64 | flags:u8
 //!                         (1 = attempt id follows, 2 = first delivery of a receive) [attempt:str16]
 //! VisibilityChanged (3) = id:u64 | epoch:u32 | deadline_ms:u64 | flags:u8 (1 = attempt-id retry)
 //! Deleted (4)           = id:u64
 //! Purged (5)            = before_id:u64
-//! DlqMoveStarted (6)    = id:u64
+//! DlqMoveStarted (6)    = id:u64                                  (v1: to the redrive target)
+//!                         v2: id:u64 | dest:u8 (0 redrive target, 1 dead-letter source,
+//!                         2 queue) [queue_id:u64 if dest = 2]
 //! DlqMoveDone (7)       = id:u64
 //! Configured (8)        = retention_s:u32 | dedup_scope:u8 (0 queue, 1 messageGroup)
+//! Checkpoint (9, v2)    = next_id:u64 | receive_seq:u64 | retention_ms:u64 | dedup_scope:u8
+//!                         | flags:u8 (1 = last purge follows) [last_purge_ms:u64]
+//!                         | live_floor:u64 | live_count:u64
+//!                         | n_groups:u32 | n × (name:str16 last_served:u64)
 //! str16/str32/bytes32   = little-endian u16/u32/u32 length, then the bytes (strings UTF-8)
 //! ```
 //!
 //! Fixed fields are little-endian. Decoding checks every length against the bytes left before
 //! allocating, rejects unknown versions, kinds, flags and trailing bytes, and never panics: any
-//! input gives a record or a [`DecodeError`]. Bumping the format means a new version byte and a
-//! decoder that keeps reading the old one.
+//! input gives a record or a [`DecodeError`].
+//!
+//! **Versions.** Version 2 adds the redrive destination of `DlqMoveStarted`, the `redriven` flag
+//! of `Sent` and the `Checkpoint` kind; everything else is laid out as in version 1. The encoder
+//! writes the lowest version that can express a record, so a record that uses none of the new
+//! fields is byte-for-byte what version 1 wrote (a log without redrives or checkpoints stays
+//! readable by a version-1 binary), and the decoder reads both, rejecting version-2 fields under
+//! a version-1 byte.
 
 use std::sync::Arc;
 
@@ -34,7 +47,10 @@ use thiserror::Error;
 use super::attributes::{AttributeValue, DedupScope, MessageAttribute, MESSAGE_ATTRIBUTES_MAX};
 use super::md5::{md5_of_attributes, md5_of_body, Md5Digest};
 
-pub const RECORD_FORMAT_VERSION: u8 = 1;
+/// The newest record format this code writes and reads (see the module documentation).
+pub const RECORD_FORMAT_VERSION: u8 = 2;
+/// The first format: still read, and still written for every record it can express.
+pub const RECORD_FORMAT_V1: u8 = 1;
 
 /// A message's SQS MessageId: 16 bytes shown as a UUID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -124,13 +140,57 @@ pub struct MoveOrigin {
     pub sent_ms: u64,
 }
 
+/// Where a started move goes; durable in `DlqMoveStarted`, so that after a restart
+/// `pending_moves()` still knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MoveDestination {
+    /// The dead-letter queue of this queue's redrive policy (a message past maxReceiveCount).
+    RedriveTarget,
+    /// Redrive: back to the queue the message was dead-lettered from (its [`MoveOrigin`]).
+    DeadLetterSource,
+    /// Redrive to an explicit queue.
+    Queue(u64),
+}
+
+impl MoveDestination {
+    /// A redrive (StartMessageMoveTask) rather than a dead-letter move: the arriving copy is a
+    /// fresh message, not a dead letter.
+    pub fn is_redrive(self) -> bool {
+        self != MoveDestination::RedriveTarget
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
     pub id: u64,
     pub message_id: MessageId,
     pub visible_at_ms: u64,
     pub payload: Arc<Payload>,
+    /// Set when the message arrived by a move: the idempotency key of the move.
     pub origin: Option<MoveOrigin>,
+    /// The move was a redrive out of a dead-letter queue: `origin` names the DLQ message and is
+    /// only an idempotency key; the message starts afresh here (its retention counts from this
+    /// record, and it has no dead-letter source). Needs `origin`.
+    pub redriven: bool,
+}
+
+/// The non-message state of a partition at one point of its log: a base from which replay can
+/// start without the records before it (see `Partition::compaction_floor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Ids below it were used: never reused, whatever was compacted away.
+    pub next_id: u64,
+    pub receive_seq: u64,
+    pub retention_ms: u64,
+    pub dedup_scope: DedupScope,
+    pub last_purge_ms: Option<u64>,
+    /// The lowest log offset of a `Sent` record of a message live here (this record's own
+    /// offset when none is): replay from at or below it knows every message live here.
+    pub live_floor: u64,
+    /// Messages live here (a replay that knows them all checks its count against it).
+    pub live_count: u64,
+    /// Every group with messages here and its fairness key, sorted by name.
+    pub groups: Vec<(String, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,8 +221,11 @@ pub enum RecordKind {
     Purged {
         before_id: u64,
     },
+    /// The message leaves this partition for `destination`; it is never delivered from here
+    /// again.
     DlqMoveStarted {
         id: u64,
+        destination: MoveDestination,
     },
     DlqMoveDone {
         id: u64,
@@ -172,6 +235,7 @@ pub enum RecordKind {
         retention_s: u32,
         dedup_scope: DedupScope,
     },
+    Checkpoint(Box<Checkpoint>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,10 +267,18 @@ const KIND_PURGED: u8 = 5;
 const KIND_MOVE_STARTED: u8 = 6;
 const KIND_MOVE_DONE: u8 = 7;
 const KIND_CONFIGURED: u8 = 8;
+const KIND_CHECKPOINT: u8 = 9;
 
 const SENT_HAS_GROUP: u8 = 1;
 const SENT_HAS_DEDUP: u8 = 2;
 const SENT_HAS_ORIGIN: u8 = 4;
+const SENT_REDRIVEN: u8 = 8;
+const DEST_REDRIVE_TARGET: u8 = 0;
+const DEST_DEAD_LETTER_SOURCE: u8 = 1;
+const DEST_QUEUE: u8 = 2;
+const CHECKPOINT_HAS_PURGE: u8 = 1;
+/// Bytes of one checkpoint group entry besides its name (length prefix + fairness key).
+const CHECKPOINT_GROUP_FIXED_BYTES: usize = 2 + 8;
 const RECEIVED_HAS_ATTEMPT: u8 = 1;
 const RECEIVED_BATCH_START: u8 = 2;
 const TRANSPORT_STRING: u8 = 1;
@@ -222,12 +294,35 @@ impl Record {
     fn encoded_len_hint(&self) -> usize {
         match &self.kind {
             RecordKind::Sent(s) => 64 + s.payload.size_bytes() + 16 * s.payload.attributes.len(),
+            RecordKind::Checkpoint(c) => {
+                64 + c
+                    .groups
+                    .iter()
+                    .map(|(g, _)| g.len() + CHECKPOINT_GROUP_FIXED_BYTES)
+                    .sum::<usize>()
+            }
             _ => 40,
         }
     }
 
+    /// The lowest format version that can express this record.
+    pub fn format_version(&self) -> u8 {
+        let v2 = match &self.kind {
+            RecordKind::Sent(s) => s.redriven,
+            RecordKind::DlqMoveStarted { destination, .. } => destination.is_redrive(),
+            RecordKind::Checkpoint(_) => true,
+            _ => false,
+        };
+        if v2 {
+            RECORD_FORMAT_VERSION
+        } else {
+            RECORD_FORMAT_V1
+        }
+    }
+
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        out.push(RECORD_FORMAT_VERSION);
+        let version = self.format_version();
+        out.push(version);
         let kind = match &self.kind {
             RecordKind::Sent(_) => KIND_SENT,
             RecordKind::Received { .. } => KIND_RECEIVED,
@@ -237,6 +332,7 @@ impl Record {
             RecordKind::DlqMoveStarted { .. } => KIND_MOVE_STARTED,
             RecordKind::DlqMoveDone { .. } => KIND_MOVE_DONE,
             RecordKind::Configured { .. } => KIND_CONFIGURED,
+            RecordKind::Checkpoint(_) => KIND_CHECKPOINT,
         };
         out.push(kind);
         out.extend_from_slice(&self.at_ms.to_le_bytes());
@@ -255,6 +351,9 @@ impl Record {
                 }
                 if s.origin.is_some() {
                     flags |= SENT_HAS_ORIGIN;
+                }
+                if s.redriven {
+                    flags |= SENT_REDRIVEN;
                 }
                 out.push(flags);
                 if let Some(g) = &p.group_id {
@@ -320,19 +419,50 @@ impl Record {
                 out.extend_from_slice(&deadline_ms.to_le_bytes());
                 out.push(u8::from(*attempt_retry));
             }
-            RecordKind::Deleted { id }
-            | RecordKind::DlqMoveStarted { id }
-            | RecordKind::DlqMoveDone { id } => out.extend_from_slice(&id.to_le_bytes()),
+            RecordKind::Deleted { id } | RecordKind::DlqMoveDone { id } => {
+                out.extend_from_slice(&id.to_le_bytes())
+            }
+            RecordKind::DlqMoveStarted { id, destination } => {
+                out.extend_from_slice(&id.to_le_bytes());
+                if version >= RECORD_FORMAT_VERSION {
+                    match destination {
+                        MoveDestination::RedriveTarget => out.push(DEST_REDRIVE_TARGET),
+                        MoveDestination::DeadLetterSource => out.push(DEST_DEAD_LETTER_SOURCE),
+                        MoveDestination::Queue(q) => {
+                            out.push(DEST_QUEUE);
+                            out.extend_from_slice(&q.to_le_bytes());
+                        }
+                    }
+                }
+            }
             RecordKind::Purged { before_id } => out.extend_from_slice(&before_id.to_le_bytes()),
             RecordKind::Configured {
                 retention_s,
                 dedup_scope,
             } => {
                 out.extend_from_slice(&retention_s.to_le_bytes());
-                out.push(match dedup_scope {
-                    DedupScope::Queue => 0,
-                    DedupScope::MessageGroup => 1,
-                });
+                out.push(scope_byte(*dedup_scope));
+            }
+            RecordKind::Checkpoint(c) => {
+                out.extend_from_slice(&c.next_id.to_le_bytes());
+                out.extend_from_slice(&c.receive_seq.to_le_bytes());
+                out.extend_from_slice(&c.retention_ms.to_le_bytes());
+                out.push(scope_byte(c.dedup_scope));
+                match c.last_purge_ms {
+                    Some(t) => {
+                        out.push(CHECKPOINT_HAS_PURGE);
+                        out.extend_from_slice(&t.to_le_bytes());
+                    }
+                    None => out.push(0),
+                }
+                out.extend_from_slice(&c.live_floor.to_le_bytes());
+                out.extend_from_slice(&c.live_count.to_le_bytes());
+                let n = u32::try_from(c.groups.len()).expect("groups are bounded by messages");
+                out.extend_from_slice(&n.to_le_bytes());
+                for (name, last_served) in &c.groups {
+                    put_str16(out, name);
+                    out.extend_from_slice(&last_served.to_le_bytes());
+                }
             }
         }
     }
@@ -340,9 +470,10 @@ impl Record {
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let mut c = Cursor { b: bytes };
         let version = c.u8()?;
-        if version != RECORD_FORMAT_VERSION {
+        if version != RECORD_FORMAT_V1 && version != RECORD_FORMAT_VERSION {
             return Err(DecodeError::UnknownVersion(version));
         }
+        let v2 = version == RECORD_FORMAT_VERSION;
         let kind = c.u8()?;
         let at_ms = c.u64()?;
         let kind = match kind {
@@ -351,8 +482,16 @@ impl Record {
                 let message_id = MessageId(c.array16()?);
                 let visible_at_ms = c.u64()?;
                 let flags = c.u8()?;
-                if flags & !(SENT_HAS_GROUP | SENT_HAS_DEDUP | SENT_HAS_ORIGIN) != 0 {
+                let known = SENT_HAS_GROUP
+                    | SENT_HAS_DEDUP
+                    | SENT_HAS_ORIGIN
+                    | if v2 { SENT_REDRIVEN } else { 0 };
+                if flags & !known != 0 {
                     return Err(DecodeError::Invalid("unknown Sent flags"));
+                }
+                let redriven = flags & SENT_REDRIVEN != 0;
+                if redriven && flags & SENT_HAS_ORIGIN == 0 {
+                    return Err(DecodeError::Invalid("redriven Sent without an origin"));
                 }
                 let group_id = if flags & SENT_HAS_GROUP != 0 {
                     Some(c.str16()?)
@@ -400,6 +539,7 @@ impl Record {
                     visible_at_ms,
                     payload: Arc::new(Payload::new(body, attributes, group_id, dedup_id)),
                     origin,
+                    redriven,
                 })
             }
             KIND_RECEIVED => {
@@ -443,19 +583,61 @@ impl Record {
             KIND_PURGED => RecordKind::Purged {
                 before_id: c.u64()?,
             },
-            KIND_MOVE_STARTED => RecordKind::DlqMoveStarted { id: c.u64()? },
+            KIND_MOVE_STARTED => {
+                let id = c.u64()?;
+                let destination = if v2 {
+                    match c.u8()? {
+                        DEST_REDRIVE_TARGET => MoveDestination::RedriveTarget,
+                        DEST_DEAD_LETTER_SOURCE => MoveDestination::DeadLetterSource,
+                        DEST_QUEUE => MoveDestination::Queue(c.u64()?),
+                        _ => return Err(DecodeError::Invalid("unknown move destination")),
+                    }
+                } else {
+                    MoveDestination::RedriveTarget
+                };
+                RecordKind::DlqMoveStarted { id, destination }
+            }
             KIND_MOVE_DONE => RecordKind::DlqMoveDone { id: c.u64()? },
             KIND_CONFIGURED => {
                 let retention_s = c.u32()?;
-                let dedup_scope = match c.u8()? {
-                    0 => DedupScope::Queue,
-                    1 => DedupScope::MessageGroup,
-                    _ => return Err(DecodeError::Invalid("unknown dedup scope")),
-                };
+                let dedup_scope = c.scope()?;
                 RecordKind::Configured {
                     retention_s,
                     dedup_scope,
                 }
+            }
+            KIND_CHECKPOINT if v2 => {
+                let next_id = c.u64()?;
+                let receive_seq = c.u64()?;
+                let retention_ms = c.u64()?;
+                let dedup_scope = c.scope()?;
+                let last_purge_ms = match c.u8()? {
+                    0 => None,
+                    CHECKPOINT_HAS_PURGE => Some(c.u64()?),
+                    _ => return Err(DecodeError::Invalid("unknown Checkpoint flags")),
+                };
+                let live_floor = c.u64()?;
+                let live_count = c.u64()?;
+                let n = usize::try_from(c.u32()?).map_err(|_| DecodeError::Truncated)?;
+                // Each entry takes at least its fixed bytes: check before allocating.
+                if n.saturating_mul(CHECKPOINT_GROUP_FIXED_BYTES) > c.b.len() {
+                    return Err(DecodeError::Truncated);
+                }
+                let mut groups = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let name = c.str16()?;
+                    groups.push((name, c.u64()?));
+                }
+                RecordKind::Checkpoint(Box::new(Checkpoint {
+                    next_id,
+                    receive_seq,
+                    retention_ms,
+                    dedup_scope,
+                    last_purge_ms,
+                    live_floor,
+                    live_count,
+                    groups,
+                }))
             }
             k => return Err(DecodeError::UnknownKind(k)),
         };
@@ -463,6 +645,13 @@ impl Record {
             return Err(DecodeError::TrailingBytes);
         }
         Ok(Record { at_ms, kind })
+    }
+}
+
+fn scope_byte(s: DedupScope) -> u8 {
+    match s {
+        DedupScope::Queue => 0,
+        DedupScope::MessageGroup => 1,
     }
 }
 
@@ -524,6 +713,13 @@ impl<'a> Cursor<'a> {
         // `take` checks `n` against what is left before anything is allocated.
         self.take(n)
     }
+    fn scope(&mut self) -> Result<DedupScope, DecodeError> {
+        match self.u8()? {
+            0 => Ok(DedupScope::Queue),
+            1 => Ok(DedupScope::MessageGroup),
+            _ => Err(DecodeError::Invalid("unknown dedup scope")),
+        }
+    }
     fn str32(&mut self) -> Result<String, DecodeError> {
         let b = self.bytes32()?;
         utf8(b)
@@ -573,8 +769,9 @@ pub(crate) mod tests {
             proptest::option::of(token()),
             proptest::option::of(token()),
             proptest::option::of((any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>())),
+            any::<bool>(),
         )
-            .prop_map(|(id, mid, vis, body, attrs, g, d, o)| {
+            .prop_map(|(id, mid, vis, body, attrs, g, d, o, redriven)| {
                 RecordKind::Sent(Sent {
                     id,
                     message_id: MessageId(mid),
@@ -586,7 +783,35 @@ pub(crate) mod tests {
                         msg_id,
                         sent_ms,
                     }),
+                    redriven: redriven && o.is_some(),
                 })
+            });
+        let destination = prop_oneof![
+            Just(MoveDestination::RedriveTarget),
+            Just(MoveDestination::DeadLetterSource),
+            any::<u64>().prop_map(MoveDestination::Queue),
+        ];
+        let checkpoint = (
+            any::<[u64; 6]>(),
+            any::<bool>(),
+            proptest::option::of(any::<u64>()),
+            proptest::collection::vec((token(), any::<u64>()), 0..5),
+        )
+            .prop_map(|(n, g, last_purge_ms, groups)| {
+                RecordKind::Checkpoint(Box::new(Checkpoint {
+                    next_id: n[0],
+                    receive_seq: n[1],
+                    retention_ms: n[2],
+                    dedup_scope: if g {
+                        DedupScope::MessageGroup
+                    } else {
+                        DedupScope::Queue
+                    },
+                    last_purge_ms,
+                    live_floor: n[4],
+                    live_count: n[5],
+                    groups,
+                }))
             });
         let kind = prop_oneof![
             sent,
@@ -618,7 +843,9 @@ pub(crate) mod tests {
             ),
             any::<u64>().prop_map(|id| RecordKind::Deleted { id }),
             any::<u64>().prop_map(|before_id| RecordKind::Purged { before_id }),
-            any::<u64>().prop_map(|id| RecordKind::DlqMoveStarted { id }),
+            (any::<u64>(), destination)
+                .prop_map(|(id, destination)| RecordKind::DlqMoveStarted { id, destination }),
+            checkpoint,
             any::<u64>().prop_map(|id| RecordKind::DlqMoveDone { id }),
             (any::<u32>(), any::<bool>()).prop_map(|(retention_s, g)| RecordKind::Configured {
                 retention_s,
@@ -674,11 +901,65 @@ pub(crate) mod tests {
         };
         let mut b = r.encode();
         assert_eq!(b.len(), 1 + 1 + 8 + 8);
-        b[0] = 2;
-        assert_eq!(Record::decode(&b), Err(DecodeError::UnknownVersion(2)));
+        b[0] = 3;
+        assert_eq!(Record::decode(&b), Err(DecodeError::UnknownVersion(3)));
         b[0] = 1;
         b[1] = 99;
         assert_eq!(Record::decode(&b), Err(DecodeError::UnknownKind(99)));
+    }
+
+    /// Records written by format version 1 (before redrive and checkpoints) still decode, and
+    /// records that need none of the new fields are still written byte for byte as version 1.
+    #[test]
+    fn version_1_records_still_decode_and_are_still_written() {
+        let mut moved = vec![RECORD_FORMAT_V1, KIND_MOVE_STARTED];
+        moved.extend_from_slice(&7u64.to_le_bytes());
+        moved.extend_from_slice(&3u64.to_le_bytes());
+        let r = Record {
+            at_ms: 7,
+            kind: RecordKind::DlqMoveStarted {
+                id: 3,
+                destination: MoveDestination::RedriveTarget,
+            },
+        };
+        assert_eq!(Record::decode(&moved), Ok(r.clone()));
+        assert_eq!(r.encode(), moved);
+        // A version-1 Sent with an origin is a dead letter, not a redrive.
+        let mut sent = vec![RECORD_FORMAT_V1, KIND_SENT];
+        sent.extend_from_slice(&1u64.to_le_bytes()); // at_ms
+        sent.extend_from_slice(&2u64.to_le_bytes()); // id
+        sent.extend_from_slice(&[9; 16]);
+        sent.extend_from_slice(&1u64.to_le_bytes()); // visible_at_ms
+        sent.push(SENT_HAS_ORIGIN);
+        for v in [4u64, 5, 6, 7] {
+            if v == 5 {
+                sent.extend_from_slice(&5u32.to_le_bytes());
+            } else {
+                sent.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        sent.extend_from_slice(&1u32.to_le_bytes());
+        sent.push(b'x');
+        sent.push(0);
+        let d = Record::decode(&sent).expect("v1 Sent decodes");
+        let RecordKind::Sent(s) = &d.kind else {
+            panic!("not a Sent: {d:?}")
+        };
+        assert!(!s.redriven);
+        assert_eq!(s.origin.map(|o| (o.queue_id, o.msg_id)), Some((4, 6)));
+        assert_eq!(d.encode(), sent);
+        // Version-2 fields under a version-1 byte are rejected.
+        let mut bad = sent.clone();
+        bad[1 + 1 + 8 + 8 + 16 + 8] |= SENT_REDRIVEN;
+        assert!(Record::decode(&bad).is_err());
+        bad[0] = RECORD_FORMAT_VERSION;
+        assert!(Record::decode(&bad).is_ok());
+        let mut cp = vec![RECORD_FORMAT_V1, KIND_CHECKPOINT];
+        cp.extend_from_slice(&[0; 60]);
+        assert_eq!(
+            Record::decode(&cp),
+            Err(DecodeError::UnknownKind(KIND_CHECKPOINT))
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::attributes::{
 };
 use super::partition::*;
 use super::receipt::Receipt;
-use super::record::{Record, RecordKind};
+use super::record::{MoveDestination, Record, RecordKind};
 use super::EngineError;
 
 const T0: u64 = 1_700_000_000_000;
@@ -702,4 +702,202 @@ fn message_size_limit_counts_attributes() {
         q.send(T0, over),
         Err(EngineError::InvalidParameterValue { .. })
     ));
+}
+
+fn start_moves(
+    q: &mut Q,
+    now: u64,
+    max_messages: u32,
+    destination: MoveDestination,
+    from_id: u64,
+) -> (MovesStarted, Vec<MoveRequest>) {
+    let fx = q
+        .exec(
+            now,
+            Command::StartMoves(StartMoves {
+                max_messages,
+                destination,
+                from_id,
+            }),
+        )
+        .expect("start moves");
+    match fx.reply {
+        Reply::MovesStarted(r) => (r, fx.moves),
+        r => panic!("unexpected reply {r:?}"),
+    }
+}
+
+/// A queue with another id (the scenarios' default queue is 5).
+fn other_queue(kind: QueueKind, queue_id: u64) -> Q {
+    let mut q = Q::new(kind, |_, _| {});
+    q.cfg.queue_id = queue_id;
+    q.p = Partition::new(q.cfg.clone()).expect("valid config");
+    q
+}
+
+#[test]
+fn redrive_moves_dead_letters_back_as_fresh_messages() {
+    let mut src = Q::new(QueueKind::Standard, |a, _| {
+        a.redrive_policy = Some(RedrivePolicy {
+            dead_letter_target_arn: "arn:dlq".into(),
+            max_receive_count: 1,
+        });
+    });
+    let mut dlq = other_queue(QueueKind::Standard, 6);
+    let sent = src.body(T0, "poison");
+    src.recv(T0, 1);
+    assert!(src.recv(T0 + 40_000, 1).is_empty());
+    let mv = src.p.pending_moves().remove(0);
+    assert_eq!(mv.destination, MoveDestination::RedriveTarget);
+    assert_eq!(mv.destination_queue(), None);
+    dlq.exec(T0 + 40_000, Command::AcceptMove(mv.clone()))
+        .expect("accept");
+    src.exec(
+        T0 + 40_000,
+        Command::CompleteMove {
+            msg_id: mv.origin.msg_id,
+        },
+    )
+    .expect("complete");
+    dlq.body(T0 + 41_000, "sent to the DLQ directly");
+
+    // Back to the source: the dead letter moves, the message sent directly stays and is counted.
+    let (r, moves) = start_moves(
+        &mut dlq,
+        T0 + 50_000,
+        10,
+        MoveDestination::DeadLetterSource,
+        0,
+    );
+    assert_eq!(
+        r,
+        MovesStarted {
+            started: 1,
+            skipped_no_destination: 1,
+            next_from_id: None
+        }
+    );
+    let back = moves[0].clone();
+    assert_eq!(back.destination, MoveDestination::DeadLetterSource);
+    assert_eq!(back.destination_queue(), Some(5));
+    assert_eq!(back.origin.queue_id, 6);
+    assert_eq!(back.message_id, sent.message_id);
+    // The destination is durable: a restart lists the move with it.
+    dlq.restart(T0 + 50_000);
+    assert_eq!(dlq.p.pending_moves(), vec![back.clone()]);
+    assert_eq!(dlq.p.counters().moving, 1);
+    src.exec(T0 + 51_000, Command::AcceptMove(back.clone()))
+        .expect("accept redrive");
+    src.restart(T0 + 51_000);
+    let again = src
+        .exec(T0 + 51_500, Command::AcceptMove(back.clone()))
+        .expect("re-accept redrive");
+    assert!(
+        again.records.is_empty(),
+        "a redrive is idempotent by origin"
+    );
+    dlq.exec(
+        T0 + 52_000,
+        Command::CompleteMove {
+            msg_id: back.origin.msg_id,
+        },
+    )
+    .expect("complete redrive");
+    assert!(dlq.p.pending_moves().is_empty());
+    // A fresh message: receive count from 0, retention from its arrival, no dead-letter source.
+    let got = src.recv(T0 + 53_000, 10);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].message_id, got[0].receive_count, got[0].sent_ms),
+        (sent.message_id, 1, T0 + 51_000)
+    );
+    assert_eq!(got[0].dead_letter_source, None);
+    src.restart(T0 + 53_000);
+    // The direct message is still there, and still skipped; an explicit queue takes it.
+    let (r, _) = start_moves(
+        &mut dlq,
+        T0 + 60_000,
+        10,
+        MoveDestination::DeadLetterSource,
+        0,
+    );
+    assert_eq!((r.started, r.skipped_no_destination), (0, 1));
+    let (r, moves) = start_moves(&mut dlq, T0 + 60_000, 10, MoveDestination::Queue(9), 0);
+    assert_eq!((r.started, r.skipped_no_destination), (1, 0));
+    assert_eq!(moves[0].destination_queue(), Some(9));
+    assert_eq!(dlq.p.counters().visible, 0);
+    dlq.restart(T0 + 60_000);
+}
+
+#[test]
+fn redrive_steps_are_bounded_and_resume_from_a_cursor() {
+    let mut dlq = other_queue(QueueKind::Standard, 6);
+    for i in 0..5 {
+        dlq.body(T0, &format!("m{i}"));
+    }
+    let leased = dlq.recv(T0, 1);
+    assert_eq!(leased.len(), 1);
+    let (r, moves) = start_moves(&mut dlq, T0, 2, MoveDestination::Queue(7), 0);
+    assert_eq!(r.started, 2);
+    let from = r.next_from_id.expect("more to look at");
+    let (r2, moves2) = start_moves(&mut dlq, T0, 2, MoveDestination::Queue(7), from);
+    assert_eq!((r2.started, r2.next_from_id), (2, None));
+    let ids: Vec<u64> = moves
+        .iter()
+        .chain(&moves2)
+        .map(|m| m.origin.msg_id)
+        .collect();
+    assert!(
+        !ids.contains(&leased[0].receipt.msg_id),
+        "in flight: not moved"
+    );
+    assert_eq!(ids.len(), 4);
+    for bad in [0, MOVES_PER_COMMAND_MAX + 1] {
+        let e = dlq.exec(
+            T0,
+            Command::StartMoves(StartMoves {
+                max_messages: bad,
+                destination: MoveDestination::Queue(7),
+                from_id: 0,
+            }),
+        );
+        assert!(
+            matches!(e, Err(EngineError::InvalidParameterValue { .. })),
+            "{e:?}"
+        );
+    }
+    for dest in [MoveDestination::RedriveTarget, MoveDestination::Queue(6)] {
+        let e = dlq.exec(
+            T0,
+            Command::StartMoves(StartMoves {
+                max_messages: 1,
+                destination: dest,
+                from_id: 0,
+            }),
+        );
+        assert!(e.is_err(), "{dest:?}");
+    }
+    dlq.restart(T0);
+}
+
+#[test]
+fn fifo_redrive_moves_group_heads_in_order() {
+    let mut dlq = other_queue(QueueKind::Fifo, 6);
+    dlq.fifo_send(T0, "g", "g1", "1");
+    dlq.fifo_send(T0, "g", "g2", "2");
+    dlq.fifo_send(T0, "h", "h1", "3");
+    dlq.fifo_send(T0, "g", "g3", "4");
+    // g's head is in flight: only h moves.
+    let got = dlq.recv(T0, 1);
+    assert_eq!(got[0].payload.body, "g1");
+    let (r, moves) = start_moves(&mut dlq, T0, 10, MoveDestination::Queue(9), 0);
+    assert_eq!(r.started, 1);
+    assert_eq!(moves[0].payload.body, "h1");
+    // Once g1 is visible again, g leaves in order.
+    dlq.change(T0, got[0].receipt, 0).expect("release");
+    let (r, moves) = start_moves(&mut dlq, T0, 10, MoveDestination::Queue(9), 0);
+    assert_eq!(r.started, 3);
+    let bodies: Vec<&str> = moves.iter().map(|m| m.payload.body.as_str()).collect();
+    assert_eq!(bodies, ["g1", "g2", "g3"]);
+    dlq.restart(T0);
 }

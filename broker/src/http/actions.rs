@@ -1,0 +1,812 @@
+//! The 23 actions of the SQS API, each written once against [`Params`] (either protocol's
+//! input) and returning an [`Out`] tree (either protocol's output). The service layer
+//! (`Shard`) does the work; this file checks parameters the service does not see (URLs, batch
+//! ids, ranges of request parameters, attribute-name lists) and shapes the answers.
+
+use super::auth::{valid_account, Caller};
+use super::protocol::{Out, Params, SqsError};
+use crate::engine::attributes::{
+    AttributeValue, MessageAttribute, QueueKind, DELAY_S_MAX, VISIBILITY_TIMEOUT_S_MAX,
+    WAIT_TIME_S_MAX,
+};
+use crate::engine::md5::md5_of_attributes;
+use crate::engine::{BatchEntry, Delivered, ReceiveRequest, SendRequest, SentReply};
+use crate::metadata::QueueMeta;
+use crate::shard::Shard;
+use base64::Engine as _;
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Entries in one batch request (SQS: 10).
+pub const BATCH_ENTRIES_MAX: usize = 10;
+/// Batch entry ids: 1–80 characters.
+pub const BATCH_ENTRY_ID_LEN_MAX: usize = 80;
+/// ListQueues without MaxResults returns at most this many (as SQS does).
+pub const LIST_QUEUES_DEFAULT_MAX: usize = 1_000;
+/// MaxNumberOfMessages of a ReceiveMessage: 1–10.
+pub const RECEIVE_MESSAGES_MAX: i64 = 10;
+
+/// Every action of the model, in the model's order.
+pub const ACTIONS: [&str; 23] = [
+    "AddPermission",
+    "CancelMessageMoveTask",
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+    "CreateQueue",
+    "DeleteMessage",
+    "DeleteMessageBatch",
+    "DeleteQueue",
+    "GetQueueAttributes",
+    "GetQueueUrl",
+    "ListDeadLetterSourceQueues",
+    "ListMessageMoveTasks",
+    "ListQueueTags",
+    "ListQueues",
+    "PurgeQueue",
+    "ReceiveMessage",
+    "RemovePermission",
+    "SendMessage",
+    "SendMessageBatch",
+    "SetQueueAttributes",
+    "StartMessageMoveTask",
+    "TagQueue",
+    "UntagQueue",
+];
+
+/// The queue attribute names of the model (`QueueAttributeName`).
+const QUEUE_ATTRIBUTE_NAMES: [&str; 22] = [
+    "All",
+    "Policy",
+    "VisibilityTimeout",
+    "MaximumMessageSize",
+    "MessageRetentionPeriod",
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "QueueArn",
+    "ApproximateNumberOfMessagesDelayed",
+    "DelaySeconds",
+    "ReceiveMessageWaitTimeSeconds",
+    "RedrivePolicy",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+    "RedriveAllowPolicy",
+    "SqsManagedSseEnabled",
+];
+
+/// The message system attribute names of the model (`MessageSystemAttributeName`).
+const MESSAGE_SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
+    "All",
+    "SenderId",
+    "SentTimestamp",
+    "ApproximateReceiveCount",
+    "ApproximateFirstReceiveTimestamp",
+    "SequenceNumber",
+    "MessageDeduplicationId",
+    "MessageGroupId",
+    "AWSTraceHeader",
+    "DeadLetterQueueSourceArn",
+];
+
+/// Who asks, and how to answer with URLs.
+pub struct Ctx<'a> {
+    pub shard: &'a Rc<Shard>,
+    pub caller: &'a Caller,
+    /// Signatures are verified: a queue URL must name the caller's own account.
+    pub enforce_account: bool,
+    /// `host[:port]` for queue URLs.
+    pub host: &'a str,
+    /// The Query protocol's `POST /<account>/<queue>`: the queue when `QueueUrl` is absent.
+    pub path_queue: Option<&'a str>,
+}
+
+type ActionResult = Result<Option<Out>, SqsError>;
+
+fn s(v: impl Into<String>) -> Out {
+    Out::Str(v.into())
+}
+
+fn one(json: &'static str, v: Out) -> Out {
+    Out::Struct(vec![(json, json, v)])
+}
+
+pub async fn dispatch(ctx: &Ctx<'_>, action: &str, mut p: Params) -> ActionResult {
+    match action {
+        "CreateQueue" => create_queue(ctx, p).await,
+        "DeleteQueue" => {
+            let q = ctx.resolve(&mut p)?;
+            ctx.shard.delete_queue(&q).await?;
+            Ok(None)
+        }
+        "GetQueueUrl" => get_queue_url(ctx, p),
+        "ListQueues" => list_queues(ctx, p),
+        "GetQueueAttributes" => get_queue_attributes(ctx, p).await,
+        "SetQueueAttributes" => {
+            let q = ctx.resolve(&mut p)?;
+            if !p.has("Attributes") {
+                return Err(SqsError::missing("Attributes"));
+            }
+            let attrs = p.str_map("Attributes")?;
+            ctx.shard.set_queue_attributes(&q, attrs).await?;
+            Ok(None)
+        }
+        "PurgeQueue" => {
+            let q = ctx.resolve(&mut p)?;
+            ctx.shard.purge(&q).await?;
+            Ok(None)
+        }
+        "TagQueue" => {
+            let q = ctx.resolve(&mut p)?;
+            if !p.has("Tags") {
+                return Err(SqsError::missing("Tags"));
+            }
+            let mut tags = q.tags.clone();
+            tags.extend(p.str_map("Tags")?);
+            ctx.shard.set_tags(&q, tags).await?;
+            Ok(None)
+        }
+        "UntagQueue" => {
+            let q = ctx.resolve(&mut p)?;
+            if !p.has("TagKeys") {
+                return Err(SqsError::missing("TagKeys"));
+            }
+            let mut tags = q.tags.clone();
+            for k in p.str_list("TagKeys")? {
+                tags.remove(&k);
+            }
+            ctx.shard.set_tags(&q, tags).await?;
+            Ok(None)
+        }
+        "ListQueueTags" => {
+            let q = ctx.resolve(&mut p)?;
+            Ok(Some(one_xml(
+                "Tags",
+                "Tag",
+                Out::Map {
+                    key_tag: "Key",
+                    value_tag: "Value",
+                    entries: q.tags.iter().map(|(k, v)| (k.clone(), s(v))).collect(),
+                },
+            )))
+        }
+        "SendMessage" => send_message(ctx, p).await,
+        "SendMessageBatch" => send_message_batch(ctx, p).await,
+        "ReceiveMessage" => receive_message(ctx, p).await,
+        "DeleteMessage" => {
+            let q = ctx.resolve(&mut p)?;
+            let handle = p.str("ReceiptHandle")?;
+            ctx.shard.delete_message(&q, &handle).await?;
+            Ok(None)
+        }
+        "DeleteMessageBatch" => handle_batch(ctx, p, false).await,
+        "ChangeMessageVisibility" => {
+            let q = ctx.resolve(&mut p)?;
+            let handle = p.str("ReceiptHandle")?;
+            let timeout =
+                visibility(&mut p)?.ok_or_else(|| SqsError::missing("VisibilityTimeout"))?;
+            ctx.shard.change_visibility(&q, &handle, timeout).await?;
+            Ok(None)
+        }
+        "ChangeMessageVisibilityBatch" => handle_batch(ctx, p, true).await,
+        "ListDeadLetterSourceQueues" => list_dead_letter_sources(ctx, p),
+        "StartMessageMoveTask" | "ListMessageMoveTasks" | "CancelMessageMoveTask" => {
+            Err(SqsError::unsupported(format!(
+                "{action} is not supported yet: Sluice's service layer has no message move tasks; \
+                 redrive by receiving from the dead-letter queue and sending to the source"
+            )))
+        }
+        "AddPermission" | "RemovePermission" => Err(SqsError::unsupported(format!(
+            "{action} is not supported: Sluice has no queue policies; access is per account \
+             (access keys map to accounts)"
+        ))),
+        other => Err(SqsError::new(
+            "InvalidAction",
+            400,
+            format!("The action {other} is not valid for this endpoint."),
+        )),
+    }
+}
+
+fn one_xml(json: &'static str, xml: &'static str, v: Out) -> Out {
+    Out::Struct(vec![(json, xml, v)])
+}
+
+impl Ctx<'_> {
+    pub fn queue_url(&self, q: &QueueMeta) -> String {
+        format!("http://{}/{}/{}", self.host, q.tenant, q.name)
+    }
+
+    fn resolve(&self, p: &mut Params) -> Result<Arc<QueueMeta>, SqsError> {
+        match p.opt_str("QueueUrl")? {
+            Some(u) => self.resolve_url(&u),
+            None => match self.path_queue {
+                Some(path) => self.resolve_url(path),
+                None => Err(SqsError::missing("QueueUrl")),
+            },
+        }
+    }
+
+    /// Accepts `http(s)://<any host>/<account>/<name>` and `/<account>/<name>`.
+    fn resolve_url(&self, url: &str) -> Result<Arc<QueueMeta>, SqsError> {
+        let invalid = || {
+            SqsError::new(
+                "InvalidAddress",
+                404,
+                format!("The address {url} is not valid for this endpoint."),
+            )
+        };
+        let path = match url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+        {
+            Some(rest) => rest.find('/').map_or("", |i| &rest[i..]),
+            None => url,
+        };
+        let mut segs = path.strip_prefix('/').ok_or_else(invalid)?.split('/');
+        let (Some(account), Some(name), None) = (segs.next(), segs.next(), segs.next()) else {
+            return Err(invalid());
+        };
+        if !valid_account(account) || name.is_empty() {
+            return Err(invalid());
+        }
+        if self.enforce_account && account != self.caller.account {
+            return Err(SqsError::non_existent_queue());
+        }
+        Ok(self.shard.queue(account, name)?)
+    }
+}
+
+async fn create_queue(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
+    let name = p.str("QueueName")?;
+    let attributes = p.str_map("Attributes")?;
+    let tags = p.str_map("tags")?;
+    let q = ctx
+        .shard
+        .create_queue(&ctx.caller.account, &name, attributes, tags)
+        .await?;
+    Ok(Some(one("QueueUrl", s(ctx.queue_url(&q)))))
+}
+
+fn get_queue_url(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
+    let name = p.str("QueueName")?;
+    let account = p
+        .opt_str("QueueOwnerAWSAccountId")?
+        .unwrap_or_else(|| ctx.caller.account.clone());
+    if ctx.enforce_account && account != ctx.caller.account {
+        return Err(SqsError::non_existent_queue());
+    }
+    let q = ctx.shard.queue(&account, &name)?;
+    Ok(Some(one("QueueUrl", s(ctx.queue_url(&q)))))
+}
+
+/// Pagination over names: the token is the last name returned, base64url-encoded.
+fn paginate(
+    mut names: Vec<Arc<QueueMeta>>,
+    p: &mut Params,
+) -> Result<(Vec<Arc<QueueMeta>>, Option<String>), SqsError> {
+    names.sort_by(|a, b| a.name.cmp(&b.name));
+    let max = p.opt_int_in("MaxResults", 1, 1000)?;
+    if let Some(token) = p.opt_str("NextToken")? {
+        let after = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token.as_bytes())
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| SqsError::invalid("NextToken", "not a token this endpoint issued"))?;
+        names.retain(|q| q.name > after);
+    }
+    let limit = max.map_or(LIST_QUEUES_DEFAULT_MAX, |m| m as usize);
+    let more = names.len() > limit;
+    names.truncate(limit);
+    let token = match (more, max, names.last()) {
+        (true, Some(_), Some(last)) => {
+            Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last.name.as_bytes()))
+        }
+        _ => None,
+    };
+    Ok((names, token))
+}
+
+fn list_queues(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
+    let prefix = p.opt_str("QueueNamePrefix")?.unwrap_or_default();
+    let all = ctx.shard.list_queues(&ctx.caller.account, &prefix);
+    let (page, token) = paginate(all, &mut p)?;
+    let mut members = Vec::new();
+    if !page.is_empty() {
+        members.push((
+            "QueueUrls",
+            "QueueUrl",
+            Out::List(page.iter().map(|q| s(ctx.queue_url(q))).collect()),
+        ));
+    }
+    if let Some(t) = token {
+        members.push(("NextToken", "NextToken", s(t)));
+    }
+    Ok(Some(Out::Struct(members)))
+}
+
+fn list_dead_letter_sources(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
+    let q = ctx.resolve(&mut p)?;
+    let (page, token) = paginate(ctx.shard.dead_letter_sources(&q), &mut p)?;
+    let mut members = vec![(
+        "queueUrls",
+        "QueueUrl",
+        Out::List(page.iter().map(|q| s(ctx.queue_url(q))).collect()),
+    )];
+    if let Some(t) = token {
+        members.push(("NextToken", "NextToken", s(t)));
+    }
+    Ok(Some(Out::Struct(members)))
+}
+
+async fn get_queue_attributes(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
+    let q = ctx.resolve(&mut p)?;
+    let names = p.str_list("AttributeNames")?;
+    for n in &names {
+        if !QUEUE_ATTRIBUTE_NAMES.contains(&n.as_str()) {
+            return Err(SqsError::new(
+                "InvalidAttributeName",
+                400,
+                format!("Unknown Attribute {n}."),
+            ));
+        }
+    }
+    let all = names.iter().any(|n| n == "All");
+    let wanted = |n: &str| all || names.iter().any(|w| w == n);
+    let mut attrs = q.static_attributes(&ctx.shard.config.region);
+    if wanted("ApproximateNumberOfMessages")
+        || wanted("ApproximateNumberOfMessagesNotVisible")
+        || wanted("ApproximateNumberOfMessagesDelayed")
+    {
+        let c = ctx.shard.queue_counters(&q).await?;
+        attrs.insert("ApproximateNumberOfMessages".into(), c.visible.to_string());
+        attrs.insert(
+            "ApproximateNumberOfMessagesNotVisible".into(),
+            (c.in_flight + c.moving).to_string(),
+        );
+        attrs.insert(
+            "ApproximateNumberOfMessagesDelayed".into(),
+            c.delayed.to_string(),
+        );
+    }
+    let entries = attrs
+        .into_iter()
+        .filter(|(k, _)| wanted(k))
+        .map(|(k, v)| (k, s(v)))
+        .collect();
+    Ok(Some(one_xml(
+        "Attributes",
+        "Attribute",
+        Out::Map {
+            key_tag: "Name",
+            value_tag: "Value",
+            entries,
+        },
+    )))
+}
+
+/// A SendMessage's (or batch entry's) message, moved out of the parameters (no body copy).
+fn send_request(p: &mut Params) -> Result<(SendRequest, Option<String>), SqsError> {
+    let body = p.str("MessageBody")?;
+    let delay_s = p.opt_int_in("DelaySeconds", 0, i64::from(DELAY_S_MAX))?;
+    let attributes = p.message_attributes("MessageAttributes")?;
+    let system = p.message_attributes("MessageSystemAttributes")?;
+    let md5_system = system_attributes_md5(&system)?;
+    Ok((
+        SendRequest {
+            body,
+            attributes,
+            delay_s,
+            group_id: p.opt_str("MessageGroupId")?,
+            dedup_id: p.opt_str("MessageDeduplicationId")?,
+        },
+        md5_system,
+    ))
+}
+
+/// MessageSystemAttributes on send: SQS accepts only `AWSTraceHeader` (a String). Its digest
+/// is returned; the header itself is not stored yet (see the module notes).
+fn system_attributes_md5(system: &[MessageAttribute]) -> Result<Option<String>, SqsError> {
+    for a in system {
+        let ok = a.name == "AWSTraceHeader"
+            && a.data_type == "String"
+            && matches!(&a.value, AttributeValue::String(v) if !v.is_empty());
+        if !ok {
+            return Err(SqsError::invalid(
+                "MessageSystemAttributes",
+                format!("{} is not a supported message system attribute (only AWSTraceHeader, a String)", a.name),
+            ));
+        }
+    }
+    Ok(md5_of_attributes(system).map(|d| d.to_string()))
+}
+
+fn sent_members(
+    r: &SentReply,
+    md5_system: Option<String>,
+) -> Vec<(&'static str, &'static str, Out)> {
+    let mut m = vec![
+        ("MessageId", "MessageId", s(r.message_id.to_string())),
+        (
+            "MD5OfMessageBody",
+            "MD5OfMessageBody",
+            s(r.md5_body.to_string()),
+        ),
+    ];
+    if let Some(a) = r.md5_attributes {
+        m.push((
+            "MD5OfMessageAttributes",
+            "MD5OfMessageAttributes",
+            s(a.to_string()),
+        ));
+    }
+    if let Some(d) = md5_system {
+        m.push((
+            "MD5OfMessageSystemAttributes",
+            "MD5OfMessageSystemAttributes",
+            s(d),
+        ));
+    }
+    if let Some(n) = r.sequence_number {
+        m.push(("SequenceNumber", "SequenceNumber", s(format!("{n:020}"))));
+    }
+    m
+}
+
+async fn send_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
+    let q = ctx.resolve(&mut p)?;
+    let (req, md5_system) = send_request(&mut p)?;
+    let r = ctx.shard.send(&q, req).await?;
+    Ok(Some(Out::Struct(sent_members(&r, md5_system))))
+}
+
+/// The request-level rules every batch shares: 1–10 entries with distinct, well-formed ids.
+fn batch_entries(p: &mut Params) -> Result<Vec<(String, Params)>, SqsError> {
+    let entries = p.struct_list("Entries")?.unwrap_or_default();
+    if entries.is_empty() {
+        return Err(crate::engine::EngineError::EmptyBatchRequest.into());
+    }
+    if entries.len() > BATCH_ENTRIES_MAX {
+        return Err(crate::engine::EngineError::TooManyEntriesInBatchRequest.into());
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(entries.len());
+    for mut e in entries {
+        let id = e.str("Id")?;
+        if id.is_empty()
+            || id.len() > BATCH_ENTRY_ID_LEN_MAX
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(crate::engine::EngineError::InvalidBatchEntryId(id).into());
+        }
+        if !seen.insert(id.clone()) {
+            return Err(crate::engine::EngineError::BatchEntryIdsNotDistinct(id).into());
+        }
+        out.push((id, e));
+    }
+    Ok(out)
+}
+
+fn failed_entry(id: String, e: &SqsError) -> Out {
+    Out::Struct(vec![
+        ("Id", "Id", s(id)),
+        ("SenderFault", "SenderFault", Out::Bool(e.sender_fault)),
+        ("Code", "Code", s(e.code)),
+        ("Message", "Message", s(e.message.clone())),
+    ])
+}
+
+fn batch_result(ok_xml: &'static str, ok: Vec<Out>, failed: Vec<Out>) -> Out {
+    Out::Struct(vec![
+        ("Successful", ok_xml, Out::List(ok)),
+        ("Failed", "BatchResultErrorEntry", Out::List(failed)),
+    ])
+}
+
+async fn send_message_batch(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
+    let q = ctx.resolve(&mut p)?;
+    let entries = batch_entries(&mut p)?;
+    let n = entries.len();
+    let mut good = Vec::with_capacity(n);
+    let mut system_md5 = BTreeMap::new();
+    // Entry-level problems become per-entry failures, in the request's order.
+    let mut results: Vec<Option<Result<SentReply, SqsError>>> = Vec::with_capacity(n);
+    let mut ids = Vec::with_capacity(n);
+    for (id, mut e) in entries {
+        ids.push(id.clone());
+        match send_request(&mut e) {
+            Ok((request, md5)) => {
+                if let Some(m) = md5 {
+                    system_md5.insert(id.clone(), m);
+                }
+                good.push(BatchEntry { id, request });
+                results.push(None);
+            }
+            Err(err) => results.push(Some(Err(err))),
+        }
+    }
+    if !good.is_empty() {
+        let sent = ctx.shard.send_batch(&q, good).await?;
+        let mut sent = sent.into_iter();
+        for slot in results.iter_mut().filter(|r| r.is_none()) {
+            let (_, r) = sent.next().ok_or_else(|| {
+                SqsError::from(crate::error::ServiceError::Internal(
+                    "batch result missing".into(),
+                ))
+            })?;
+            *slot = Some(r.map_err(SqsError::from));
+        }
+    }
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    for (id, r) in ids.into_iter().zip(results) {
+        match r {
+            Some(Ok(reply)) => {
+                let mut m = vec![("Id", "Id", s(id.clone()))];
+                m.extend(sent_members(&reply, system_md5.remove(&id)));
+                ok.push(Out::Struct(m));
+            }
+            Some(Err(e)) => failed.push(failed_entry(id, &e)),
+            None => failed.push(failed_entry(
+                id,
+                &SqsError::from(crate::error::ServiceError::Internal(
+                    "batch result missing".into(),
+                )),
+            )),
+        }
+    }
+    Ok(Some(batch_result(
+        "SendMessageBatchResultEntry",
+        ok,
+        failed,
+    )))
+}
+
+fn visibility(p: &mut Params) -> Result<Option<u32>, SqsError> {
+    p.opt_int_in("VisibilityTimeout", 0, i64::from(VISIBILITY_TIMEOUT_S_MAX))
+}
+
+/// DeleteMessageBatch and ChangeMessageVisibilityBatch: each entry runs concurrently.
+async fn handle_batch(ctx: &Ctx<'_>, mut p: Params, change_visibility: bool) -> ActionResult {
+    let q = ctx.resolve(&mut p)?;
+    let entries = batch_entries(&mut p)?;
+    let q = &q;
+    let futs = entries.into_iter().map(|(id, mut e)| async move {
+        let r: Result<(), SqsError> = async {
+            let handle = e.str("ReceiptHandle")?;
+            if change_visibility {
+                let t =
+                    visibility(&mut e)?.ok_or_else(|| SqsError::missing("VisibilityTimeout"))?;
+                ctx.shard.change_visibility(q, &handle, t).await?;
+            } else {
+                ctx.shard.delete_message(q, &handle).await?;
+            }
+            Ok(())
+        }
+        .await;
+        (id, r)
+    });
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    for (id, r) in futures::future::join_all(futs).await {
+        match r {
+            Ok(()) => ok.push(Out::Struct(vec![("Id", "Id", s(id))])),
+            Err(e) => failed.push(failed_entry(id, &e)),
+        }
+    }
+    let xml = if change_visibility {
+        "ChangeMessageVisibilityBatchResultEntry"
+    } else {
+        "DeleteMessageBatchResultEntry"
+    };
+    Ok(Some(batch_result(xml, ok, failed)))
+}
+
+/// Which message attributes a ReceiveMessage asked for.
+enum AttrFilter {
+    All,
+    Some {
+        names: Vec<String>,
+        prefixes: Vec<String>,
+    },
+}
+
+impl AttrFilter {
+    fn new(list: Vec<String>) -> Self {
+        if list.iter().any(|n| n == "All" || n == ".*") {
+            return AttrFilter::All;
+        }
+        let (mut names, mut prefixes) = (Vec::new(), Vec::new());
+        for n in list {
+            match n.strip_suffix(".*") {
+                Some(pre) => prefixes.push(format!("{pre}.")),
+                None => names.push(n),
+            }
+        }
+        AttrFilter::Some { names, prefixes }
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            AttrFilter::All => true,
+            AttrFilter::Some { names, prefixes } => {
+                names.iter().any(|n| n == name)
+                    || prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            }
+        }
+    }
+}
+
+async fn receive_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
+    let q = ctx.resolve(&mut p)?;
+    let max = p
+        .opt_int_in("MaxNumberOfMessages", 1, RECEIVE_MESSAGES_MAX)?
+        .unwrap_or(1);
+    let vis = visibility(&mut p)?;
+    let wait = p
+        .opt_int_in("WaitTimeSeconds", 0, i64::from(WAIT_TIME_S_MAX))?
+        .unwrap_or(q.parsed.wait_time_s);
+    let mut system = p.str_list("AttributeNames")?;
+    system.extend(p.str_list("MessageSystemAttributeNames")?);
+    for n in &system {
+        if !MESSAGE_SYSTEM_ATTRIBUTE_NAMES.contains(&n.as_str())
+            && !QUEUE_ATTRIBUTE_NAMES.contains(&n.as_str())
+        {
+            return Err(SqsError::new(
+                "InvalidAttributeName",
+                400,
+                format!("Unknown Attribute {n}."),
+            ));
+        }
+    }
+    let all_system = system.iter().any(|n| n == "All");
+    let want = |n: &str| all_system || system.iter().any(|w| w == n);
+    let filter = AttrFilter::new(p.str_list("MessageAttributeNames")?);
+    let attempt_id = p.opt_str("ReceiveRequestAttemptId")?;
+    let got = ctx
+        .shard
+        .receive(
+            &q,
+            ReceiveRequest {
+                max_messages: max,
+                visibility_timeout_s: vis,
+                attempt_id,
+            },
+            wait,
+        )
+        .await?;
+    let mut messages = Vec::with_capacity(got.len());
+    for d in got {
+        messages.push(message_out(ctx, &q, d, &want, &filter));
+    }
+    if messages.is_empty() {
+        return Ok(Some(Out::Struct(Vec::new())));
+    }
+    Ok(Some(one_xml("Messages", "Message", Out::List(messages))))
+}
+
+fn message_out(
+    ctx: &Ctx<'_>,
+    q: &QueueMeta,
+    d: Delivered,
+    want: &dyn Fn(&str) -> bool,
+    filter: &AttrFilter,
+) -> Out {
+    let payload = &d.payload;
+    let mut m = vec![
+        ("MessageId", "MessageId", s(d.message_id.to_string())),
+        (
+            "ReceiptHandle",
+            "ReceiptHandle",
+            s(ctx.shard.receipt_handle(&d.receipt)),
+        ),
+        ("MD5OfBody", "MD5OfBody", s(payload.md5_body.to_string())),
+        ("Body", "Body", Out::Body(payload.clone())),
+    ];
+    let mut sys: Vec<(String, Out)> = Vec::new();
+    let mut put = |name: &str, v: String| {
+        if want(name) {
+            sys.push((name.to_string(), s(v)));
+        }
+    };
+    put("SenderId", q.tenant.clone());
+    put("SentTimestamp", d.sent_ms.to_string());
+    put("ApproximateReceiveCount", d.receive_count.to_string());
+    put(
+        "ApproximateFirstReceiveTimestamp",
+        d.first_receive_ms.to_string(),
+    );
+    if let Some(n) = d.sequence_number {
+        put("SequenceNumber", format!("{n:020}"));
+    }
+    if q.kind == QueueKind::Fifo {
+        if let Some(id) = &payload.dedup_id {
+            put("MessageDeduplicationId", id.clone());
+        }
+    }
+    if let Some(g) = &payload.group_id {
+        put("MessageGroupId", g.clone());
+    }
+    if let Some(origin) = &d.dead_letter_source {
+        if want("DeadLetterQueueSourceArn") {
+            if let Some(src) = ctx
+                .shard
+                .dead_letter_sources(q)
+                .into_iter()
+                .find(|s| s.id == origin.queue_id)
+            {
+                put(
+                    "DeadLetterQueueSourceArn",
+                    src.arn(&ctx.shard.config.region),
+                );
+            }
+        }
+    }
+    if !sys.is_empty() {
+        m.push((
+            "Attributes",
+            "Attribute",
+            Out::Map {
+                key_tag: "Name",
+                value_tag: "Value",
+                entries: sys,
+            },
+        ));
+    }
+    let selected: Vec<&MessageAttribute> = payload
+        .attributes
+        .iter()
+        .filter(|a| filter.matches(&a.name))
+        .collect();
+    if !selected.is_empty() {
+        // The digest covers the attributes returned, as the SDKs check it.
+        let md5 = if selected.len() == payload.attributes.len() {
+            payload.md5_attributes
+        } else {
+            let subset: Vec<MessageAttribute> = selected.iter().map(|a| (*a).clone()).collect();
+            md5_of_attributes(&subset)
+        };
+        if let Some(md5) = md5 {
+            m.push((
+                "MD5OfMessageAttributes",
+                "MD5OfMessageAttributes",
+                s(md5.to_string()),
+            ));
+        }
+        let entries = selected
+            .into_iter()
+            .map(|a| {
+                let value = match &a.value {
+                    AttributeValue::String(v) => ("StringValue", "StringValue", s(v.clone())),
+                    AttributeValue::Binary(b) => (
+                        "BinaryValue",
+                        "BinaryValue",
+                        s(base64::engine::general_purpose::STANDARD.encode(b)),
+                    ),
+                };
+                (
+                    a.name.clone(),
+                    Out::Struct(vec![
+                        value,
+                        ("DataType", "DataType", s(a.data_type.clone())),
+                    ]),
+                )
+            })
+            .collect();
+        m.push((
+            "MessageAttributes",
+            "MessageAttribute",
+            Out::Map {
+                key_tag: "Name",
+                value_tag: "Value",
+                entries,
+            },
+        ));
+    }
+    Out::Struct(m)
+}

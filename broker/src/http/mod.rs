@@ -1,0 +1,489 @@
+//! The SQS-compatible HTTP API, on the broker's own cores.
+//!
+//! Every shard binds the HTTP address with `SO_REUSEPORT` (the kernel spreads connections over
+//! the shards) and serves its connections on its glommio executor with hyper 1.x's HTTP/1.1
+//! state machine; requests go to that shard's `Shard` service API, which forwards to the
+//! partitions' owners over the mesh. No tokio, no thread hand-off.
+//!
+//! | module     | purpose                                                                      |
+//! |------------|------------------------------------------------------------------------------|
+//! | `io`       | futures-io (glommio `TcpStream`) → `hyper::rt::{Read, Write}`; glommio `Timer` for hyper |
+//! | `auth`     | SigV4 verification (header and presigned forms), access keys → accounts      |
+//! | `protocol` | AWS JSON 1.0 and Query requests → one input model; output tree → JSON or XML; `SqsError` |
+//! | `actions`  | the 23 actions of the SQS model against the service layer                    |
+//!
+//! A request: limits checked (`Content-Length` before any byte of body is read, then a
+//! counted read bounded in size and time) → SigV4 → protocol detection (`X-Amz-Target` is JSON,
+//! otherwise a Query form in the body and/or the URL) → action → rendering. Every failure is an
+//! SQS error in the request's protocol; nothing is a 500 except an internal failure, and the
+//! connection state machine is hyper's (keep-alive, pipelining, header limits, timeouts).
+
+pub mod actions;
+pub mod auth;
+pub mod io;
+pub mod protocol;
+
+use crate::shard::Shard;
+use auth::{AuthConfig, AuthMode, SignedRequest};
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use protocol::{Params, SqsError};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Largest request body: SQS messages and batches are up to 1 MiB; base64 attributes, JSON
+/// escaping and form encoding can nearly double that.
+pub const REQUEST_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
+/// Largest request head (request line + headers), hyper's read buffer bound.
+pub const REQUEST_HEAD_BYTES_MAX: usize = 64 * 1024;
+/// Connections one shard serves at once; beyond, new ones get a 503 and are closed.
+pub const CONNECTIONS_PER_SHARD_MAX: usize = 4_096;
+/// The listen backlog of each shard's socket.
+pub const LISTEN_BACKLOG: i32 = 1_024;
+/// Default time to receive a request's head, and the idle time allowed between requests of a
+/// keep-alive connection (hyper restarts the head timer while it waits for the next request).
+pub const HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default time to receive a request's body once its head has arrived.
+pub const BODY_READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+
+const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+const XML_CONTENT_TYPE: &str = "text/xml";
+const TARGET_PREFIX: &str = "AmazonSQS.";
+
+/// The front end's settings. `BrokerConfig` has no fields for them yet, so they come from the
+/// environment: `SLUICE_AUTH`, `SLUICE_ACCESS_KEYS` (see [`auth`]),
+/// `SLUICE_HTTP_HEADER_TIMEOUT_MS`, `SLUICE_HTTP_BODY_TIMEOUT_MS`.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub auth: AuthConfig,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+}
+
+impl HttpConfig {
+    pub fn from_env() -> Result<Self, String> {
+        let ms = |var: &str, default: u64| -> Result<Duration, String> {
+            match std::env::var(var) {
+                Ok(v) => v
+                    .parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|_| format!("{var}={v}: expected milliseconds")),
+                Err(_) => Ok(Duration::from_millis(default)),
+            }
+        };
+        Ok(HttpConfig {
+            auth: AuthConfig::from_env()?,
+            header_read_timeout: ms(
+                "SLUICE_HTTP_HEADER_TIMEOUT_MS",
+                HEADER_READ_TIMEOUT_MS_DEFAULT,
+            )?,
+            body_read_timeout: ms("SLUICE_HTTP_BODY_TIMEOUT_MS", BODY_READ_TIMEOUT_MS_DEFAULT)?,
+        })
+    }
+}
+
+/// Serves the SQS API on this shard until the executor stops. Spawned once per shard.
+pub async fn serve(shard: Rc<Shard>) {
+    let config = match HttpConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "SQS HTTP API not started: bad configuration");
+            return;
+        }
+    };
+    if shard.id == 0 && config.auth.mode == AuthMode::None {
+        tracing::warn!(
+            "SQS HTTP API: AUTHENTICATION IS OFF (SLUICE_AUTH=none): any request is accepted \
+             without checking its signature. Set SLUICE_AUTH=sigv4 and SLUICE_ACCESS_KEYS for \
+             anything but local development."
+        );
+    }
+    let addr = shard.config.http_addr;
+    let listener = match bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(shard = shard.id, %addr, error = %e, "SQS HTTP API: bind failed");
+            return;
+        }
+    };
+    tracing::info!(shard = shard.id, %addr, "SQS HTTP API listening");
+    let state = Rc::new(ShardHttp {
+        shard,
+        config,
+        connections: Cell::new(0),
+        next_request: Cell::new(0),
+    });
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "SQS HTTP API: accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let state = state.clone();
+        glommio::spawn_local(async move { state.connection(stream).await }).detach();
+    }
+}
+
+/// Binds `addr` with SO_REUSEPORT so that every shard can listen on it.
+fn bind(addr: std::net::SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_port(true)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    // SAFETY: the descriptor is a bound, listening TCP socket that we own; `into_raw_fd` gives
+    // up our ownership so glommio's listener is its only owner.
+    Ok(unsafe { glommio::net::TcpListener::from_raw_fd(socket.into_raw_fd()) })
+}
+
+/// One shard's HTTP front end.
+struct ShardHttp {
+    shard: Rc<Shard>,
+    config: HttpConfig,
+    connections: Cell<usize>,
+    next_request: Cell<u64>,
+}
+
+/// Counts a connection while it lives.
+struct ConnectionSlot(Rc<ShardHttp>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.set(self.0.connections.get() - 1);
+    }
+}
+
+impl ShardHttp {
+    async fn connection(self: Rc<Self>, stream: glommio::net::TcpStream) {
+        use futures::AsyncWriteExt;
+        if self.connections.get() >= CONNECTIONS_PER_SHARD_MAX {
+            let mut stream = stream;
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+            let _ = stream.close().await;
+            return;
+        }
+        self.connections.set(self.connections.get() + 1);
+        let _slot = ConnectionSlot(self.clone());
+        let _ = stream.set_nodelay(true);
+        let me = self.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let me = me.clone();
+            async move { Ok::<_, std::convert::Infallible>(me.handle(req).await) }
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(io::GlommioTimer)
+            .header_read_timeout(self.config.header_read_timeout)
+            .keep_alive(true)
+            .max_buf_size(REQUEST_HEAD_BYTES_MAX);
+        if let Err(e) = builder
+            .serve_connection(io::FuturesIo::new(stream), service)
+            .await
+        {
+            tracing::debug!(error = %e, "SQS HTTP connection ended");
+        }
+    }
+
+    fn request_id(&self) -> String {
+        let n = self.next_request.get();
+        self.next_request.set(n.wrapping_add(1));
+        let t = crate::runtime::now_ms();
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            (t >> 16) as u32,
+            (t & 0xffff) as u16,
+            self.shard.id & 0xfff,
+            (n >> 48) & 0xfff,
+            n & 0xffff_ffff_ffff
+        )
+    }
+
+    async fn handle(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        let request_id = self.request_id();
+        let (parts, body) = req.into_parts();
+        // The protocol of the answer: JSON if the client named a JSON target.
+        let target = parts
+            .headers
+            .get("x-amz-target")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let json = target.is_some();
+        let action_hint = target
+            .as_deref()
+            .and_then(|t| t.strip_prefix(TARGET_PREFIX))
+            .unwrap_or("");
+        let fail = |e: SqsError, close: bool| {
+            let mut r = error_response(json, &e, &request_id);
+            if close {
+                r.headers_mut()
+                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            r
+        };
+        if parts.method != Method::POST && parts.method != Method::GET {
+            return fail(
+                SqsError::new(
+                    "InvalidAction",
+                    400,
+                    format!(
+                        "The HTTP method {} is not valid for this endpoint.",
+                        parts.method
+                    ),
+                ),
+                false,
+            );
+        }
+        // The size limit, before a byte of the body is buffered.
+        let declared = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > REQUEST_BODY_BYTES_MAX as u64) {
+            return fail(too_large(action_hint), true);
+        }
+        let collect = Limited::new(body, REQUEST_BODY_BYTES_MAX).collect();
+        let timeout = glommio::timer::sleep(self.config.body_read_timeout);
+        let body = match futures::future::select(Box::pin(collect), Box::pin(timeout)).await {
+            futures::future::Either::Left((Ok(b), _)) => b.to_bytes(),
+            futures::future::Either::Left((Err(e), _)) => {
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    return fail(too_large(action_hint), true);
+                }
+                return fail(
+                    SqsError::new(
+                        "MalformedRequest",
+                        400,
+                        "The request body could not be read.",
+                    ),
+                    true,
+                );
+            }
+            futures::future::Either::Right(_) => {
+                return fail(
+                    SqsError::new(
+                        "RequestTimeout",
+                        400,
+                        "The request body did not arrive in time.",
+                    ),
+                    true,
+                )
+            }
+        };
+        let raw_path = parts.uri.path();
+        let raw_query = parts.uri.query().unwrap_or("");
+        let caller = match self.config.auth.authenticate(&SignedRequest {
+            method: parts.method.as_str(),
+            raw_path,
+            raw_query,
+            headers: &parts.headers,
+            body: &body,
+            now_s: (crate::runtime::now_ms() / 1000) as i64,
+        }) {
+            Ok(c) => c,
+            Err(e) => return fail(e, false),
+        };
+        let host = parts
+            .headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| valid_host(h))
+            .map_or_else(|| self.shard.config.http_addr.to_string(), str::to_string);
+        let path_queue = (raw_path.len() > 1).then_some(raw_path);
+        let decoded = if json {
+            decode_json(action_hint, &body)
+        } else {
+            decode_query(raw_query, &parts.headers, &body)
+        };
+        let (action, params) = match decoded {
+            Ok(d) => d,
+            Err(e) => return fail(e, false),
+        };
+        let ctx = actions::Ctx {
+            shard: &self.shard,
+            caller: &caller,
+            enforce_account: self.config.auth.mode == AuthMode::SigV4,
+            host: &host,
+            path_queue,
+        };
+        drop(body);
+        match actions::dispatch(&ctx, &action, params).await {
+            Ok(out) => {
+                let mut buf = Vec::with_capacity(256);
+                if json {
+                    protocol::render_json(out.as_ref(), &mut buf);
+                } else {
+                    protocol::render_xml(&action, out.as_ref(), &request_id, &mut buf);
+                }
+                response(StatusCode::OK, json, buf, &request_id)
+            }
+            Err(e) => fail(e, false),
+        }
+    }
+}
+
+/// Host header values we are willing to echo into queue URLs.
+fn valid_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 255
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+}
+
+/// The error for a body over [`REQUEST_BODY_BYTES_MAX`]: what SQS says of an oversized batch or
+/// message.
+fn too_large(action: &str) -> SqsError {
+    if action == "SendMessageBatch" {
+        crate::engine::EngineError::BatchRequestTooLong {
+            size_bytes: REQUEST_BODY_BYTES_MAX,
+        }
+        .into()
+    } else {
+        SqsError::invalid(
+            "MessageBody",
+            format!("the request body is larger than {REQUEST_BODY_BYTES_MAX} bytes"),
+        )
+    }
+}
+
+fn decode_json(action: &str, body: &[u8]) -> Result<(String, Params), SqsError> {
+    if action.is_empty() || !actions::ACTIONS.contains(&action) {
+        return Err(SqsError::new(
+            "InvalidAction",
+            400,
+            format!("The action {action} is not valid for this endpoint."),
+        ));
+    }
+    let map = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Map::new()
+    } else {
+        match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(serde_json::Value::Object(m)) => m,
+            Ok(_) => {
+                return Err(SqsError::new(
+                    "SerializationException",
+                    400,
+                    "The request body must be a JSON object.",
+                ))
+            }
+            Err(e) => {
+                return Err(SqsError::new(
+                    "SerializationException",
+                    400,
+                    format!("The request body is not valid JSON: {e}"),
+                ))
+            }
+        }
+    };
+    Ok((action.to_string(), Params::from_json(map)))
+}
+
+fn decode_query(
+    raw_query: &str,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Result<(String, Params), SqsError> {
+    let form_body = !body.is_empty()
+        && headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|ct| ct.starts_with("application/x-www-form-urlencoded"));
+    if !body.is_empty() && !form_body {
+        return Err(SqsError::new(
+            "InvalidAction",
+            400,
+            "Send AWS JSON 1.0 (X-Amz-Target) or a form-encoded Query request.",
+        ));
+    }
+    if std::str::from_utf8(body).is_err() {
+        return Err(SqsError::new(
+            "MalformedQueryString",
+            400,
+            "The request body is not UTF-8.",
+        ));
+    }
+    let mut params = BTreeMap::new();
+    let sources: [&[u8]; 2] = [raw_query.as_bytes(), if form_body { body } else { b"" }];
+    for src in sources {
+        for (k, v) in form_urlencoded::parse(src) {
+            if k.starts_with("X-Amz-") || k == "Version" {
+                continue;
+            }
+            if params.len() >= protocol::QUERY_PARAMS_MAX {
+                return Err(SqsError::invalid("Request", "too many parameters"));
+            }
+            params.insert(k.into_owned(), v.into_owned());
+        }
+    }
+    let action = params.remove("Action").ok_or_else(|| {
+        SqsError::new(
+            "MissingAction",
+            400,
+            "The request must contain the parameter Action.",
+        )
+    })?;
+    if !actions::ACTIONS.contains(&action.as_str()) {
+        return Err(SqsError::new(
+            "InvalidAction",
+            400,
+            format!("The action {action} is not valid for this endpoint."),
+        ));
+    }
+    let map = protocol::query_to_json(&action, params)?;
+    Ok((action, Params::from_query(map)))
+}
+
+fn response(
+    status: StatusCode,
+    json: bool,
+    body: Vec<u8>,
+    request_id: &str,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(if json {
+            JSON_CONTENT_TYPE
+        } else {
+            XML_CONTENT_TYPE
+        }),
+    );
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert("x-amzn-requestid", v);
+    }
+    r
+}
+
+fn error_response(json: bool, e: &SqsError, request_id: &str) -> Response<Full<Bytes>> {
+    let mut buf = Vec::with_capacity(256);
+    if json {
+        protocol::render_json_error(e, &mut buf);
+    } else {
+        protocol::render_xml_error(e, request_id, &mut buf);
+    }
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut r = response(status, json, buf, request_id);
+    let fault = if e.sender_fault { "Sender" } else { "Receiver" };
+    if let Ok(v) = HeaderValue::from_str(&format!("{};{fault}", e.code)) {
+        r.headers_mut().insert("x-amzn-query-error", v);
+    }
+    r
+}

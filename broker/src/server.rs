@@ -113,7 +113,6 @@ pub fn start(config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                 }
                 // FRONT ENDS START HERE: each shard serves its own listeners (SO_REUSEPORT).
                 glommio::spawn_local(crate::http::serve(shard.clone())).detach();
-                // FRONT ENDS START HERE: each shard serves its own listeners (SO_REUSEPORT).
                 tracing::info!(shard = id, "shard ready");
                 let _ = ready_tx.send(Ok(id));
                 while let Some(c) = ctl_rx.next().await {

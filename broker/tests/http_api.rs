@@ -1,0 +1,603 @@
+//! The SQS HTTP API over real sockets, with a tiny std `TcpStream` client: both protocols, every
+//! kind of malformed request (each gets its SQS error and status, never a 500 or a hang),
+//! keep-alive and pipelining, size and time limits, and SigV4 rejections.
+
+use sluice_broker::config::BrokerConfig;
+use sluice_broker::server::{self, BrokerHandle};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// glommio registers locked memory per executor: one broker at a time in this binary.
+static ONE_BROKER: Mutex<()> = Mutex::new(());
+/// Every socket read in these tests gives up after this: a hang is a failure, not a stall.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
+    for (k, v) in env {
+        std::env::set_var(k, v);
+    }
+    let port = free_port();
+    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    c.shards = 2;
+    c.default_partitions = 2;
+    c.http_addr = format!("127.0.0.1:{port}").parse().expect("addr");
+    c.quic_addr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let b = server::start(c).expect("start");
+    b.wait_ready().expect("ready");
+    // Every shard binds its listener as it starts serving: wait until connections are accepted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "HTTP API did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (b, port)
+}
+
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
+    s
+}
+
+/// Reads one response (Content-Length framed, as the server always sends).
+fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Resp {
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).expect("read (a timeout here is a hang)");
+        assert!(n > 0, "connection closed before a response: {:?}", String::from_utf8_lossy(buf));
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(buf[..head_end].to_vec()).expect("ascii head");
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.parse().expect("length"))
+        .unwrap_or(0);
+    while buf.len() < head_end + len {
+        let mut chunk = [0u8; 65536];
+        let n = s.read(&mut chunk).expect("read body");
+        assert!(n > 0, "connection closed mid-body");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body = String::from_utf8(buf[head_end..head_end + len].to_vec()).expect("utf8 body");
+    buf.drain(..head_end + len);
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn raw(port: u16, bytes: &[u8]) -> Resp {
+    let mut s = connect(port);
+    s.write_all(bytes).expect("write");
+    read_response(&mut s, &mut Vec::new())
+}
+
+fn json_req(action: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.{action}\r\n\
+         Content-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn json(port: u16, action: &str, body: &str) -> Resp {
+    raw(port, &json_req(action, body))
+}
+
+fn query(port: u16, form: &str) -> Resp {
+    raw(
+        port,
+        format!(
+            "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: {}\r\n\r\n{form}",
+            form.len()
+        )
+        .as_bytes(),
+    )
+}
+
+/// Asserts an AWS JSON error: status, legacy code in `x-amzn-query-error`, shape in `__type`.
+fn assert_json_error(r: &Resp, status: u16, code: &str, shape: &str) {
+    assert_eq!(r.status, status, "{code}: {}", r.body);
+    assert_eq!(
+        r.header("x-amzn-query-error"),
+        Some(format!("{code};Sender").as_str()),
+        "{}",
+        r.body
+    );
+    let v = r.json();
+    assert_eq!(v["__type"], format!("com.amazonaws.sqs#{shape}"), "{}", r.body);
+    assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
+}
+
+fn assert_xml_error(r: &Resp, status: u16, code: &str) {
+    assert_eq!(r.status, status, "{}", r.body);
+    assert!(r.body.contains("<ErrorResponse"), "{}", r.body);
+    assert!(r.body.contains(&format!("<Code>{code}</Code>")), "{}", r.body);
+    assert!(r.body.contains("<RequestId>"), "{}", r.body);
+}
+
+const Q: &str = "http://localhost/000000000000/errs";
+
+#[test]
+fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (b, port) = start(tmp.path(), &[("SLUICE_AUTH", "none")]);
+    let r = json(port, "CreateQueue", r#"{"QueueName":"errs"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["QueueUrl"], "http://localhost/000000000000/errs");
+
+    let cases: Vec<(&str, String, u16, &str, &str)> = vec![
+        ("Frobnicate", "{}".into(), 400, "InvalidAction", "InvalidAction"),
+        ("CreateQueue", "{not json".into(), 400, "SerializationException", "SerializationException"),
+        ("CreateQueue", "[1,2]".into(), 400, "SerializationException", "SerializationException"),
+        ("CreateQueue", "{}".into(), 400, "MissingParameter", "MissingParameter"),
+        ("CreateQueue", r#"{"QueueName":5}"#.into(), 400, "InvalidParameterValue", "InvalidParameterValue"),
+        ("CreateQueue", r#"{"QueueName":"bad name"}"#.into(), 400, "InvalidParameterValue", "InvalidParameterValue"),
+        (
+            "CreateQueue",
+            r#"{"QueueName":"errs2","Attributes":{"Bogus":"1"}}"#.into(),
+            400,
+            "InvalidAttributeName",
+            "InvalidAttributeName",
+        ),
+        (
+            "CreateQueue",
+            r#"{"QueueName":"errs3","Attributes":{"VisibilityTimeout":"99999"}}"#.into(),
+            400,
+            "InvalidAttributeValue",
+            "InvalidAttributeValue",
+        ),
+        (
+            "CreateQueue",
+            r#"{"QueueName":"errs","Attributes":{"VisibilityTimeout":"5"}}"#.into(),
+            400,
+            "QueueAlreadyExists",
+            "QueueNameExists",
+        ),
+        (
+            "GetQueueUrl",
+            r#"{"QueueName":"nope"}"#.into(),
+            400,
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "QueueDoesNotExist",
+        ),
+        (
+            "SendMessage",
+            r#"{"QueueUrl":"http://localhost/000000000000/nope","MessageBody":"x"}"#.into(),
+            400,
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "QueueDoesNotExist",
+        ),
+        ("SendMessage", r#"{"QueueUrl":"garbage","MessageBody":"x"}"#.into(), 404, "InvalidAddress", "InvalidAddress"),
+        ("SendMessage", r#"{"QueueUrl":"http://h/a/b/c","MessageBody":"x"}"#.into(), 404, "InvalidAddress", "InvalidAddress"),
+        ("SendMessage", format!(r#"{{"QueueUrl":"{Q}"}}"#), 400, "MissingParameter", "MissingParameter"),
+        ("SendMessage", r#"{"MessageBody":"x"}"#.into(), 400, "MissingParameter", "MissingParameter"),
+        (
+            "SendMessage",
+            format!(r#"{{"QueueUrl":"{Q}","MessageBody":"a\u0001b"}}"#),
+            400,
+            "InvalidMessageContents",
+            "InvalidMessageContents",
+        ),
+        (
+            "SendMessage",
+            format!(r#"{{"QueueUrl":"{Q}","MessageBody":"x","DelaySeconds":901}}"#),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "SendMessage",
+            format!(r#"{{"QueueUrl":"{Q}","MessageBody":"x","DelaySeconds":"5"}}"#),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "SendMessage",
+            format!(r#"{{"QueueUrl":"{Q}","MessageBody":"x","MessageAttributes":{{"a":{{"DataType":"Number","StringValue":"abc"}}}}}}"#),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "SendMessage",
+            format!(r#"{{"QueueUrl":"{Q}","MessageBody":"x","MessageAttributes":{{"a":{{"StringValue":"v"}}}}}}"#),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "SendMessageBatch",
+            format!(r#"{{"QueueUrl":"{Q}","Entries":[]}}"#),
+            400,
+            "AWS.SimpleQueueService.EmptyBatchRequest",
+            "EmptyBatchRequest",
+        ),
+        (
+            "SendMessageBatch",
+            format!(
+                r#"{{"QueueUrl":"{Q}","Entries":[{}]}}"#,
+                (0..11)
+                    .map(|i| format!(r#"{{"Id":"m{i}","MessageBody":"x"}}"#))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            400,
+            "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+            "TooManyEntriesInBatchRequest",
+        ),
+        (
+            "SendMessageBatch",
+            format!(r#"{{"QueueUrl":"{Q}","Entries":[{{"Id":"a","MessageBody":"x"}},{{"Id":"a","MessageBody":"y"}}]}}"#),
+            400,
+            "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
+            "BatchEntryIdsNotDistinct",
+        ),
+        (
+            "DeleteMessageBatch",
+            format!(r#"{{"QueueUrl":"{Q}","Entries":[{{"Id":"no spaces","ReceiptHandle":"x"}}]}}"#),
+            400,
+            "AWS.SimpleQueueService.InvalidBatchEntryId",
+            "InvalidBatchEntryId",
+        ),
+        (
+            "DeleteMessage",
+            format!(r#"{{"QueueUrl":"{Q}","ReceiptHandle":"forged"}}"#),
+            404,
+            "ReceiptHandleIsInvalid",
+            "ReceiptHandleIsInvalid",
+        ),
+        (
+            "ChangeMessageVisibility",
+            format!(r#"{{"QueueUrl":"{Q}","ReceiptHandle":"forged","VisibilityTimeout":50000}}"#),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "ReceiveMessage",
+            format!(r#"{{"QueueUrl":"{Q}","MaxNumberOfMessages":11}}"#),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "ReceiveMessage",
+            format!(r#"{{"QueueUrl":"{Q}","WaitTimeSeconds":21}}"#),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "GetQueueAttributes",
+            format!(r#"{{"QueueUrl":"{Q}","AttributeNames":["Nope"]}}"#),
+            400,
+            "InvalidAttributeName",
+            "InvalidAttributeName",
+        ),
+        (
+            "AddPermission",
+            format!(r#"{{"QueueUrl":"{Q}","Label":"l","AWSAccountIds":["1"],"Actions":["*"]}}"#),
+            400,
+            "AWS.SimpleQueueService.UnsupportedOperation",
+            "UnsupportedOperation",
+        ),
+        (
+            "RemovePermission",
+            format!(r#"{{"QueueUrl":"{Q}","Label":"l"}}"#),
+            400,
+            "AWS.SimpleQueueService.UnsupportedOperation",
+            "UnsupportedOperation",
+        ),
+        (
+            "StartMessageMoveTask",
+            r#"{"SourceArn":"arn:aws:sqs:us-east-1:000000000000:errs"}"#.into(),
+            400,
+            "AWS.SimpleQueueService.UnsupportedOperation",
+            "UnsupportedOperation",
+        ),
+    ];
+    for (action, body, status, code, shape) in &cases {
+        let r = json(port, action, body);
+        assert_json_error(&r, *status, code, shape);
+    }
+    // Unknown members are ignored, as AWS JSON services do for newer SDKs' fields.
+    let r = json(port, "GetQueueUrl", r#"{"QueueName":"errs","SomethingNew":1}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // No 500 anywhere above; and the broker still answers.
+    let r = json(port, "ListQueues", "{}");
+    assert_eq!(r.status, 200);
+    b.shutdown();
+}
+
+#[test]
+fn query_protocol_round_trip_and_errors() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (b, port) = start(tmp.path(), &[("SLUICE_AUTH", "none")]);
+    let r = query(port, "Action=CreateQueue&QueueName=qq&Attribute.1.Name=VisibilityTimeout&Attribute.1.Value=40&Version=2012-11-05");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("<CreateQueueResponse xmlns=\"https://queue.amazonaws.com/doc/2012-11-05/\">"));
+    assert!(r.body.contains("<QueueUrl>http://localhost/000000000000/qq</QueueUrl>"), "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("text/xml"));
+    // A body with CR LF and markup, and an attribute: MD5s are the well-known SQS values.
+    let r = query(
+        port,
+        "Action=SendMessage&QueueUrl=http%3A%2F%2Flocalhost%2F000000000000%2Fqq&MessageBody=a%3Cb%3E%0D%0A&\
+         MessageAttribute.1.Name=k&MessageAttribute.1.Value.DataType=String&MessageAttribute.1.Value.StringValue=v",
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("<MD5OfMessageBody>"), "{}", r.body);
+    // POST /<account>/<queue> names the queue without QueueUrl.
+    let form = "Action=ReceiveMessage&MessageAttributeName.1=All&AttributeName.1=All&MaxNumberOfMessages=10";
+    let r = raw(
+        port,
+        format!(
+            "POST /000000000000/qq HTTP/1.1\r\nHost: localhost\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("<Body>a&lt;b&gt;&#xD;\n</Body>"), "{}", r.body);
+    assert!(r.body.contains("<MessageAttribute><Name>k</Name><Value><StringValue>v</StringValue><DataType>String</DataType></Value></MessageAttribute>"), "{}", r.body);
+    assert!(r.body.contains("<Attribute><Name>ApproximateReceiveCount</Name><Value>1</Value></Attribute>"), "{}", r.body);
+    // GET with the parameters in the URL works too.
+    let r = raw(port, b"GET /?Action=ListQueues&QueueNamePrefix=q HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("<QueueUrl>http://localhost/000000000000/qq</QueueUrl>"), "{}", r.body);
+
+    assert_xml_error(&query(port, "QueueName=x"), 400, "MissingAction");
+    assert_xml_error(&query(port, "Action=Frobnicate"), 400, "InvalidAction");
+    assert_xml_error(&query(port, "Action=GetQueueUrl&QueueName=none"), 400, "AWS.SimpleQueueService.NonExistentQueue");
+    assert_xml_error(&query(port, "Action=GetQueueAttributes&QueueUrl=/000000000000/qq&AttributeName.x=All"), 400, "InvalidParameterValue");
+    assert_xml_error(&query(port, "Action=ReceiveMessage&QueueUrl=/000000000000/qq&MaxNumberOfMessages=ten"), 400, "InvalidParameterValue");
+    assert_xml_error(&query(port, "Action=CreateQueue&QueueName=z&Attribute.1.Name=DelaySeconds"), 400, "MissingParameter");
+    assert_xml_error(&query(port, "Action=DeleteMessageBatch&QueueUrl=/000000000000/qq"), 400, "AWS.SimpleQueueService.EmptyBatchRequest");
+    let r = query(port, "Action=ListQueues&%ZZ=%");
+    assert!(r.status < 500, "{}", r.body);
+    // A JSON body without a target is neither protocol.
+    let r = raw(port, b"POST / HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+    assert_xml_error(&r, 400, "InvalidAction");
+    b.shutdown();
+}
+
+#[test]
+fn limits_keep_alive_pipelining_and_no_hangs() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (b, port) = start(
+        tmp.path(),
+        &[
+            ("SLUICE_AUTH", "none"),
+            ("SLUICE_HTTP_HEADER_TIMEOUT_MS", "1000"),
+            ("SLUICE_HTTP_BODY_TIMEOUT_MS", "1000"),
+        ],
+    );
+    assert_eq!(json(port, "CreateQueue", r#"{"QueueName":"lim"}"#).status, 200);
+
+    // Keep-alive and pipelining: three requests in one write, three answers in order.
+    let mut s = connect(port);
+    let mut batch = Vec::new();
+    batch.extend(json_req("GetQueueUrl", r#"{"QueueName":"lim"}"#));
+    batch.extend(json_req("GetQueueUrl", r#"{"QueueName":"missing"}"#));
+    batch.extend(json_req("ListQueues", "{}"));
+    s.write_all(&batch).expect("write");
+    let mut buf = Vec::new();
+    assert_eq!(read_response(&mut s, &mut buf).status, 200);
+    assert_eq!(read_response(&mut s, &mut buf).status, 400);
+    let third = read_response(&mut s, &mut buf);
+    assert_eq!(third.status, 200);
+    assert!(third.body.contains("lim"));
+
+    // A declared body over the limit is refused before it is sent.
+    let r = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessageBatch\r\nContent-Length: 3145728\r\n\r\n",
+    );
+    assert_json_error(&r, 400, "AWS.SimpleQueueService.BatchRequestTooLong", "BatchRequestTooLong");
+    assert_eq!(r.header("connection"), Some("close"));
+    let r = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nContent-Length: 3145728\r\n\r\n",
+    );
+    assert_json_error(&r, 400, "InvalidParameterValue", "InvalidParameterValue");
+    // A chunked body that grows past the limit is cut off while it streams.
+    let mut s = connect(port);
+    s.write_all(b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .expect("write");
+    let chunk = vec![b'a'; 256 * 1024];
+    let mut sent = 0;
+    while sent <= 3 * 1024 * 1024 {
+        if s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).is_err()
+            || s.write_all(&chunk).is_err()
+            || s.write_all(b"\r\n").is_err()
+        {
+            break; // the server answered and closed
+        }
+        sent += chunk.len();
+    }
+    let r = read_response(&mut s, &mut Vec::new());
+    assert_json_error(&r, 400, "InvalidParameterValue", "InvalidParameterValue");
+
+    // A message over 1 MiB inside a body under the limit: the SQS message-size error.
+    let big = "x".repeat(1_048_577);
+    let r = json(
+        port,
+        "SendMessage",
+        &format!(r#"{{"QueueUrl":"http://h/000000000000/lim","MessageBody":"{big}"}}"#),
+    );
+    assert_json_error(&r, 400, "InvalidParameterValue", "InvalidParameterValue");
+    // Exactly 1 MiB is accepted.
+    let ok = "y".repeat(1_048_576);
+    let r = json(
+        port,
+        "SendMessage",
+        &format!(r#"{{"QueueUrl":"http://h/000000000000/lim","MessageBody":"{ok}"}}"#),
+    );
+    assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(300)]);
+
+    // A body that stops arriving: RequestTimeout after the body timeout, not a hang.
+    let t = Instant::now();
+    let r = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 100\r\n\r\n{\"a",
+    );
+    assert_json_error(&r, 400, "RequestTimeout", "RequestTimeout");
+    assert!(t.elapsed() < Duration::from_secs(5));
+
+    // A head that stops arriving (and an idle keep-alive connection): closed after the header
+    // timeout.
+    for partial in [&b"POST / HTTP/1.1\r\nHost: h\r\n"[..], &b""[..]] {
+        let mut s = connect(port);
+        s.write_all(partial).expect("write");
+        let t = Instant::now();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest); // EOF (or a 408) once the server gives up
+        assert!(t.elapsed() < Duration::from_secs(5), "slow head not cut off");
+    }
+
+    // Garbage is a 4xx from the HTTP layer, never a 500.
+    let mut s = connect(port);
+    s.write_all(b"\x16\x03\x01\x02\x00 not http at all\r\n\r\n").expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.is_empty() || text.starts_with("HTTP/1.1 4"), "{text}");
+    // Oversized head.
+    let mut s = connect(port);
+    let long = format!("GET / HTTP/1.1\r\nHost: h\r\nX-Long: {}\r\n\r\n", "a".repeat(100_000));
+    let _ = s.write_all(long.as_bytes());
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.is_empty() || text.starts_with("HTTP/1.1 4"), "{text}");
+
+    // A receive with a wait returns at once when messages are there.
+    let t = Instant::now();
+    let r = json(
+        port,
+        "ReceiveMessage",
+        r#"{"QueueUrl":"http://h/000000000000/lim","WaitTimeSeconds":1,"MaxNumberOfMessages":10}"#,
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.json()["Messages"].as_array().is_some_and(|m| !m.is_empty()), "{}", &r.body[..200.min(r.body.len())]);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // Still healthy.
+    assert_eq!(json(port, "ListQueues", "{}").status, 200);
+    b.shutdown();
+}
+
+#[test]
+fn sigv4_rejections_have_their_codes() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (b, port) = start(
+        tmp.path(),
+        &[
+            ("SLUICE_AUTH", "sigv4"),
+            ("SLUICE_ACCESS_KEYS", "AKIDTEST:secret:111122223333"),
+        ],
+    );
+    let r = json(port, "ListQueues", "{}");
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("x-amzn-query-error"), Some("MissingAuthenticationToken;Sender"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let date = amz_date(now);
+    let signed = |key: &str, sig: &str| {
+        format!(
+            "POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nX-Amz-Date: {date}\r\n\
+             Authorization: AWS4-HMAC-SHA256 Credential={key}/{}/us-east-1/sqs/aws4_request, \
+             SignedHeaders=host;x-amz-date;x-amz-target, Signature={sig}\r\nContent-Length: 2\r\n\r\n{{}}",
+            &date[..8]
+        )
+    };
+    let r = raw(port, signed("AKIDNOPE", &"0".repeat(64)).as_bytes());
+    assert_json_error(&r, 403, "InvalidClientTokenId", "InvalidClientTokenId");
+    let r = raw(port, signed("AKIDTEST", &"0".repeat(64)).as_bytes());
+    assert_json_error(&r, 403, "SignatureDoesNotMatch", "SignatureDoesNotMatch");
+    let r = raw(port, signed("AKIDTEST", "nothex").as_bytes());
+    assert_json_error(&r, 403, "SignatureDoesNotMatch", "SignatureDoesNotMatch");
+    let r = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nAuthorization: AWS4-HMAC-SHA256 garbage\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_json_error(&r, 400, "IncompleteSignature", "IncompleteSignature");
+    b.shutdown();
+    std::env::set_var("SLUICE_AUTH", "none");
+    std::env::remove_var("SLUICE_ACCESS_KEYS");
+}
+
+fn amz_date(unix_s: u64) -> String {
+    // Civil date from days (Howard Hinnant's algorithm).
+    let days = (unix_s / 86_400) as i64;
+    let secs = unix_s % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}

@@ -465,11 +465,13 @@ impl Model {
     }
 }
 
-/// The engine side of the harness: a partition and the log it has emitted.
+/// The engine side of the harness: a partition and the log it has emitted, from log offset
+/// `base` on (what compaction left).
 struct Node {
     cfg: PartitionConfig,
     p: Partition,
     log: Vec<Vec<u8>>,
+    base: u64,
 }
 
 impl Node {
@@ -478,26 +480,75 @@ impl Node {
             p: Partition::new(cfg.clone()).expect("valid config"),
             cfg,
             log: Vec::new(),
+            base: 0,
         }
+    }
+
+    fn end(&self) -> u64 {
+        self.base + self.log.len() as u64
+    }
+
+    fn append(&mut self, fx: &super::Effects) -> Result<(), String> {
+        if !fx.records.is_empty() && fx.first_offset != self.end() {
+            return Err(format!(
+                "effects at offset {} but the log ends at {}",
+                fx.first_offset,
+                self.end()
+            ));
+        }
+        for r in &fx.records {
+            self.log.push(r.encode());
+        }
+        Ok(())
     }
 
     fn exec(&mut self, now: u64, cmd: Command) -> Result<super::Effects, EngineError> {
         let fx = self.p.execute(now, cmd)?;
-        for r in &fx.records {
-            self.log.push(r.encode());
+        if let Err(e) = self.append(&fx) {
+            panic!("{e}");
         }
         Ok(fx)
     }
 
+    fn tick(&mut self, now: u64) -> Result<(), String> {
+        let fx = self.p.tick(now);
+        self.append(&fx)
+    }
+
+    /// Deletes a random prefix of the log below the compaction floor, as the shard deletes
+    /// whole segments below it. Returns (records dropped, floor).
+    fn compact(&mut self, rng: &mut SmallRng) -> (u64, u64) {
+        let floor = self.p.compaction_floor();
+        if floor <= self.base {
+            return (0, floor);
+        }
+        let cut = if rng.gen_bool(0.5) {
+            floor
+        } else {
+            rng.gen_range(self.base..=floor)
+        };
+        let n = cut - self.base;
+        self.log.drain(..n as usize);
+        self.base = cut;
+        (n, floor)
+    }
+
     /// Rebuilds from the log; checks the rebuilt state equals the live one at `now`.
     fn restart(&mut self, now: u64) -> Result<(), String> {
+        self.tick(now)?;
         let mut fresh = Partition::new(self.cfg.clone()).expect("valid config");
-        for bytes in &self.log {
+        for (i, bytes) in self.log.iter().enumerate() {
             let rec = Record::decode(bytes).map_err(|e| format!("decode: {e}"))?;
-            fresh.replay(&rec).map_err(|e| format!("replay: {e}"))?;
+            fresh
+                .replay_at(self.base + i as u64, &rec)
+                .map_err(|e| format!("replay at {}: {e}", self.base + i as u64))?;
         }
-        self.p.tick(now);
-        fresh.tick(now);
+        fresh
+            .finish_replay(self.end())
+            .map_err(|e| format!("finish replay: {e}"))?;
+        if !fresh.tick(now).records.is_empty() {
+            return Err("a replayed partition wrote records on its first tick".into());
+        }
         let (a, b) = (self.p.dump(), fresh.dump());
         if a != b {
             return Err(format!(
@@ -563,13 +614,21 @@ impl Case {
             attempt_ids_max: rng.gen_range(1..=3),
             move_origins_max: 10_000,
             dlq_moves_per_receive_max: rng.gen_range(1..=4),
+            checkpoint_interval_records: rng.gen_range(1..=30),
         };
         let mut da = QueueAttributes::new(kind);
         da.visibility_timeout_s = rng.gen_range(1..=30);
-        da.retention_s = 1_209_600;
+        // Sometimes short enough (with the rare long time jumps) for DLQ messages to expire,
+        // so that the DLQ's log can be compacted too.
+        da.retention_s = if rng.gen_bool(0.5) {
+            rng.gen_range(3_600..=7_200)
+        } else {
+            1_209_600
+        };
         let dlimits = Limits {
             messages_max: 100_000,
             payload_bytes_max: 1 << 30,
+            checkpoint_interval_records: rng.gen_range(1..=30),
             ..Limits::default()
         };
         let groups = if rng.gen_bool(0.5) {
@@ -698,7 +757,7 @@ impl Case {
     }
 
     fn step(&mut self) -> Result<(), String> {
-        let r = self.rng.gen_range(0..100);
+        let r = self.rng.gen_range(0..105);
         match r {
             0..=29 => self.op_send(),
             30..=54 => self.op_receive(0),
@@ -709,12 +768,15 @@ impl Case {
                 let dt = match self.rng.gen_range(0..10) {
                     0..=4 => self.rng.gen_range(0..2_000),
                     5..=8 => self.rng.gen_range(0..40_000),
+                    // Now and then past the DLQ's move-origin window (1 h), so that its log
+                    // can be compacted too.
+                    _ if self.rng.gen_bool(0.3) => self.rng.gen_range(3_600_000..5_000_000),
                     _ => self.rng.gen_range(0..400_000),
                 };
                 self.now += dt;
                 self.log.push(format!("advance {dt} -> {}", self.now));
-                self.src.p.tick(self.now);
-                self.dlq.p.tick(self.now);
+                self.src.tick(self.now)?;
+                self.dlq.tick(self.now)?;
                 self.m_src.tick(self.now);
                 self.m_dlq.tick(self.now);
                 Ok(())
@@ -729,8 +791,24 @@ impl Case {
                 self.log.push("restart source".into());
                 self.restart_src()
             }
-            _ => {
+            98..=99 => {
                 self.log.push("restart dlq".into());
+                self.restart_dlq()
+            }
+            100..=102 => {
+                let (n, floor) = self.src.compact(&mut self.rng);
+                self.log.push(format!(
+                    "compact source: dropped {n} below floor {floor}{}",
+                    if n > 0 { " [compacted source]" } else { "" }
+                ));
+                self.restart_src()
+            }
+            _ => {
+                let (n, floor) = self.dlq.compact(&mut self.rng);
+                self.log.push(format!(
+                    "compact dlq: dropped {n} below floor {floor}{}",
+                    if n > 0 { " [compacted dlq]" } else { "" }
+                ));
                 self.restart_dlq()
             }
         }?;
@@ -990,6 +1068,8 @@ const COVERAGE: &[(&str, &str)] = &[
     ("purge too soon", "PurgeQueueInProgress"),
     ("restart", "restart source"),
     ("receive from the DLQ", "receive q1"),
+    ("compaction of the source", "[compacted source]"),
+    ("compaction of the DLQ", "[compacted dlq]"),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {

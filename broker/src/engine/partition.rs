@@ -70,8 +70,8 @@ use super::error::EngineError;
 use super::md5::Md5Digest;
 use super::receipt::Receipt;
 use super::record::{
-    MessageId, MoveDestination, MoveOrigin, Payload, Record, RecordKind, Sent, MSG_ID_MAX,
-    PARTITIONS_MAX,
+    Checkpoint, MessageId, MoveDestination, MoveOrigin, Payload, Record, RecordKind, Sent,
+    MSG_ID_MAX, PARTITIONS_MAX,
 };
 
 /// FIFO deduplication interval.
@@ -98,6 +98,16 @@ pub const MOVES_PER_COMMAND_MAX: u32 = 500;
 /// Messages one StartMoves command looks at, moved or not: bounds its work when most messages
 /// are in flight or blocked; the reply's cursor lets the next command go on from there.
 pub const MOVE_SCAN_PER_COMMAND_MAX: u32 = 10_000;
+/// A partition with records since its last checkpoint writes one at least this often (so that
+/// a quiet partition's log can be compacted too).
+pub const CHECKPOINT_INTERVAL_MS: u64 = 60 * 1000;
+/// A checkpoint lists every live group (name ≤ 128 bytes + 10 bytes): this many keep it under
+/// ~280 KiB, well inside one storage batch. A partition with more live groups writes no
+/// checkpoint until it has fewer, so its compaction floor holds still (safe, not compact).
+pub const CHECKPOINT_GROUPS_MAX: usize = 2_048;
+/// Checkpoint offsets remembered above the floor; past it, older ones are thinned out (the
+/// floor may then stop at an earlier checkpoint than it could: safe, less compact).
+pub const CHECKPOINTS_KEPT_MAX: usize = 1_024;
 
 /// Memory bounds of one partition (DESIGN.md §4.8). Hitting one gives `OverLimit`, except the
 /// attempt-id cache, which forgets its oldest entry (a retry then gets fresh messages).
@@ -113,6 +123,9 @@ pub struct Limits {
     pub move_origins_max: u32,
     /// Bounds the work of one receive that meets a run of messages due for the DLQ.
     pub dlq_moves_per_receive_max: u32,
+    /// A checkpoint is written after this many records (amortizes its size, which grows with
+    /// the live groups).
+    pub checkpoint_interval_records: u32,
 }
 
 impl Default for Limits {
@@ -126,6 +139,7 @@ impl Default for Limits {
             attempt_ids_max: 10_000,
             move_origins_max: 100_000,
             dlq_moves_per_receive_max: 100,
+            checkpoint_interval_records: 10_000,
         }
     }
 }
@@ -283,6 +297,10 @@ pub enum Reply {
 /// What a command produced: `records` must be durable before `reply` is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Effects {
+    /// The log offset `records[0]` must land at (then consecutive, one storage record each).
+    /// The shard checks it against where the batch was staged and, on a mismatch, treats the
+    /// partition as broken (rebuild by replay): the engine's offsets feed `compaction_floor`.
+    pub first_offset: u64,
     pub records: Vec<Record>,
     pub reply: Reply,
     /// DLQ moves to forward (their `DlqMoveStarted` is among `records`).
@@ -292,6 +310,7 @@ pub struct Effects {
 impl Effects {
     fn reply(reply: Reply) -> Self {
         Effects {
+            first_offset: 0,
             records: Vec::new(),
             reply,
             moves: Vec::new(),
@@ -338,6 +357,8 @@ struct Msg {
     first_receive_ms: Option<u64>,
     state: State,
     group: u32,
+    /// Log offset of its `Sent` record: the log must keep it while the message lives.
+    sent_offset: u64,
     /// ChangeMessageVisibility touched the current lease: attempt-id retries no longer apply.
     touched: bool,
     /// Where it was dead-lettered from (`None` for a message sent here or redriven here).
@@ -365,6 +386,8 @@ struct DedupEntry {
     message_id: MessageId,
     seq: u64,
     expires_ms: u64,
+    /// Log offset of the `Sent` record that made it (kept while the entry lives: §4.4).
+    offset: u64,
 }
 
 #[derive(Debug)]
@@ -372,6 +395,16 @@ struct AttemptEntry {
     at_ms: u64,
     first_seq: u64,
     items: Vec<(u64, u32)>,
+    /// Log offset of the `Received` record that started it.
+    offset: u64,
+}
+
+/// The latest checkpoint applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LastCheckpoint {
+    offset: u64,
+    live_floor: u64,
+    at_ms: u64,
 }
 
 type OriginKey = (u64, u32, u64);
@@ -404,10 +437,28 @@ pub struct Partition {
     attempts: HashMap<String, AttemptEntry>,
     attempt_order: BTreeMap<u64, String>,
     origins: HashMap<OriginKey, u64>,
-    origin_order: VecDeque<(u64, OriginKey)>,
+    /// (expires, key, log offset of the `Sent` that made it).
+    origin_order: VecDeque<(u64, OriginKey, u64)>,
     last_purge_ms: Option<u64>,
     retention_ms: u64,
     dedup_scope: DedupScope,
+    // ----- log offsets and compaction (see `compaction_floor`) -----
+    /// Where the next record applied lands in the log.
+    next_offset: u64,
+    /// Where replay started (0 for a partition built live); after a compacted start, the
+    /// offset of the checkpoint it really started from.
+    replay_start: Option<u64>,
+    /// Replay began above offset 0 and has not met a checkpoint: records are skipped.
+    skipping: bool,
+    /// Every message live is known (its `Sent` was replayed). False only while a replay from
+    /// a compacted log has not yet reached a checkpoint that proves it.
+    strict: bool,
+    /// Ids below it may belong to messages whose `Sent` was compacted away: before `strict`,
+    /// records about such unknown ids are skipped; any other unknown id is an error.
+    ignore_below_id: u64,
+    checkpoints: VecDeque<u64>,
+    last_checkpoint: Option<LastCheckpoint>,
+    records_since_checkpoint: u64,
 }
 
 impl Partition {
@@ -438,6 +489,14 @@ impl Partition {
             origins: HashMap::new(),
             origin_order: VecDeque::new(),
             last_purge_ms: None,
+            next_offset: 0,
+            replay_start: None,
+            skipping: false,
+            strict: true,
+            ignore_below_id: 0,
+            checkpoints: VecDeque::new(),
+            last_checkpoint: None,
+            records_since_checkpoint: 0,
         })
     }
 
@@ -467,7 +526,11 @@ impl Partition {
             .and_then(|k| self.attempts.get(k))
             .map(|e| e.at_ms + ATTEMPT_WINDOW_MS);
         let origin = self.origin_order.front().map(|e| e.0);
-        [timer, dedup, attempt, origin].into_iter().flatten().min()
+        let checkpoint = self.checkpoint_due_ms();
+        [timer, dedup, attempt, origin, checkpoint]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether a receive now could return something (the shard's long-poll check).
@@ -478,8 +541,115 @@ impl Partition {
     /// Runs timers up to `now_ms`. Timer-driven changes need no records today, so the records
     /// are always empty; the signature leaves room for recorded expiry.
     pub fn tick(&mut self, now_ms: u64) -> Effects {
-        self.advance(now_ms);
-        Effects::reply(Reply::None)
+        let now = self.advance(now_ms);
+        let mut fx = Effects::reply(Reply::None);
+        fx.first_offset = self.next_offset;
+        if self.checkpoint_due_ms().is_some_and(|due| due <= now) {
+            self.push_checkpoint(now, &mut fx.records);
+        }
+        fx
+    }
+
+    /// When `tick` will write a checkpoint: records were written since the last one, it can be
+    /// written (not too many groups), and the interval has passed.
+    fn checkpoint_due_ms(&self) -> Option<u64> {
+        if self.records_since_checkpoint == 0 || !self.checkpoint_fits() {
+            return None;
+        }
+        Some(
+            self.last_checkpoint
+                .map_or(self.now_ms, |c| c.at_ms + CHECKPOINT_INTERVAL_MS),
+        )
+    }
+
+    fn checkpoint_fits(&self) -> bool {
+        self.group_by_name.len() <= CHECKPOINT_GROUPS_MAX
+    }
+
+    /// Appends a checkpoint of the state as it is now (after the records before it).
+    fn push_checkpoint(&mut self, now: u64, records: &mut Vec<Record>) {
+        let offset = self.next_offset;
+        let rec = Record {
+            at_ms: now,
+            kind: RecordKind::Checkpoint(Box::new(Checkpoint {
+                next_id: self.next_id,
+                receive_seq: self.receive_seq,
+                retention_ms: self.retention_ms,
+                dedup_scope: self.dedup_scope,
+                last_purge_ms: self.last_purge_ms,
+                live_floor: self.msgs.values().next().map_or(offset, |m| m.sent_offset),
+                live_count: self.msgs.len() as u64,
+                groups: self.group_list(),
+            })),
+        };
+        self.apply_live(&rec);
+        records.push(rec);
+    }
+
+    /// Live groups and their fairness keys, sorted by name (deterministic bytes).
+    fn group_list(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .groups
+            .iter()
+            .flatten()
+            .map(|g| (g.name.to_string(), g.last_served))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The lowest log offset replay needs to rebuild exactly this state: the shard may delete
+    /// every log segment that lies wholly below it, then rebuild with [`Partition::replay_at`]
+    /// over what is left and [`Partition::finish_replay`].
+    ///
+    /// It is the latest checkpoint at or below every offset still needed: the `Sent` of every
+    /// message live at the latest checkpoint (hence of every message live now), of every dedup
+    /// entry (§4.4) and move-origin entry still in its window, and the first `Received` of every
+    /// live ReceiveRequestAttemptId entry. A replay that starts at that checkpoint gets the
+    /// counters, settings and fairness keys from it, skips records about messages sent before
+    /// it (all gone by the latest checkpoint), and from the latest checkpoint on knows every
+    /// message. Never decreases. 0 (nothing to delete) until the first checkpoint.
+    pub fn compaction_floor(&self) -> u64 {
+        let start = self.replay_start.unwrap_or(0);
+        let Some(last) = self.last_checkpoint else {
+            return start;
+        };
+        if !self.strict {
+            return start;
+        }
+        let mut need = last.live_floor;
+        if let Some(m) = self.msgs.values().next() {
+            need = need.min(m.sent_offset);
+        }
+        if let Some(e) = self
+            .dedup_order
+            .front()
+            .and_then(|(_, k)| self.dedup.get(k))
+        {
+            need = need.min(e.offset);
+        }
+        if let Some(e) = self
+            .attempt_order
+            .values()
+            .next()
+            .and_then(|k| self.attempts.get(k))
+        {
+            need = need.min(e.offset);
+        }
+        if let Some(&(_, _, offset)) = self.origin_order.front() {
+            need = need.min(offset);
+        }
+        self.checkpoints
+            .iter()
+            .rev()
+            .find(|&&c| c <= need)
+            .copied()
+            .unwrap_or(start)
+    }
+
+    /// Where the next record will land in the log.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
     }
 
     /// DLQ moves started and not completed (after recovery: forward them again).
@@ -505,21 +675,98 @@ impl Partition {
         }
     }
 
-    /// Rebuilds state from one record of this partition's log (in log order).
+    /// Rebuilds state from one record of this partition's log (in log order), numbering records
+    /// from 0 — for a log that was never compacted. Kept for callers without offsets; prefer
+    /// [`Partition::replay_at`].
     pub fn replay(&mut self, record: &Record) -> Result<(), ReplayError> {
-        self.advance(record.at_ms);
-        self.apply(record)
+        self.replay_at(self.next_offset, record)
+    }
+
+    /// Rebuilds state from the record at log offset `offset`. Offsets must be consecutive from
+    /// the first call on. A replay that starts above 0 (a compacted log) skips records up to its
+    /// first checkpoint and starts from there; until a checkpoint shows that every live message
+    /// is known, records about unknown messages sent before the start are skipped. Anything
+    /// else that does not fit is a [`ReplayError`].
+    pub fn replay_at(&mut self, offset: u64, record: &Record) -> Result<(), ReplayError> {
+        let at_ms = record.at_ms;
+        match self.replay_start {
+            None => {
+                self.replay_start = Some(offset);
+                if offset > 0 {
+                    self.skipping = true;
+                    self.strict = false;
+                }
+            }
+            Some(_) if offset != self.next_offset => {
+                return Err(ReplayError {
+                    at_ms,
+                    reason: "log offsets are not consecutive",
+                })
+            }
+            Some(_) => {}
+        }
+        self.advance(at_ms);
+        if self.skipping && !matches!(record.kind, RecordKind::Checkpoint(_)) {
+            self.next_offset = offset + 1;
+            return Ok(());
+        }
+        self.apply_at(offset, record)
+    }
+
+    /// Ends a replay: `end_offset` is one past the log's last record. Checks that the log held
+    /// what the state needs (a compacted log must reach a checkpoint that knows every live
+    /// message) and that no record was left out.
+    pub fn finish_replay(&mut self, end_offset: u64) -> Result<(), ReplayError> {
+        let bad = |reason| {
+            Err(ReplayError {
+                at_ms: self.now_ms,
+                reason,
+            })
+        };
+        match self.replay_start {
+            None if end_offset > 0 => {
+                return bad("the log is empty above offset 0: it was compacted away")
+            }
+            None => {}
+            Some(_) if end_offset != self.next_offset => {
+                return bad("the log ends elsewhere than its last replayed record")
+            }
+            Some(_) if self.skipping => return bad("a compacted log without a checkpoint"),
+            Some(_) if !self.strict => {
+                return bad("the log was compacted past records the state needs")
+            }
+            Some(_) => {}
+        }
+        self.next_offset = end_offset;
+        Ok(())
     }
 
     /// Validates and decides `cmd` at `now_ms`, applies it in memory, and returns the records to
     /// make durable before the reply. On `Err` nothing was changed (timers aside).
     pub fn execute(&mut self, now_ms: u64, cmd: Command) -> Result<Effects, EngineError> {
+        let first_offset = self.next_offset;
+        let mut fx = self.decide(now_ms, cmd)?;
+        fx.first_offset = first_offset;
+        let interval = u64::from(self.cfg.limits.checkpoint_interval_records.max(1));
+        if !fx.records.is_empty()
+            && (self.last_checkpoint.is_none() || self.records_since_checkpoint >= interval)
+            && self.checkpoint_fits()
+        {
+            let now = self.now_ms;
+            self.push_checkpoint(now, &mut fx.records);
+        }
+        debug_assert_eq!(first_offset + fx.records.len() as u64, self.next_offset);
+        Ok(fx)
+    }
+
+    fn decide(&mut self, now_ms: u64, cmd: Command) -> Result<Effects, EngineError> {
         let now = self.advance(now_ms);
         match cmd {
             Command::Send(req) => {
                 let mut records = Vec::with_capacity(1);
                 let reply = self.send(now, req, &mut records)?;
                 Ok(Effects {
+                    first_offset: 0,
                     records,
                     reply: Reply::Sent(reply),
                     moves: Vec::new(),
@@ -546,6 +793,7 @@ impl Partition {
                 };
                 self.apply_live(&rec);
                 Ok(Effects {
+                    first_offset: 0,
                     records: vec![rec],
                     reply: Reply::Purged,
                     moves: Vec::new(),
@@ -574,6 +822,7 @@ impl Partition {
                 }
                 self.cfg.attributes = *attrs;
                 Ok(Effects {
+                    first_offset: 0,
                     records,
                     reply: Reply::AttributesSet,
                     moves: Vec::new(),
@@ -592,6 +841,7 @@ impl Partition {
                     records.push(rec);
                 }
                 Ok(Effects {
+                    first_offset: 0,
                     records,
                     reply: Reply::MoveCompleted,
                     moves: Vec::new(),
@@ -601,7 +851,7 @@ impl Partition {
     }
 
     fn apply_live(&mut self, rec: &Record) {
-        if let Err(e) = self.apply(rec) {
+        if let Err(e) = self.apply_at(self.next_offset, rec) {
             // A live decision produced a record its own state rejects: a bug, never input.
             panic!("engine produced a record it cannot apply: {e} ({rec:?})");
         }
@@ -755,6 +1005,7 @@ impl Partition {
             results.push((e.id, r));
         }
         Ok(Effects {
+            first_offset: 0,
             records,
             reply: Reply::SentBatch(results),
             moves: Vec::new(),
@@ -970,6 +1221,7 @@ impl Partition {
         };
         self.apply_live(&rec);
         Ok(Effects {
+            first_offset: 0,
             records: vec![rec],
             reply: Reply::Deleted,
             moves: Vec::new(),
@@ -1020,6 +1272,7 @@ impl Partition {
         };
         self.apply_live(&rec);
         Ok(Effects {
+            first_offset: 0,
             records: vec![rec],
             reply: Reply::VisibilityChanged,
             moves: Vec::new(),
@@ -1135,6 +1388,7 @@ impl Partition {
         };
         self.apply_live(&rec);
         Ok(Effects {
+            first_offset: 0,
             records: vec![rec],
             reply: Reply::MoveAccepted,
             moves: Vec::new(),
@@ -1204,11 +1458,11 @@ impl Partition {
             self.attempt_order.remove(&seq);
             self.attempts.remove(&key);
         }
-        while let Some((expires, _)) = self.origin_order.front() {
+        while let Some((expires, _, _)) = self.origin_order.front() {
             if *expires > now {
                 break;
             }
-            let (_, key) = self.origin_order.pop_front().expect("front exists");
+            let (_, key, _) = self.origin_order.pop_front().expect("front exists");
             self.origins.remove(&key);
         }
         // Superseded timers are dropped lazily; rebuild when they outnumber live ones so the
@@ -1241,7 +1495,147 @@ impl Partition {
 
     // ----- the one state-change function -----
 
-    fn apply(&mut self, rec: &Record) -> Result<(), ReplayError> {
+    /// Applies the record at log `offset`, and counts it.
+    fn apply_at(&mut self, offset: u64, rec: &Record) -> Result<(), ReplayError> {
+        self.apply(rec, offset)?;
+        self.next_offset = offset + 1;
+        if matches!(rec.kind, RecordKind::Checkpoint(_)) {
+            self.records_since_checkpoint = 0;
+        } else {
+            self.records_since_checkpoint += 1;
+        }
+        Ok(())
+    }
+
+    /// A record about message `id`, which is not here: skipped if its `Sent` may have been
+    /// compacted away, else the log is inconsistent.
+    fn unknown(&self, id: u64, at_ms: u64, reason: &'static str) -> Result<(), ReplayError> {
+        if !self.strict && id < self.ignore_below_id {
+            Ok(())
+        } else {
+            Err(ReplayError { at_ms, reason })
+        }
+    }
+
+    fn note_attempt(
+        &mut self,
+        attempt: &str,
+        batch_start: bool,
+        item: (u64, u32),
+        at: u64,
+        offset: u64,
+    ) {
+        let seq = self.receive_seq;
+        if batch_start {
+            if let Some(old) = self.attempts.remove(attempt) {
+                self.attempt_order.remove(&old.first_seq);
+            }
+            self.attempts.insert(
+                attempt.to_string(),
+                AttemptEntry {
+                    at_ms: at,
+                    first_seq: seq,
+                    items: vec![item],
+                    offset,
+                },
+            );
+            self.attempt_order.insert(seq, attempt.to_string());
+            while self.attempts.len() > self.cfg.limits.attempt_ids_max as usize {
+                let Some((_, k)) = self.attempt_order.pop_first() else {
+                    break;
+                };
+                self.attempts.remove(&k);
+            }
+        } else if let Some(e) = self.attempts.get_mut(attempt) {
+            e.items.push(item);
+        }
+    }
+
+    fn set_retention(&mut self, retention_ms: u64) {
+        let shorter = retention_ms < self.retention_ms;
+        self.retention_ms = retention_ms;
+        if shorter {
+            // Existing retention timers would fire late; add earlier ones (the old ones then
+            // find the message gone).
+            for (&id, m) in &self.msgs {
+                self.timers.push(Reverse((
+                    m.sent_ms.saturating_add(retention_ms),
+                    TIMER_RETENTION,
+                    id,
+                    0,
+                )));
+            }
+        }
+    }
+
+    fn apply_checkpoint(
+        &mut self,
+        cp: &Checkpoint,
+        at: u64,
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        let bad = |reason| Err(ReplayError { at_ms: at, reason });
+        if self.skipping {
+            // The start of a compacted log: the state so far is empty; start from here.
+            self.skipping = false;
+            self.replay_start = Some(offset);
+            self.ignore_below_id = cp.next_id;
+        } else if self.strict {
+            // Pair assertion: what the writer saw is what replay rebuilt.
+            if (cp.next_id, cp.receive_seq, cp.last_purge_ms)
+                != (self.next_id, self.receive_seq, self.last_purge_ms)
+            {
+                return bad("checkpoint disagrees with the replayed counters");
+            }
+        } else if cp.next_id < self.next_id {
+            return bad("checkpoint behind the message ids");
+        }
+        self.next_id = cp.next_id;
+        self.receive_seq = cp.receive_seq;
+        self.last_purge_ms = cp.last_purge_ms;
+        self.dedup_scope = cp.dedup_scope;
+        self.set_retention(cp.retention_ms);
+        if !self.strict {
+            for (name, last_served) in &cp.groups {
+                if let Some(&g) = self.group_by_name.get(name.as_str()) {
+                    self.group_mut(g).last_served = *last_served;
+                    self.refresh_ready(g);
+                }
+            }
+            // Every message live here was sent at or above `live_floor`: if replay saw that
+            // far back, it knows them all from now on.
+            if cp.live_floor >= self.replay_start.unwrap_or(0) {
+                self.strict = true;
+            }
+        }
+        if self.strict {
+            if cp.live_count != self.msgs.len() as u64 {
+                return bad("checkpoint disagrees with the replayed messages");
+            }
+            if cp.groups != self.group_list() {
+                return bad("checkpoint disagrees with the replayed groups");
+            }
+        }
+        self.last_checkpoint = Some(LastCheckpoint {
+            offset,
+            live_floor: cp.live_floor,
+            at_ms: at,
+        });
+        self.checkpoints.push_back(offset);
+        if self.strict {
+            let floor = self.compaction_floor();
+            while self.checkpoints.len() > 1 && self.checkpoints[1] <= floor {
+                self.checkpoints.pop_front();
+            }
+            if self.checkpoints.len() > CHECKPOINTS_KEPT_MAX {
+                // Thin out the oldest above the floor: the floor stays valid, only coarser.
+                self.checkpoints.remove(1);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, rec: &Record, offset: u64) -> Result<(), ReplayError> {
         let at = rec.at_ms;
         let bad = |reason| Err(ReplayError { at_ms: at, reason });
         match &rec.kind {
@@ -1280,6 +1674,7 @@ impl Partition {
                         first_receive_ms: None,
                         state,
                         group: g,
+                        sent_offset: offset,
                         touched: false,
                         origin: if s.redriven { None } else { s.origin },
                         move_to: MoveDestination::RedriveTarget,
@@ -1308,7 +1703,7 @@ impl Partition {
                         let key = (o.queue_id, o.partition, o.msg_id);
                         let expires = at + MOVE_ORIGIN_WINDOW_MS;
                         self.origins.insert(key, expires);
-                        self.origin_order.push_back((expires, key));
+                        self.origin_order.push_back((expires, key, offset));
                     }
                     (None, Some(d)) if fifo => {
                         let key = self.dedup_key(s.payload.group_id.as_deref(), d);
@@ -1320,6 +1715,7 @@ impl Partition {
                                     message_id: s.message_id,
                                     seq: s.id,
                                     expires_ms,
+                                    offset,
                                 },
                             );
                             self.dedup_order.push_back((expires_ms, key));
@@ -1337,7 +1733,14 @@ impl Partition {
                 batch_start,
             } => {
                 let Some(m) = self.msgs.get_mut(id) else {
-                    return bad("receive of an unknown message");
+                    self.unknown(*id, at, "receive of an unknown message")?;
+                    // Sent before a compacted start: the counters and the attempt cache
+                    // still count it (the fairness key comes from the next checkpoint).
+                    self.receive_seq += 1;
+                    if let Some(a) = attempt_id {
+                        self.note_attempt(a, *batch_start, (*id, *receive_count), at, offset);
+                    }
+                    return Ok(());
                 };
                 if m.state != State::Available || *receive_count != m.receive_count + 1 {
                     return bad("receive of a message that is not available");
@@ -1361,28 +1764,7 @@ impl Partition {
                 self.timers
                     .push(Reverse((*deadline_ms, TIMER_LEASE, *id, *receive_count)));
                 if let Some(a) = attempt_id {
-                    if *batch_start {
-                        if let Some(old) = self.attempts.remove(a) {
-                            self.attempt_order.remove(&old.first_seq);
-                        }
-                        self.attempts.insert(
-                            a.clone(),
-                            AttemptEntry {
-                                at_ms: at,
-                                first_seq: seq,
-                                items: vec![(*id, *receive_count)],
-                            },
-                        );
-                        self.attempt_order.insert(seq, a.clone());
-                        while self.attempts.len() > self.cfg.limits.attempt_ids_max as usize {
-                            let Some((_, k)) = self.attempt_order.pop_first() else {
-                                break;
-                            };
-                            self.attempts.remove(&k);
-                        }
-                    } else if let Some(e) = self.attempts.get_mut(a) {
-                        e.items.push((*id, *receive_count));
-                    }
+                    self.note_attempt(a, *batch_start, (*id, *receive_count), at, offset);
                 }
             }
             RecordKind::VisibilityChanged {
@@ -1392,7 +1774,7 @@ impl Partition {
                 attempt_retry,
             } => {
                 let Some(m) = self.msgs.get_mut(id) else {
-                    return bad("visibility change of an unknown message");
+                    return self.unknown(*id, at, "visibility change of an unknown message");
                 };
                 let State::InFlight { lease_start_ms, .. } = m.state else {
                     return bad("visibility change of a message not in flight");
@@ -1412,7 +1794,7 @@ impl Partition {
             }
             RecordKind::Deleted { id } => {
                 if !self.msgs.contains_key(id) {
-                    return bad("delete of an unknown message");
+                    return self.unknown(*id, at, "delete of an unknown message");
                 }
                 self.remove(*id);
             }
@@ -1430,7 +1812,7 @@ impl Partition {
             }
             RecordKind::DlqMoveStarted { id, destination } => {
                 let Some(m) = self.msgs.get_mut(id) else {
-                    return bad("move of an unknown message");
+                    return self.unknown(*id, at, "move of an unknown message");
                 };
                 if m.state != State::Available {
                     return bad("move of a message that is not available");
@@ -1442,33 +1824,21 @@ impl Partition {
                 self.transition(*id, State::Moving);
             }
             RecordKind::DlqMoveDone { id } => {
-                if self.msgs.get(id).map(|m| m.state) != Some(State::Moving) {
+                let Some(m) = self.msgs.get(id) else {
+                    return self.unknown(*id, at, "move completion of an unknown message");
+                };
+                if m.state != State::Moving {
                     return bad("move completion of a message not being moved");
                 }
                 self.remove(*id);
             }
-            // Checkpoints: see the compaction step (not written yet by this engine).
-            RecordKind::Checkpoint(_) => {}
+            RecordKind::Checkpoint(cp) => self.apply_checkpoint(cp, at, offset)?,
             RecordKind::Configured {
                 retention_s,
                 dedup_scope,
             } => {
-                let retention_ms = u64::from(*retention_s) * 1000;
-                let shorter = retention_ms < self.retention_ms;
-                self.retention_ms = retention_ms;
+                self.set_retention(u64::from(*retention_s) * 1000);
                 self.dedup_scope = *dedup_scope;
-                if shorter {
-                    // Existing retention timers would fire late; add earlier ones (the old
-                    // ones then find the message gone).
-                    for (&id, m) in &self.msgs {
-                        self.timers.push(Reverse((
-                            m.sent_ms.saturating_add(retention_ms),
-                            TIMER_RETENTION,
-                            id,
-                            0,
-                        )));
-                    }
-                }
             }
         }
         Ok(())
@@ -1627,7 +1997,8 @@ impl Partition {
         let _ = writeln!(
             s,
             "now={} next_id={} receive_seq={} last_purge={:?} retention_ms={} scope={:?} \
-             bytes={} counters={:?} moving={:?}",
+             bytes={} counters={:?} moving={:?} next_offset={} strict={} floor={} \
+             since_checkpoint={} last_checkpoint={:?}",
             self.now_ms,
             self.next_id,
             self.receive_seq,
@@ -1636,7 +2007,12 @@ impl Partition {
             self.dedup_scope,
             self.payload_bytes,
             self.counters,
-            self.moving
+            self.moving,
+            self.next_offset,
+            self.strict,
+            self.compaction_floor(),
+            self.records_since_checkpoint,
+            self.last_checkpoint,
         );
         for (id, m) in &self.msgs {
             let g = self.groups[m.group as usize]
@@ -1644,8 +2020,9 @@ impl Partition {
                 .map_or("?", |g| &g.name);
             let _ = writeln!(
                 s,
-                "msg {id} {} group={g:?} sent={} vis={} rc={} first={:?} {:?} touched={} \
+                "msg {id} @{} {} group={g:?} sent={} vis={} rc={} first={:?} {:?} touched={} \
                  origin={:?} to={:?} body={:?} dedup={:?}",
+                m.sent_offset,
                 m.message_id,
                 m.sent_ms,
                 m.visible_at_ms,
@@ -1671,16 +2048,27 @@ impl Partition {
         let mut dedup: Vec<_> = self.dedup.iter().collect();
         dedup.sort_by(|a, b| a.0.cmp(b.0));
         for (k, e) in dedup {
-            let _ = writeln!(s, "dedup {k:?} {} {} {}", e.message_id, e.seq, e.expires_ms);
+            let _ = writeln!(
+                s,
+                "dedup {k:?} {} {} {} @{}",
+                e.message_id, e.seq, e.expires_ms, e.offset
+            );
         }
         for (seq, k) in &self.attempt_order {
             let e = &self.attempts[k];
-            let _ = writeln!(s, "attempt {seq} {k:?} at={} {:?}", e.at_ms, e.items);
+            let _ = writeln!(
+                s,
+                "attempt {seq} {k:?} at={} @{} {:?}",
+                e.at_ms, e.offset, e.items
+            );
         }
         let mut origins: Vec<_> = self.origins.iter().collect();
         origins.sort();
         for (k, e) in origins {
             let _ = writeln!(s, "origin {k:?} {e}");
+        }
+        for (e, k, o) in &self.origin_order {
+            let _ = writeln!(s, "origin order {e} {k:?} @{o}");
         }
         s
     }

@@ -43,6 +43,11 @@ impl Q {
         Q::new(QueueKind::Fifo, |_, _| {})
     }
 
+    fn tick(&mut self, now: u64) {
+        let fx = self.p.tick(now);
+        self.log.extend(fx.records);
+    }
+
     fn exec(&mut self, now: u64, cmd: Command) -> Result<Effects, EngineError> {
         let fx = self.p.execute(now, cmd)?;
         self.log.extend(fx.records.iter().cloned());
@@ -131,13 +136,17 @@ impl Q {
 
     /// Rebuilds from the records, checking the replayed state equals the live one.
     fn restart(&mut self, now: u64) {
+        let fx = self.p.tick(now);
+        self.log.extend(fx.records);
         let mut fresh = Partition::new(self.cfg.clone()).expect("valid config");
         for r in &self.log {
             let r = Record::decode(&r.encode()).expect("own record decodes");
             fresh.replay(&r).expect("own record replays");
         }
-        self.p.tick(now);
-        fresh.tick(now);
+        fresh
+            .finish_replay(self.log.len() as u64)
+            .expect("whole log");
+        assert!(fresh.tick(now).records.is_empty());
         assert_eq!(self.p.dump(), fresh.dump());
         self.p = fresh;
     }
@@ -271,7 +280,7 @@ fn change_visibility_rules() {
         Err(EngineError::InvalidParameterValue { .. })
     ));
     // After the lease ends the handle is not in flight.
-    q.p.tick(T0 + 2_000 + 43_199_000);
+    q.tick(T0 + 2_000 + 43_199_000);
     assert_eq!(
         q.change(T0 + 2_000 + 43_199_000, again.receipt, 5),
         Err(EngineError::MessageNotInflight)
@@ -325,7 +334,7 @@ fn fifo_stale_or_expired_handles_cannot_delete() {
     let mut q = Q::fifo();
     q.fifo_send(T0, "A", "a1", "1");
     let d = q.recv_with(T0, 1, Some(5), None).remove(0);
-    q.p.tick(T0 + 5_000);
+    q.tick(T0 + 5_000);
     assert!(matches!(
         q.delete(T0 + 5_000, d.receipt),
         Err(EngineError::ReceiptHandleIsInvalid(_))
@@ -536,7 +545,7 @@ fn retention_expiry() {
     q.body(T0, "old");
     q.body(T0 + 30_000, "new");
     assert_eq!(q.p.next_deadline_ms(), Some(T0 + 60_000));
-    q.p.tick(T0 + 60_000);
+    q.tick(T0 + 60_000);
     assert_eq!(q.p.counters().visible, 1);
     assert_eq!(q.bodies(T0 + 60_000, 10), ["new"]);
     // Shortening retention applies to messages already stored.

@@ -21,6 +21,19 @@
 //! handles are encoded and verified at the edge with [`ReceiptCodec`]; the engine takes the
 //! decoded [`Receipt`]. Errors map to SQS codes through [`EngineError::sqs_code`].
 //!
+//! Offsets and compaction (§4.8): rebuild with [`Partition::replay_at`]`(offset, &record)` over
+//! what is left of the log, then [`Partition::finish_replay`]`(log.end_offset())`. After staging
+//! a batch, check `ticket.info.base_offset == effects.first_offset` (a mismatch is handled like
+//! a failed commit: rebuild). Every so often delete the sealed segments that lie wholly below
+//! [`Partition::compaction_floor`]. The engine writes the `Checkpoint` records that let the
+//! floor move by itself (in `execute` every `checkpoint_interval_records`, in `tick` after
+//! [`CHECKPOINT_INTERVAL_MS`](partition::CHECKPOINT_INTERVAL_MS)).
+//!
+//! Redrive (StartMessageMoveTask): run [`Command::StartMoves`] on each partition of the DLQ
+//! with `from_id` 0, then the reply's `next_from_id`, until it is `None`, at most
+//! `max_messages` per second; forward each returned move to
+//! [`MoveRequest::destination_queue`] (`AcceptMove`), then `CompleteMove` back on the DLQ.
+//!
 //! Bench: `cargo bench -p sluice-broker --bench engine` prints engine CPU per message.
 
 pub mod attributes;

@@ -53,7 +53,21 @@
 //!   lists the started moves to forward again. Whatever crashes when, the message ends in
 //!   exactly one queue.
 //! * **Retention expiry is not recorded**: it is a function of the `Sent` timestamps, the
-//!   retention in force (`Configured` records) and the clock.
+//!   retention in force (`Configured` and `Checkpoint` records) and the clock.
+//! * **Redrive reuses the move protocol.** `StartMoves` marks visible messages `Moving` with a
+//!   `DlqMoveStarted` that carries the destination (so `pending_moves` knows it after a
+//!   restart). The copy arrives through `AcceptMove` as a *fresh* message: receive count 0,
+//!   retention from its arrival, no dead-letter source (SQS does not show a redriven message
+//!   as a dead letter of the DLQ); its MessageId and content are kept, and the origin (DLQ,
+//!   partition, id) still makes the accept idempotent for `MOVE_ORIGIN_WINDOW_MS`.
+//! * **Compaction.** Every record has a log offset. A `Checkpoint` record holds the state that
+//!   is not per message (id and receive counters, settings, last purge, group fairness keys)
+//!   plus the lowest `Sent` offset of the messages live at that point. `compaction_floor` is
+//!   the latest checkpoint at or below every offset still needed; replay can start there. Until
+//!   a checkpoint shows that every live message was replayed, records about ids sent before
+//!   the start are skipped (their messages are all gone by then); after that, and for any id
+//!   issued after the start, an unknown id is a `ReplayError`, and each checkpoint is checked
+//!   against the replayed state.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};

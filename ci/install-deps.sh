@@ -3,6 +3,8 @@
 set -euo pipefail
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
@@ -10,3 +12,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy
+
+# The SQS compatibility suite (broker/tests/sqs_compat): boto3, the AWS CLI and pytest from PyPI
+# in a venv under target/ (kept out of git, rebuilt when missing).
+cd "$(dirname "$0")/.."
+VENV=target/py-venv
+if ! "$VENV/bin/python" -c 'import boto3, botocore, pytest' >/dev/null 2>&1 || [ ! -x "$VENV/bin/aws" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --upgrade pip
+  "$VENV/bin/pip" install --quiet boto3 awscli pytest
+fi

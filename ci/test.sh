@@ -15,3 +15,13 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace
+
+echo "== SQS compatibility suite (real sluiced; boto3 JSON, AWS CLI, Query protocol)"
+cargo build -p sluice-broker --bin sluiced
+export SLUICE_BIN="$(pwd)/${CARGO_TARGET_DIR:-target}/debug/sluiced"
+rc=0
+PYTHONDONTWRITEBYTECODE=1 target/py-venv/bin/python -m pytest -q -p no:cacheprovider broker/tests/sqs_compat || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "SQS compatibility suite: pytest collected no tests (exit 5) -- failing" >&2
+fi
+exit "$rc"

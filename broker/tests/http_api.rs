@@ -77,7 +77,11 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Resp {
         }
         let mut chunk = [0u8; 4096];
         let n = s.read(&mut chunk).expect("read (a timeout here is a hang)");
-        assert!(n > 0, "connection closed before a response: {:?}", String::from_utf8_lossy(buf));
+        assert!(
+            n > 0,
+            "connection closed before a response: {:?}",
+            String::from_utf8_lossy(buf)
+        );
         buf.extend_from_slice(&chunk[..n]);
     };
     let head = String::from_utf8(buf[..head_end].to_vec()).expect("ascii head");
@@ -152,14 +156,23 @@ fn assert_json_error(r: &Resp, status: u16, code: &str, shape: &str) {
         r.body
     );
     let v = r.json();
-    assert_eq!(v["__type"], format!("com.amazonaws.sqs#{shape}"), "{}", r.body);
+    assert_eq!(
+        v["__type"],
+        format!("com.amazonaws.sqs#{shape}"),
+        "{}",
+        r.body
+    );
     assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
 }
 
 fn assert_xml_error(r: &Resp, status: u16, code: &str) {
     assert_eq!(r.status, status, "{}", r.body);
     assert!(r.body.contains("<ErrorResponse"), "{}", r.body);
-    assert!(r.body.contains(&format!("<Code>{code}</Code>")), "{}", r.body);
+    assert!(
+        r.body.contains(&format!("<Code>{code}</Code>")),
+        "{}",
+        r.body
+    );
     assert!(r.body.contains("<RequestId>"), "{}", r.body);
 }
 
@@ -175,12 +188,48 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
     assert_eq!(r.json()["QueueUrl"], "http://localhost/000000000000/errs");
 
     let cases: Vec<(&str, String, u16, &str, &str)> = vec![
-        ("Frobnicate", "{}".into(), 400, "InvalidAction", "InvalidAction"),
-        ("CreateQueue", "{not json".into(), 400, "SerializationException", "SerializationException"),
-        ("CreateQueue", "[1,2]".into(), 400, "SerializationException", "SerializationException"),
-        ("CreateQueue", "{}".into(), 400, "MissingParameter", "MissingParameter"),
-        ("CreateQueue", r#"{"QueueName":5}"#.into(), 400, "InvalidParameterValue", "InvalidParameterValue"),
-        ("CreateQueue", r#"{"QueueName":"bad name"}"#.into(), 400, "InvalidParameterValue", "InvalidParameterValue"),
+        (
+            "Frobnicate",
+            "{}".into(),
+            400,
+            "InvalidAction",
+            "InvalidAction",
+        ),
+        (
+            "CreateQueue",
+            "{not json".into(),
+            400,
+            "SerializationException",
+            "SerializationException",
+        ),
+        (
+            "CreateQueue",
+            "[1,2]".into(),
+            400,
+            "SerializationException",
+            "SerializationException",
+        ),
+        (
+            "CreateQueue",
+            "{}".into(),
+            400,
+            "MissingParameter",
+            "MissingParameter",
+        ),
+        (
+            "CreateQueue",
+            r#"{"QueueName":5}"#.into(),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "CreateQueue",
+            r#"{"QueueName":"bad name"}"#.into(),
+            400,
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
         (
             "CreateQueue",
             r#"{"QueueName":"errs2","Attributes":{"Bogus":"1"}}"#.into(),
@@ -216,10 +265,34 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             "AWS.SimpleQueueService.NonExistentQueue",
             "QueueDoesNotExist",
         ),
-        ("SendMessage", r#"{"QueueUrl":"garbage","MessageBody":"x"}"#.into(), 404, "InvalidAddress", "InvalidAddress"),
-        ("SendMessage", r#"{"QueueUrl":"http://h/a/b/c","MessageBody":"x"}"#.into(), 404, "InvalidAddress", "InvalidAddress"),
-        ("SendMessage", format!(r#"{{"QueueUrl":"{Q}"}}"#), 400, "MissingParameter", "MissingParameter"),
-        ("SendMessage", r#"{"MessageBody":"x"}"#.into(), 400, "MissingParameter", "MissingParameter"),
+        (
+            "SendMessage",
+            r#"{"QueueUrl":"garbage","MessageBody":"x"}"#.into(),
+            404,
+            "InvalidAddress",
+            "InvalidAddress",
+        ),
+        (
+            "SendMessage",
+            r#"{"QueueUrl":"http://h/a/b/c","MessageBody":"x"}"#.into(),
+            404,
+            "InvalidAddress",
+            "InvalidAddress",
+        ),
+        (
+            "SendMessage",
+            format!(r#"{{"QueueUrl":"{Q}"}}"#),
+            400,
+            "MissingParameter",
+            "MissingParameter",
+        ),
+        (
+            "SendMessage",
+            r#"{"MessageBody":"x"}"#.into(),
+            400,
+            "MissingParameter",
+            "MissingParameter",
+        ),
         (
             "SendMessage",
             format!(r#"{{"QueueUrl":"{Q}","MessageBody":"a\u0001b"}}"#),
@@ -243,14 +316,18 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
         ),
         (
             "SendMessage",
-            format!(r#"{{"QueueUrl":"{Q}","MessageBody":"x","MessageAttributes":{{"a":{{"DataType":"Number","StringValue":"abc"}}}}}}"#),
+            format!(
+                r#"{{"QueueUrl":"{Q}","MessageBody":"x","MessageAttributes":{{"a":{{"DataType":"Number","StringValue":"abc"}}}}}}"#
+            ),
             400,
             "InvalidParameterValue",
             "InvalidParameterValue",
         ),
         (
             "SendMessage",
-            format!(r#"{{"QueueUrl":"{Q}","MessageBody":"x","MessageAttributes":{{"a":{{"StringValue":"v"}}}}}}"#),
+            format!(
+                r#"{{"QueueUrl":"{Q}","MessageBody":"x","MessageAttributes":{{"a":{{"StringValue":"v"}}}}}}"#
+            ),
             400,
             "InvalidParameterValue",
             "InvalidParameterValue",
@@ -277,7 +354,9 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
         ),
         (
             "SendMessageBatch",
-            format!(r#"{{"QueueUrl":"{Q}","Entries":[{{"Id":"a","MessageBody":"x"}},{{"Id":"a","MessageBody":"y"}}]}}"#),
+            format!(
+                r#"{{"QueueUrl":"{Q}","Entries":[{{"Id":"a","MessageBody":"x"}},{{"Id":"a","MessageBody":"y"}}]}}"#
+            ),
             400,
             "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
             "BatchEntryIdsNotDistinct",
@@ -351,7 +430,11 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
         assert_json_error(&r, *status, code, shape);
     }
     // Unknown members are ignored, as AWS JSON services do for newer SDKs' fields.
-    let r = json(port, "GetQueueUrl", r#"{"QueueName":"errs","SomethingNew":1}"#);
+    let r = json(
+        port,
+        "GetQueueUrl",
+        r#"{"QueueName":"errs","SomethingNew":1}"#,
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     // No 500 anywhere above; and the broker still answers.
     let r = json(port, "ListQueues", "{}");
@@ -366,8 +449,15 @@ fn query_protocol_round_trip_and_errors() {
     let (b, port) = start(tmp.path(), &[("SLUICE_AUTH", "none")]);
     let r = query(port, "Action=CreateQueue&QueueName=qq&Attribute.1.Name=VisibilityTimeout&Attribute.1.Value=40&Version=2012-11-05");
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.body.contains("<CreateQueueResponse xmlns=\"https://queue.amazonaws.com/doc/2012-11-05/\">"));
-    assert!(r.body.contains("<QueueUrl>http://localhost/000000000000/qq</QueueUrl>"), "{}", r.body);
+    assert!(r
+        .body
+        .contains("<CreateQueueResponse xmlns=\"https://queue.amazonaws.com/doc/2012-11-05/\">"));
+    assert!(
+        r.body
+            .contains("<QueueUrl>http://localhost/000000000000/qq</QueueUrl>"),
+        "{}",
+        r.body
+    );
     assert_eq!(r.header("content-type"), Some("text/xml"));
     // A body with CR LF and markup, and an attribute: MD5s are the well-known SQS values.
     let r = query(
@@ -389,21 +479,68 @@ fn query_protocol_round_trip_and_errors() {
         .as_bytes(),
     );
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.body.contains("<Body>a&lt;b&gt;&#xD;\n</Body>"), "{}", r.body);
+    assert!(
+        r.body.contains("<Body>a&lt;b&gt;&#xD;\n</Body>"),
+        "{}",
+        r.body
+    );
     assert!(r.body.contains("<MessageAttribute><Name>k</Name><Value><StringValue>v</StringValue><DataType>String</DataType></Value></MessageAttribute>"), "{}", r.body);
-    assert!(r.body.contains("<Attribute><Name>ApproximateReceiveCount</Name><Value>1</Value></Attribute>"), "{}", r.body);
+    assert!(
+        r.body.contains(
+            "<Attribute><Name>ApproximateReceiveCount</Name><Value>1</Value></Attribute>"
+        ),
+        "{}",
+        r.body
+    );
     // GET with the parameters in the URL works too.
-    let r = raw(port, b"GET /?Action=ListQueues&QueueNamePrefix=q HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let r = raw(
+        port,
+        b"GET /?Action=ListQueues&QueueNamePrefix=q HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    );
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.body.contains("<QueueUrl>http://localhost/000000000000/qq</QueueUrl>"), "{}", r.body);
+    assert!(
+        r.body
+            .contains("<QueueUrl>http://localhost/000000000000/qq</QueueUrl>"),
+        "{}",
+        r.body
+    );
 
     assert_xml_error(&query(port, "QueueName=x"), 400, "MissingAction");
     assert_xml_error(&query(port, "Action=Frobnicate"), 400, "InvalidAction");
-    assert_xml_error(&query(port, "Action=GetQueueUrl&QueueName=none"), 400, "AWS.SimpleQueueService.NonExistentQueue");
-    assert_xml_error(&query(port, "Action=GetQueueAttributes&QueueUrl=/000000000000/qq&AttributeName.x=All"), 400, "InvalidParameterValue");
-    assert_xml_error(&query(port, "Action=ReceiveMessage&QueueUrl=/000000000000/qq&MaxNumberOfMessages=ten"), 400, "InvalidParameterValue");
-    assert_xml_error(&query(port, "Action=CreateQueue&QueueName=z&Attribute.1.Name=DelaySeconds"), 400, "MissingParameter");
-    assert_xml_error(&query(port, "Action=DeleteMessageBatch&QueueUrl=/000000000000/qq"), 400, "AWS.SimpleQueueService.EmptyBatchRequest");
+    assert_xml_error(
+        &query(port, "Action=GetQueueUrl&QueueName=none"),
+        400,
+        "AWS.SimpleQueueService.NonExistentQueue",
+    );
+    assert_xml_error(
+        &query(
+            port,
+            "Action=GetQueueAttributes&QueueUrl=/000000000000/qq&AttributeName.x=All",
+        ),
+        400,
+        "InvalidParameterValue",
+    );
+    assert_xml_error(
+        &query(
+            port,
+            "Action=ReceiveMessage&QueueUrl=/000000000000/qq&MaxNumberOfMessages=ten",
+        ),
+        400,
+        "InvalidParameterValue",
+    );
+    assert_xml_error(
+        &query(
+            port,
+            "Action=CreateQueue&QueueName=z&Attribute.1.Name=DelaySeconds",
+        ),
+        400,
+        "MissingParameter",
+    );
+    assert_xml_error(
+        &query(port, "Action=DeleteMessageBatch&QueueUrl=/000000000000/qq"),
+        400,
+        "AWS.SimpleQueueService.EmptyBatchRequest",
+    );
     let r = query(port, "Action=ListQueues&%ZZ=%");
     assert!(r.status < 500, "{}", r.body);
     // A JSON body without a target is neither protocol.
@@ -424,7 +561,10 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
             ("SLUICE_HTTP_BODY_TIMEOUT_MS", "1000"),
         ],
     );
-    assert_eq!(json(port, "CreateQueue", r#"{"QueueName":"lim"}"#).status, 200);
+    assert_eq!(
+        json(port, "CreateQueue", r#"{"QueueName":"lim"}"#).status,
+        200
+    );
 
     // Keep-alive and pipelining: three requests in one write, three answers in order.
     let mut s = connect(port);
@@ -445,7 +585,12 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
         port,
         b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessageBatch\r\nContent-Length: 3145728\r\n\r\n",
     );
-    assert_json_error(&r, 400, "AWS.SimpleQueueService.BatchRequestTooLong", "BatchRequestTooLong");
+    assert_json_error(
+        &r,
+        400,
+        "AWS.SimpleQueueService.BatchRequestTooLong",
+        "BatchRequestTooLong",
+    );
     assert_eq!(r.header("connection"), Some("close"));
     let r = raw(
         port,
@@ -459,7 +604,8 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     let chunk = vec![b'a'; 256 * 1024];
     let mut sent = 0;
     while sent <= 3 * 1024 * 1024 {
-        if s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).is_err()
+        if s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .is_err()
             || s.write_all(&chunk).is_err()
             || s.write_all(b"\r\n").is_err()
         {
@@ -504,19 +650,26 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
         let t = Instant::now();
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest); // EOF (or a 408) once the server gives up
-        assert!(t.elapsed() < Duration::from_secs(5), "slow head not cut off");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "slow head not cut off"
+        );
     }
 
     // Garbage is a 4xx from the HTTP layer, never a 500.
     let mut s = connect(port);
-    s.write_all(b"\x16\x03\x01\x02\x00 not http at all\r\n\r\n").expect("write");
+    s.write_all(b"\x16\x03\x01\x02\x00 not http at all\r\n\r\n")
+        .expect("write");
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     let text = String::from_utf8_lossy(&out);
     assert!(text.is_empty() || text.starts_with("HTTP/1.1 4"), "{text}");
     // Oversized head.
     let mut s = connect(port);
-    let long = format!("GET / HTTP/1.1\r\nHost: h\r\nX-Long: {}\r\n\r\n", "a".repeat(100_000));
+    let long = format!(
+        "GET / HTTP/1.1\r\nHost: h\r\nX-Long: {}\r\n\r\n",
+        "a".repeat(100_000)
+    );
     let _ = s.write_all(long.as_bytes());
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
@@ -531,7 +684,13 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
         r#"{"QueueUrl":"http://h/000000000000/lim","WaitTimeSeconds":1,"MaxNumberOfMessages":10}"#,
     );
     assert_eq!(r.status, 200);
-    assert!(r.json()["Messages"].as_array().is_some_and(|m| !m.is_empty()), "{}", &r.body[..200.min(r.body.len())]);
+    assert!(
+        r.json()["Messages"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()),
+        "{}",
+        &r.body[..200.min(r.body.len())]
+    );
     assert!(t.elapsed() < Duration::from_secs(5));
     // Still healthy.
     assert_eq!(json(port, "ListQueues", "{}").status, 200);
@@ -551,7 +710,10 @@ fn sigv4_rejections_have_their_codes() {
     );
     let r = json(port, "ListQueues", "{}");
     assert_eq!(r.status, 403);
-    assert_eq!(r.header("x-amzn-query-error"), Some("MissingAuthenticationToken;Sender"));
+    assert_eq!(
+        r.header("x-amzn-query-error"),
+        Some("MissingAuthenticationToken;Sender")
+    );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")

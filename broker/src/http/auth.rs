@@ -377,35 +377,44 @@ fn verify(r: &SignedRequest<'_>, sig: &Signature<'_>, secret: &str) -> Result<()
     canonical.push('\n');
     canonical.push_str(&sig.signed_headers.join(";"));
     canonical.push('\n');
-    match (
-        r.headers
-            .get("x-amz-content-sha256")
-            .and_then(|v| v.to_str().ok()),
-        sig.presigned,
-    ) {
-        (Some(h), _) => canonical.push_str(h),
-        (None, Some(_)) => canonical.push_str(UNSIGNED_PAYLOAD),
-        (None, None) => canonical.push_str(&hex(&Sha256::digest(r.body))),
+    // The payload hash: the client's `x-amz-content-sha256`, else the body's SHA-256; a
+    // presigned URL may also have been signed with `UNSIGNED-PAYLOAD` (S3 style), so that is
+    // tried second.
+    let body_hash = match r
+        .headers
+        .get("x-amz-content-sha256")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(h) => h.to_string(),
+        None => hex(&Sha256::digest(r.body)),
+    };
+    let mut candidates = vec![body_hash];
+    if sig.presigned.is_some() && r.headers.get("x-amz-content-sha256").is_none() {
+        candidates.push(UNSIGNED_PAYLOAD.to_string());
     }
     let scope = format!("{}/{}/{}/aws4_request", sig.date, sig.region, sig.service);
-    let string_to_sign = format!(
-        "{ALGORITHM}\n{}\n{scope}\n{}",
-        sig.amz_date,
-        hex(&Sha256::digest(canonical.as_bytes()))
-    );
     let mut key = hmac(format!("AWS4{secret}").as_bytes(), sig.date.as_bytes());
     for part in [sig.region, sig.service, "aws4_request"] {
         key = hmac(&key, part.as_bytes());
     }
     let given = unhex(sig.signature).ok_or_else(|| mismatch("the signature is not hex"))?;
-    let mut mac = HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any length");
-    mac.update(string_to_sign.as_bytes());
-    mac.verify_slice(&given).map_err(|_| {
-        mismatch(
-            "The request signature we calculated does not match the signature you provided. \
-             Check your AWS Secret Access Key and signing method.",
-        )
-    })
+    for payload_hash in candidates {
+        let full = format!("{canonical}{payload_hash}");
+        let string_to_sign = format!(
+            "{ALGORITHM}\n{}\n{scope}\n{}",
+            sig.amz_date,
+            hex(&Sha256::digest(full.as_bytes()))
+        );
+        let mut mac = HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any length");
+        mac.update(string_to_sign.as_bytes());
+        if mac.verify_slice(&given).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(mismatch(
+        "The request signature we calculated does not match the signature you provided. \
+         Check your AWS Secret Access Key and signing method.",
+    ))
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -425,7 +434,7 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 128 {
+    if !s.len().is_multiple_of(2) || s.len() > 128 {
         return None;
     }
     (0..s.len())

@@ -11,3 +11,4 @@ pub mod metadata;
 pub mod runtime;
 pub mod server;
 pub mod shard;
+pub mod quic;

@@ -200,6 +200,9 @@ async fn echo_stream(
         send.write_all(&chunk.bytes).await?;
     }
     send.finish()?;
+    // `finish` only queues the FIN: the stream is done when the peer has everything, and
+    // only then may its StreamGuard go (a shutdown would otherwise cut the tail).
+    send.stopped().await?;
     Ok(())
 }
 
@@ -586,7 +589,7 @@ fn graceful_shutdown_finishes_in_flight_streams_and_refuses_new_work() {
         let tail = async {
             recv.read_to_end(MESSAGE_BYTES_MAX)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| format!("{e:?}"))
         };
         let (w, r) = tokio::join!(rest, tail);
         w.expect("write the rest");

@@ -250,7 +250,10 @@ impl StreamTracker {
     }
 }
 
-/// A stream in flight; dropping it tells shutdown the stream is done.
+/// A stream in flight; dropping it tells shutdown the stream is done. Drop it only once the
+/// peer has the response: after `SendStream::finish`, await `SendStream::stopped` (it resolves
+/// when the peer has acknowledged all data), or a shutdown may close the connection while the
+/// tail of the response is still unacknowledged.
 pub struct StreamGuard {
     shared: Rc<Shared>,
 }

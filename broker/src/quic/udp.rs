@@ -199,9 +199,11 @@ impl quinn::AsyncUdpSocket for GlommioUdpSocket {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(result) => {
                         waiter.readable = None;
-                        // A peek error (e.g. a queued ICMP error) is the socket's error:
-                        // quinn skips ConnectionReset and stops the endpoint on others.
-                        result?;
+                        if let Err(e) = result {
+                            // A peek error (e.g. a queued ICMP error) is the socket's error:
+                            // quinn skips ConnectionReset and stops the endpoint on others.
+                            return Poll::Ready(Err(e));
+                        }
                     }
                 }
             }

@@ -52,6 +52,7 @@ struct EchoServer {
     stop: Arc<AtomicBool>,
     /// Set by the server just before it starts draining.
     draining: Arc<AtomicBool>,
+    counters: Arc<ServerCounters>,
     join: Option<glommio::ExecutorJoinHandle<std::io::Result<ServerReport>>>,
 }
 
@@ -62,6 +63,8 @@ impl EchoServer {
         let stop_flag = stop.clone();
         let draining = Arc::new(AtomicBool::new(false));
         let draining_flag = draining.clone();
+        let counters = Arc::new(ServerCounters::default());
+        let server_counters = counters.clone();
         let join = sluice_storage::rt::executor_builder("quic-echo", glommio::Placement::Unbound)
             .spawn(move || async move {
                 let ep = match ShardEndpoint::bind(bind, config, EndpointOptions::default()) {
@@ -74,7 +77,7 @@ impl EchoServer {
                 addr_tx
                     .send(Ok(ep.local_addr()?))
                     .expect("the test waits for the address");
-                serve(ep, stop_flag, draining_flag).await
+                serve(ep, stop_flag, draining_flag, server_counters).await
             })
             .expect("spawn the server executor");
         let addr = addr_rx
@@ -85,6 +88,7 @@ impl EchoServer {
             addr,
             stop,
             draining,
+            counters,
             join: Some(join),
         }
     }
@@ -114,9 +118,9 @@ async fn serve(
     ep: ShardEndpoint,
     stop: Arc<AtomicBool>,
     draining: Arc<AtomicBool>,
+    counters: Arc<ServerCounters>,
 ) -> std::io::Result<ServerReport> {
     let ep = std::rc::Rc::new(ep);
-    let counters = std::rc::Rc::new(ServerCounters::default());
     // The accept loop runs in its own task; the stop flag is polled from here (a test-only
     // cross-thread signal, checked every few ms).
     let accept_ep = ep.clone();
@@ -161,7 +165,7 @@ async fn serve(
 async fn serve_connection(
     conn: quinn::Connection,
     tracker: quic::StreamTracker,
-    counters: std::rc::Rc<ServerCounters>,
+    counters: Arc<ServerCounters>,
 ) {
     while let Ok((send, recv)) = conn.accept_bi().await {
         let Some(guard) = tracker.start() else {
@@ -382,44 +386,89 @@ fn adapter_trap_backoffs_never_exceed_real_eagains() {
     );
 }
 
-#[test]
-fn client_disconnecting_mid_stream_does_not_disturb_others() {
+/// How the quitting client goes away in [`disconnect_mid_stream`].
+#[derive(Clone, Copy, PartialEq)]
+enum Quit {
+    /// CONNECTION_CLOSE sent and acknowledged.
+    Close,
+    /// The client's process-side state vanishes: nothing more is sent, the server must notice
+    /// by idle timeout.
+    Vanish,
+}
+
+/// Server idle timeout in the vanish case, so that the test takes about this long.
+const VANISH_IDLE_TIMEOUT: Duration = Duration::from_millis(800);
+
+fn disconnect_mid_stream(quit: Quit) {
     let _lock = executor_lock();
-    let (config, cert, _dir) = self_signed_server();
+    let (mut config, cert, _dir) = self_signed_server();
+    if quit == Quit::Vanish {
+        let mut transport = quinn::TransportConfig::default();
+        transport.max_idle_timeout(Some(VANISH_IDLE_TIMEOUT.try_into().expect("small timeout")));
+        config.transport_config(Arc::new(transport));
+    }
     let server = EchoServer::start(localhost(), config);
+    let counters = server.counters.clone();
     let client_config = tls::client_config_trusting(&[cert], None).expect("client config");
+    let addr = server.addr;
+    let quitter_config = client_config.clone();
+    // The quitter runs on a runtime of its own, so that Vanish can drop all of it at once.
+    let quitter = std::thread::spawn(move || {
+        let rt = tokio_runtime();
+        rt.block_on(async {
+            let ep = client_endpoint(quitter_config);
+            let conn = connect(&ep, addr).await.expect("connect");
+            let (mut send, mut recv) = conn.open_bi().await.expect("open");
+            let half = pattern(512 * 1024, 9);
+            send.write_all(&half).await.expect("first half");
+            // Make sure the server is mid-stream: some echo has come back.
+            let mut first = [0u8; 1024];
+            recv.read_exact(&mut first).await.expect("some echo");
+            assert_eq!(&first[..], &half[..1024]);
+            if quit == Quit::Close {
+                conn.close(7u32.into(), b"gone mid-stream");
+                ep.wait_idle().await;
+            }
+        });
+        // Vanish: dropping the runtime drops every quinn task and the socket unannounced.
+        drop(rt);
+    });
+    quitter.join().expect("quitter");
     tokio_runtime().block_on(async {
-        // Two client endpoints: the quitter's whole endpoint goes away mid-stream.
-        let quitter_ep = client_endpoint(client_config.clone());
-        let steady_ep = client_endpoint(client_config);
-        let quitter = connect(&quitter_ep, server.addr).await.expect("connect");
-        let steady = connect(&steady_ep, server.addr).await.expect("connect");
-        assert_eq!(echo(&steady, b"before").await.expect("echo"), b"before");
-
-        let (mut send, mut recv) = quitter.open_bi().await.expect("open");
-        let half = pattern(512 * 1024, 9);
-        send.write_all(&half).await.expect("first half");
-        // Make sure the server is mid-stream: some echo has come back.
-        let mut first = [0u8; 1024];
-        recv.read_exact(&mut first).await.expect("some echo");
-        assert_eq!(&first[..], &half[..1024]);
-        quitter.close(7u32.into(), b"gone mid-stream");
-        drop((send, recv));
-        drop(quitter_ep);
-
+        let ep = client_endpoint(client_config);
+        let steady = connect(&ep, addr).await.expect("connect");
         for i in 0..50u32 {
             let message = pattern(100 + i as usize, i as u8);
             assert_eq!(echo(&steady, &message).await.expect("echo"), message);
         }
         let large = pattern(1024 * 1024, 1);
         assert_eq!(echo(&steady, &large).await.expect("large echo"), large);
+        // The abandoned stream ends on the server (at once, or at its idle timeout).
+        tokio::time::timeout(OP_TIMEOUT, async {
+            while counters.streams_failed.load(Ordering::Relaxed) == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the server gives up the abandoned stream");
         steady.close(0u32.into(), b"done");
-        steady_ep.wait_idle().await;
+        ep.wait_idle().await;
     });
     let report = server.stop();
     assert_eq!(report.connections, 2);
     assert_eq!(report.streams_failed, 1, "only the abandoned stream failed");
-    assert_eq!(report.streams_echoed, 52);
+    assert_eq!(report.streams_echoed, 51);
+    assert_eq!(report.shutdown.streams_cut, 0);
+}
+
+#[test]
+fn client_closing_mid_stream_does_not_disturb_others() {
+    disconnect_mid_stream(Quit::Close);
+}
+
+#[test]
+fn client_vanishing_mid_stream_is_reaped_by_idle_timeout_and_others_are_served() {
+    disconnect_mid_stream(Quit::Vanish);
 }
 
 /// A CA and a client certificate it signed.

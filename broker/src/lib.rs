@@ -8,7 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod http;
 pub mod metadata;
+pub mod quic;
 pub mod runtime;
 pub mod server;
 pub mod shard;
-pub mod quic;

@@ -1381,27 +1381,47 @@ impl<F: Fs> Log<F> {
         now_ms: i64,
         keep_from: Option<u64>,
     ) -> Result<RetentionOutcome> {
+        self.delete_front_segments(|s, total| {
+            if keep_from.is_some_and(|k| s.next_offset > k) {
+                return false;
+            }
+            let by_time = self
+                .config
+                .retention_ms
+                .is_some_and(|r| s.max_ts.is_none_or(|m| m < now_ms.saturating_sub(r as i64)));
+            let by_size = self
+                .config
+                .retention_bytes
+                .is_some_and(|r| total - s.size >= r);
+            by_time || by_size
+        })
+        .await
+    }
+
+    /// Deletes the sealed segments that lie wholly below `offset` (every record in them has a
+    /// smaller offset): compaction for a log whose owner knows that nothing below `offset` is
+    /// needed any more (the queue engine's compaction floor). The active segment stays.
+    pub async fn delete_segments_below(&self, offset: u64) -> Result<RetentionOutcome> {
+        self.delete_front_segments(|s, _| s.next_offset <= offset)
+            .await
+    }
+
+    /// Deletes the oldest sealed segment while `victim(segment, total bytes)` says so, then
+    /// syncs the directory once, before returning (so the deletions are durable).
+    async fn delete_front_segments(
+        &self,
+        victim: impl Fn(&Segment<F>, u64) -> bool,
+    ) -> Result<RetentionOutcome> {
         let mut out = RetentionOutcome::default();
         loop {
             let victim = {
                 let i = self.inner.borrow();
                 let total: u64 = i.segments.values().map(|s| s.size).sum();
                 let mut it = i.segments.values();
-                let (Some(s), Some(_)) = (it.next(), i.segments.values().nth(1)) else {
+                let (Some(s), Some(_)) = (it.next(), it.next()) else {
                     break;
                 };
-                if !s.sealed || keep_from.is_some_and(|k| s.next_offset > k) {
-                    break;
-                }
-                let by_time = self
-                    .config
-                    .retention_ms
-                    .is_some_and(|r| s.max_ts.is_none_or(|m| m < now_ms.saturating_sub(r as i64)));
-                let by_size = self
-                    .config
-                    .retention_bytes
-                    .is_some_and(|r| total - s.size >= r);
-                if !(by_time || by_size) {
+                if !s.sealed || !victim(s, total) {
                     break;
                 }
                 s.base

@@ -587,6 +587,35 @@ fn reads_by_timestamp_cross_segments() {
 }
 
 #[test]
+fn delete_segments_below_keeps_every_segment_that_holds_a_needed_offset() {
+    let fs = SimFs::new();
+    let config = small_config();
+    let log = open(&fs, &config);
+    for i in 0..1500i64 {
+        block_on(log.append_records(&[Record::new(i * 10, vec![1; 200])])).expect("append");
+    }
+    let sealed: Vec<_> = log.segments().into_iter().filter(|s| s.sealed).collect();
+    assert!(sealed.len() >= 3, "test needs several sealed segments");
+    // A floor inside the second segment deletes exactly the first.
+    let floor = sealed[1].base_offset + 1;
+    let out = block_on(log.delete_segments_below(floor)).expect("compact");
+    assert_eq!(out.segments_deleted, 1);
+    assert_eq!(log.start_offset(), sealed[1].base_offset);
+    // A floor past everything keeps the active segment.
+    block_on(log.delete_segments_below(u64::MAX)).expect("compact");
+    let left = log.segments();
+    assert_eq!(left.len(), 1);
+    assert!(!left[0].sealed);
+    let start = log.start_offset();
+    drop(log);
+    // Deletions are durable: a power loss right after does not bring segments back.
+    let fs = fs.crash(CrashMode::DropUnsynced);
+    let log = open(&fs, &config);
+    assert_eq!(log.start_offset(), start);
+    assert_eq!(read_all(&log, start).len() as u64, 1500 - start);
+}
+
+#[test]
 fn retention_by_time_and_size_deletes_whole_sealed_segments() {
     let fs = SimFs::new();
     let mut config = small_config();

@@ -1,6 +1,8 @@
 //! Broker configuration. The embedded default (no flags) is a single node on loopback with its
 //! data in `./sluice-data`.
 
+use crate::engine::Limits;
+use crate::quic::tls::{ServerIdentity, ServerTlsOptions};
 use sluice_storage::LogConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,10 +22,24 @@ pub struct BrokerConfig {
     pub receipt_secret: Vec<u8>,
     /// Segment, buffer and cache sizes of each partition's log.
     pub log: LogConfig,
+    /// Memory bounds of each queue partition (in-flight window, dedup table, checkpoints).
+    pub limits: Limits,
     pub http_addr: SocketAddr,
+    /// The native QUIC protocol (`crate::native`). Port 0: the broker picks a free port at
+    /// start and writes it back here (read it from `BrokerHandle::config`).
     pub quic_addr: SocketAddr,
+    /// Serve the native QUIC protocol at all.
+    pub quic_enabled: bool,
+    /// The QUIC front end's certificate (self-signed in the data dir by default), and the CA
+    /// that client certificates must chain to for mutual TLS.
+    pub quic_tls: ServerTlsOptions,
+    /// A QUIC connection with no traffic for this long is closed (the SDK sends keep-alives).
+    pub quic_idle_timeout_ms: u64,
     pub metrics_addr: SocketAddr,
 }
+
+/// Default idle timeout of a native-protocol connection.
+pub const QUIC_IDLE_TIMEOUT_MS_DEFAULT: u64 = 60_000;
 
 pub const RECEIPT_KEY_BYTES: usize = 32;
 
@@ -100,14 +116,23 @@ impl BrokerConfig {
         let shards = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(BrokerConfig {
             receipt_secret: load_or_create_receipt_key(&data_dir)?,
-            data_dir,
+            data_dir: data_dir.clone(),
             shards,
             cpus: Vec::new(),
             default_partitions: shards as u32,
             region: "us-east-1".to_string(),
             log: partition_log_config(),
+            limits: Limits::default(),
             http_addr: "127.0.0.1:9324".parse().expect("literal"),
             quic_addr: "127.0.0.1:7400".parse().expect("literal"),
+            quic_enabled: true,
+            quic_tls: ServerTlsOptions {
+                identity: ServerIdentity::SelfSigned {
+                    data_dir: data_dir.clone(),
+                },
+                client_ca_path: None,
+            },
+            quic_idle_timeout_ms: QUIC_IDLE_TIMEOUT_MS_DEFAULT,
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
         })
     }

@@ -27,6 +27,22 @@ struct Args {
     /// Native QUIC protocol.
     #[arg(long, env = "SLUICE_QUIC_ADDR", default_value = "127.0.0.1:7400")]
     quic_addr: SocketAddr,
+    /// Do not serve the native QUIC protocol.
+    #[arg(long, env = "SLUICE_NO_QUIC")]
+    no_quic: bool,
+    /// PEM certificate chain for QUIC (with --quic-key); default: a self-signed certificate
+    /// generated in the data dir on first start.
+    #[arg(long, env = "SLUICE_QUIC_CERT", requires = "quic_key")]
+    quic_cert: Option<PathBuf>,
+    /// PEM private key for --quic-cert.
+    #[arg(long, env = "SLUICE_QUIC_KEY", requires = "quic_cert")]
+    quic_key: Option<PathBuf>,
+    /// PEM CA bundle: require QUIC clients to present a certificate chaining to it (mTLS).
+    #[arg(long, env = "SLUICE_QUIC_CLIENT_CA")]
+    quic_client_ca: Option<PathBuf>,
+    /// Close QUIC connections idle for this long.
+    #[arg(long, env = "SLUICE_QUIC_IDLE_TIMEOUT_MS", default_value_t = sluice_broker::config::QUIC_IDLE_TIMEOUT_MS_DEFAULT)]
+    quic_idle_timeout_ms: u64,
     /// Metrics and health.
     #[arg(long, env = "SLUICE_METRICS_ADDR", default_value = "127.0.0.1:9400")]
     metrics_addr: SocketAddr,
@@ -84,6 +100,15 @@ fn main() {
     config.cpus = args.cpus;
     config.http_addr = args.http_addr;
     config.quic_addr = args.quic_addr;
+    config.quic_enabled = !args.no_quic;
+    if let (Some(cert_path), Some(key_path)) = (args.quic_cert, args.quic_key) {
+        config.quic_tls.identity = sluice_broker::quic::tls::ServerIdentity::Files {
+            cert_path,
+            key_path,
+        };
+    }
+    config.quic_tls.client_ca_path = args.quic_client_ca;
+    config.quic_idle_timeout_ms = args.quic_idle_timeout_ms;
     config.metrics_addr = args.metrics_addr;
     config.region = args.region;
     tracing::info!(
@@ -92,6 +117,7 @@ fn main() {
         partitions = config.default_partitions,
         http = %config.http_addr,
         quic = %config.quic_addr,
+        quic_enabled = config.quic_enabled,
         metrics = %config.metrics_addr,
         "starting sluiced {}",
         env!("CARGO_PKG_VERSION")

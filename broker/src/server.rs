@@ -23,6 +23,8 @@ pub struct BrokerHandle {
     controls: Vec<mpsc::UnboundedSender<Control>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     ready: std::sync::Mutex<std::sync::mpsc::Receiver<Result<usize, String>>>,
+    /// Holds the QUIC port picked for `quic_addr` port 0 until every shard has bound it.
+    quic_port_reservation: std::sync::Mutex<Option<std::net::UdpSocket>>,
     pub config: Arc<BrokerConfig>,
 }
 
@@ -35,7 +37,19 @@ impl BrokerHandle {
                 .recv()
                 .map_err(|_| "a shard exited during start-up".to_string())??;
         }
+        // Every shard's endpoint is in the SO_REUSEPORT group now; the placeholder leaves it.
+        drop(
+            self.quic_port_reservation
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         Ok(())
+    }
+
+    /// The address the native QUIC protocol listens on (the real port when configured as 0).
+    pub fn quic_addr(&self) -> std::net::SocketAddr {
+        self.config.quic_addr
     }
 
     /// Runs `f` on shard `shard` and returns its result.
@@ -69,7 +83,17 @@ impl BrokerHandle {
 }
 
 /// Starts the broker's shards, each on its own thread and executor.
-pub fn start(config: BrokerConfig) -> std::io::Result<BrokerHandle> {
+pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
+    if config.quic_enabled {
+        crate::native::prepare(&config)?;
+    }
+    let quic_port_reservation = if config.quic_enabled && config.quic_addr.port() == 0 {
+        let (socket, addr) = crate::native::reserve_port(config.quic_addr)?;
+        config.quic_addr = addr;
+        Some(socket)
+    } else {
+        None
+    };
     let config = Arc::new(config);
     let n = config.shards.max(1);
     let mesh = (n > 1).then(|| MeshBuilder::<Envelope, _>::full(n, MESH_CHANNEL_CAPACITY));
@@ -113,6 +137,7 @@ pub fn start(config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                 }
                 // FRONT ENDS START HERE: each shard serves its own listeners (SO_REUSEPORT).
                 glommio::spawn_local(crate::http::serve(shard.clone())).detach();
+                let native = crate::native::NativeFrontEnd::start(shard.clone());
                 tracing::info!(shard = id, "shard ready");
                 let _ = ready_tx.send(Ok(id));
                 while let Some(c) = ctl_rx.next().await {
@@ -122,6 +147,9 @@ pub fn start(config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                         }
                         Control::Shutdown => break,
                     }
+                }
+                if let Some(native) = native {
+                    native.shutdown().await;
                 }
                 shard.shutdown().await;
                 tracing::info!(shard = id, "shard stopped");
@@ -137,6 +165,7 @@ pub fn start(config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         controls,
         threads,
         ready: std::sync::Mutex::new(ready),
+        quic_port_reservation: std::sync::Mutex::new(quic_port_reservation),
         config,
     })
 }

@@ -1,0 +1,528 @@
+//! The native protocol front end: Sluice frames (`sluice_wire`) over QUIC, served on every
+//! shard's own endpoint (`crate::quic`, one SO_REUSEPORT socket per shard).
+//!
+//! | module     | purpose                                                                   |
+//! |------------|---------------------------------------------------------------------------|
+//! | `mod`      | endpoint per shard, connections, the handshake, streams, limits, shutdown |
+//! | `handlers` | each request against the shard's service API, errors as wire codes        |
+//!
+//! # A connection
+//!
+//! 1. TLS 1.3 (ALPN `sluice/1`), then the client opens its first bidirectional stream and
+//!    sends `Hello` (request id 0). The server answers `HelloOk` (the version and its limits)
+//!    or an `Error` frame (`UnsupportedVersion` with its range, `ProtocolViolation` for any
+//!    other first frame) and then closes the connection with that error code as the QUIC
+//!    application close code. No `Hello` within [`HELLO_TIMEOUT_MS`]: closed the same way.
+//! 2. After `HelloOk`, every bidirectional stream (the first one included) carries pipelined
+//!    request frames. Each request runs in its own task; its response is written to the same
+//!    stream when ready, so answers come back out of order (a long poll never holds back a
+//!    send queued behind it on the stream) and the client matches them by request id.
+//! 3. Malformed input: a frame whose boundaries are intact (unknown kind, a body that is not
+//!    the archive its kind names, a response kind sent as a request, request id 0, a reused
+//!    id) gets an `Error` frame for its request id and the stream goes on. A frame that
+//!    loses the boundaries (bad magic, reserved flags, oversize, bad checksum, a stream that
+//!    ends inside a frame) gets an `Error` frame (request id 0 when the header was not read),
+//!    then the server stops reading that stream, answers what is in flight on it and finishes
+//!    it. The connection and the other streams are unaffected.
+//!
+//! # Limits (DESIGN.md §4.8)
+//!
+//! - a request frame: [`sluice_wire::REQUEST_FRAME_BYTES_MAX`] (the decoder judges the header
+//!   before allocating);
+//! - requests in flight per connection: [`IN_FLIGHT_REQUESTS_MAX`], beyond which a request is
+//!   answered `TooManyInFlightRequests` (retryable) without running;
+//! - bytes of requests in flight per connection: [`IN_FLIGHT_REQUEST_BYTES_MAX`], beyond which
+//!   the streams stop reading until answers drain (QUIC flow control then holds the client);
+//! - streams per connection: [`STREAMS_PER_CONNECTION_MAX`] (QUIC's own stream limit), with
+//!   per-stream and per-connection receive windows;
+//! - connections per shard: [`CONNECTIONS_PER_SHARD_MAX`], beyond which new ones are refused;
+//! - idle connections close after `BrokerConfig::quic_idle_timeout_ms`.
+//!
+//! Graceful shutdown: the endpoint refuses new connections and streams, waits up to
+//! [`SHUTDOWN_GRACE_MS`] for streams in flight, then closes (`crate::quic::ShardEndpoint`).
+
+pub mod handlers;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::channel::mpsc;
+use futures::StreamExt;
+use quinn::VarInt;
+use sluice_wire::handshake::IN_FLIGHT_REQUESTS_MAX_DEFAULT;
+use sluice_wire::{
+    answer_hello, decode_request, encode_response, ErrorCode, ErrorResponse, Frame, FrameDecoder,
+    FrameKind, Request, Response, ServerInfo, FRAME_BYTES_MIN, REQUEST_FRAME_BYTES_MAX,
+};
+
+use crate::config::BrokerConfig;
+use crate::metadata::DEFAULT_TENANT;
+use crate::quic::{tls, EndpointOptions, ShardEndpoint, StreamTracker};
+use crate::shard::Shard;
+use handlers::Ctx;
+
+/// Connections one shard serves at once; beyond, new ones are refused (CONNECTION_REFUSED).
+pub const CONNECTIONS_PER_SHARD_MAX: usize = 4_096;
+/// Requests in flight per connection (advertised in `HelloOk`).
+pub const IN_FLIGHT_REQUESTS_MAX: u32 = IN_FLIGHT_REQUESTS_MAX_DEFAULT;
+/// Bytes of request bodies in flight per connection before its streams stop reading.
+pub const IN_FLIGHT_REQUEST_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Concurrent bidirectional streams a client may open on one connection.
+pub const STREAMS_PER_CONNECTION_MAX: u32 = 64;
+/// Receive window of one stream: two full request frames.
+pub const STREAM_RECEIVE_WINDOW_BYTES: u32 = 2 * REQUEST_FRAME_BYTES_MAX as u32;
+/// Receive window of one connection (all its streams).
+pub const CONNECTION_RECEIVE_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
+/// Time a new connection has to open its first stream and send `Hello`.
+pub const HELLO_TIMEOUT_MS: u64 = 10_000;
+/// How long shutdown lets in-flight streams finish (long polls are cut after this).
+pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
+/// After its last response, how long a stream waits for the peer to acknowledge it.
+pub const STREAM_FINISH_WAIT_MS: u64 = 10_000;
+/// Bytes read from a stream at a time.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// How often a stream paused by the byte budget re-checks it.
+const BUDGET_POLL_MS: u64 = 1;
+
+/// QUIC application error code for "stream aborted: the frames on it could not be delimited".
+pub const STREAM_STOP_CODE_MALFORMED: u32 = ErrorCode::MalformedFrame as u32;
+
+/// Picks a free UDP port for `addr` (port 0) and holds it, with SO_REUSEPORT so the shards can
+/// join, until the broker is ready (`BrokerHandle::wait_ready` drops it).
+pub fn reserve_port(addr: SocketAddr) -> std::io::Result<(std::net::UdpSocket, SocketAddr)> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    let socket: std::net::UdpSocket = socket.into();
+    let bound = socket.local_addr()?;
+    Ok((socket, bound))
+}
+
+/// Makes the TLS identity exist before the shards start, so that they all load the same one
+/// (two shards generating a self-signed certificate at once would race).
+pub fn prepare(config: &BrokerConfig) -> std::io::Result<()> {
+    tls::server_identity(&config.quic_tls)
+        .map(|_| ())
+        .map_err(|e| std::io::Error::other(format!("QUIC TLS: {e}")))
+}
+
+fn server_config(config: &BrokerConfig) -> Result<quinn::ServerConfig, String> {
+    let mut server = tls::server_config(&config.quic_tls).map_err(|e| e.to_string())?;
+    let mut transport = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(Duration::from_millis(config.quic_idle_timeout_ms))
+        .map_err(|e| format!("quic_idle_timeout_ms: {e}"))?;
+    transport
+        .max_idle_timeout(Some(idle))
+        .max_concurrent_bidi_streams(VarInt::from_u32(STREAMS_PER_CONNECTION_MAX))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .stream_receive_window(VarInt::from_u32(STREAM_RECEIVE_WINDOW_BYTES))
+        .receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW_BYTES));
+    server.transport_config(Arc::new(transport));
+    Ok(server)
+}
+
+/// One shard's native front end.
+pub struct NativeFrontEnd {
+    endpoint: Rc<ShardEndpoint>,
+}
+
+impl NativeFrontEnd {
+    /// Binds the shard's endpoint (synchronously, so the port is served once the shard reports
+    /// ready) and spawns its accept loop. `None` when disabled or when binding failed (logged).
+    pub fn start(shard: Rc<Shard>) -> Option<NativeFrontEnd> {
+        let config = shard.config.clone();
+        if !config.quic_enabled {
+            return None;
+        }
+        let addr = config.quic_addr;
+        let server = match server_config(&config) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(shard = shard.id, error = %e, "native QUIC API not started: TLS");
+                return None;
+            }
+        };
+        let endpoint = match ShardEndpoint::bind(addr, server, EndpointOptions::default()) {
+            Ok(ep) => Rc::new(ep),
+            Err(e) => {
+                tracing::error!(shard = shard.id, %addr, error = %e, "native QUIC API: bind failed");
+                return None;
+            }
+        };
+        tracing::info!(shard = shard.id, %addr, "native QUIC API listening");
+        let state = Rc::new(ShardState {
+            ctx_host: config.http_addr.to_string(),
+            info: ServerInfo {
+                in_flight_requests_max: IN_FLIGHT_REQUESTS_MAX,
+                ..ServerInfo::new("sluiced", env!("CARGO_PKG_VERSION"))
+            },
+            shard,
+            connections: Cell::new(0),
+        });
+        let ep = endpoint.clone();
+        glommio::spawn_local(accept_loop(ep, state)).detach();
+        Some(NativeFrontEnd { endpoint })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// Stops accepting, lets in-flight streams finish (up to [`SHUTDOWN_GRACE_MS`]), closes.
+    pub async fn shutdown(&self) {
+        let report = self
+            .endpoint
+            .shutdown(Duration::from_millis(SHUTDOWN_GRACE_MS))
+            .await;
+        tracing::info!(?report, "native QUIC API stopped");
+    }
+}
+
+struct ShardState {
+    shard: Rc<Shard>,
+    info: ServerInfo,
+    ctx_host: String,
+    connections: Cell<usize>,
+}
+
+/// Counts a connection until dropped.
+struct ConnectionSlot(Rc<ShardState>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let n = self.0.connections.get();
+        debug_assert!(n > 0, "connection count underflow");
+        self.0.connections.set(n.saturating_sub(1));
+    }
+}
+
+async fn accept_loop(endpoint: Rc<ShardEndpoint>, state: Rc<ShardState>) {
+    while let Some(incoming) = endpoint.accept().await {
+        if state.connections.get() >= CONNECTIONS_PER_SHARD_MAX {
+            tracing::warn!(
+                shard = state.shard.id,
+                limit = CONNECTIONS_PER_SHARD_MAX,
+                "native QUIC API: connection limit reached, refusing"
+            );
+            incoming.refuse();
+            continue;
+        }
+        state.connections.set(state.connections.get() + 1);
+        let slot = ConnectionSlot(state.clone());
+        let tracker = endpoint.tracker();
+        glommio::spawn_local(async move {
+            let remote = incoming.remote_address();
+            match incoming.accept().await {
+                Ok(conn) => serve_connection(slot, conn, tracker).await,
+                Err(e) => tracing::debug!(%remote, error = %e, "native QUIC handshake failed"),
+            }
+        })
+        .detach();
+    }
+}
+
+/// Per-connection state shared by its streams.
+struct Connection {
+    ctx: Ctx,
+    tracker: StreamTracker,
+    requests_in_flight: Cell<u32>,
+    request_bytes_in_flight: Cell<usize>,
+    ids_in_flight: RefCell<HashSet<u64>>,
+}
+
+/// Runs `f` for at most `ms` milliseconds.
+async fn within<F: Future>(ms: u64, f: F) -> Option<F::Output> {
+    let f = std::pin::pin!(f);
+    let t = std::pin::pin!(glommio::timer::Timer::new(Duration::from_millis(ms)));
+    match futures::future::select(f, t).await {
+        futures::future::Either::Left((v, _)) => Some(v),
+        futures::future::Either::Right(_) => None,
+    }
+}
+
+fn error_frame(request_id: u64, e: ErrorResponse) -> Vec<u8> {
+    encode_response(request_id, &Response::Error(e)).expect("an error frame is small")
+}
+
+/// Closes the connection with `code` as the application error code, after flushing `frame` on
+/// `send` (bounded).
+async fn refuse_connection(
+    conn: &quinn::Connection,
+    mut send: quinn::SendStream,
+    frame: Vec<u8>,
+    code: ErrorCode,
+    reason: &str,
+) {
+    let _ = within(STREAM_FINISH_WAIT_MS, async {
+        if send.write_all(&frame).await.is_ok() && send.finish().is_ok() {
+            let _ = send.stopped().await;
+        }
+    })
+    .await;
+    conn.close(
+        VarInt::from_u32(u32::from(code.as_u16())),
+        reason.as_bytes(),
+    );
+}
+
+async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker: StreamTracker) {
+    let state = slot.0.clone();
+    // 1. The handshake on the first stream.
+    let first = within(HELLO_TIMEOUT_MS, async {
+        let (send, mut recv) = conn.accept_bi().await.ok()?;
+        let mut decoder = FrameDecoder::new(FRAME_BYTES_MIN);
+        loop {
+            let chunk = recv.read_chunk(READ_CHUNK_BYTES, true).await.ok()??;
+            let mut input: &[u8] = &chunk.bytes;
+            match decoder.decode(&mut input) {
+                Ok(Some(frame)) => {
+                    let rest = bytes::Bytes::copy_from_slice(input);
+                    return Some((send, recv, decoder, Ok(frame), rest));
+                }
+                Ok(None) => continue,
+                Err(e) => return Some((send, recv, decoder, Err(e), bytes::Bytes::new())),
+            }
+        }
+    })
+    .await
+    .flatten();
+    let Some((send, recv, mut decoder, first, rest)) = first else {
+        conn.close(
+            VarInt::from_u32(u32::from(ErrorCode::ProtocolViolation.as_u16())),
+            b"no Hello",
+        );
+        return;
+    };
+    let hello = match first {
+        Ok(frame) => match (frame.kind(), decode_request(&frame)) {
+            (Some(FrameKind::Hello), Ok(Request::Hello(h))) if frame.request_id() == 0 => Ok(h),
+            (Some(FrameKind::Hello), Ok(_)) => Err(ErrorResponse::new(
+                ErrorCode::ProtocolViolation,
+                "Hello must carry request id 0",
+            )),
+            (_, Err(e)) => Err(e.to_error_response()),
+            _ => Err(ErrorResponse::new(
+                ErrorCode::ProtocolViolation,
+                "the first frame of a connection must be Hello",
+            )),
+        },
+        Err(e) => Err(e.to_error_response()),
+    };
+    let ok = match hello.and_then(|h| answer_hello(&h, &state.info, DEFAULT_TENANT)) {
+        Ok(ok) => ok,
+        Err(e) => {
+            let code = e.error_code();
+            tracing::debug!(remote = %conn.remote_address(), ?code, message = %e.message, "native handshake refused");
+            refuse_connection(&conn, send, error_frame(0, e), code, "handshake refused").await;
+            return;
+        }
+    };
+    let account = ok.account_id.clone();
+    let hello_ok = encode_response(0, &Response::HelloOk(ok)).expect("HelloOk is small");
+    decoder.set_frame_bytes_max(REQUEST_FRAME_BYTES_MAX);
+    let connection = Rc::new(Connection {
+        ctx: Ctx {
+            shard: state.shard.clone(),
+            account,
+            url_host: state.ctx_host.clone(),
+        },
+        tracker,
+        requests_in_flight: Cell::new(0),
+        request_bytes_in_flight: Cell::new(0),
+        ids_in_flight: RefCell::new(HashSet::new()),
+    });
+    // 2. Streams: the first one goes on with what followed Hello.
+    glommio::spawn_local(serve_stream(
+        connection.clone(),
+        send,
+        recv,
+        decoder,
+        Some(hello_ok),
+        rest,
+    ))
+    .detach();
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        glommio::spawn_local(serve_stream(
+            connection.clone(),
+            send,
+            recv,
+            FrameDecoder::new(REQUEST_FRAME_BYTES_MAX),
+            None,
+            bytes::Bytes::new(),
+        ))
+        .detach();
+    }
+    drop(slot);
+}
+
+/// Releases a request's share of the connection's budget when its task ends (or is dropped).
+struct InFlight {
+    connection: Rc<Connection>,
+    id: u64,
+    bytes: usize,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let c = &self.connection;
+        c.requests_in_flight
+            .set(c.requests_in_flight.get().saturating_sub(1));
+        c.request_bytes_in_flight
+            .set(c.request_bytes_in_flight.get().saturating_sub(self.bytes));
+        c.ids_in_flight.borrow_mut().remove(&self.id);
+    }
+}
+
+async fn serve_stream(
+    connection: Rc<Connection>,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    mut decoder: FrameDecoder,
+    first_frame: Option<Vec<u8>>,
+    pending: bytes::Bytes,
+) {
+    let Some(guard) = connection.tracker.start() else {
+        // Draining: refuse the stream.
+        let _ = send.reset(VarInt::from_u32(crate::quic::CLOSE_CODE_SHUTDOWN));
+        return;
+    };
+    let (tx, mut rx) = mpsc::unbounded::<Vec<u8>>();
+    if let Some(f) = first_frame {
+        let _ = tx.unbounded_send(f);
+    }
+    // The writer: responses in the order they are ready; ends once every sender is gone.
+    let writer = glommio::spawn_local(async move {
+        while let Some(frame) = rx.next().await {
+            if send.write_all(&frame).await.is_err() {
+                // The peer stopped the stream or the connection is gone: drop the rest.
+                return;
+            }
+        }
+        if send.finish().is_ok() {
+            let _ = within(STREAM_FINISH_WAIT_MS, send.stopped()).await;
+        }
+    });
+    let mut stream_ok = feed(&connection, &mut decoder, &pending, &tx);
+    while stream_ok {
+        // Back-pressure: stop reading while the connection holds too many request bytes.
+        while connection.request_bytes_in_flight.get() > IN_FLIGHT_REQUEST_BYTES_MAX {
+            glommio::timer::sleep(Duration::from_millis(BUDGET_POLL_MS)).await;
+        }
+        match recv.read_chunk(READ_CHUNK_BYTES, true).await {
+            Ok(Some(chunk)) => stream_ok = feed(&connection, &mut decoder, &chunk.bytes, &tx),
+            Ok(None) => {
+                if let Err(e) = decoder.finish() {
+                    let _ = tx.unbounded_send(error_frame(e.request_id(), e.to_error_response()));
+                }
+                break;
+            }
+            // Reset by the peer, or the connection is gone.
+            Err(_) => break,
+        }
+    }
+    if !stream_ok {
+        let _ = recv.stop(VarInt::from_u32(STREAM_STOP_CODE_MALFORMED));
+    }
+    drop(tx);
+    writer.await;
+    drop(guard);
+}
+
+/// Decodes what `bytes` completes and dispatches each frame. `false` once the stream lost its
+/// frame boundaries (the error has been queued for the peer).
+fn feed(
+    connection: &Rc<Connection>,
+    decoder: &mut FrameDecoder,
+    bytes: &[u8],
+    tx: &mpsc::UnboundedSender<Vec<u8>>,
+) -> bool {
+    let mut input = bytes;
+    loop {
+        match decoder.decode(&mut input) {
+            Ok(Some(frame)) => dispatch(connection, frame, tx),
+            Ok(None) => return true,
+            Err(e) => {
+                let _ = tx.unbounded_send(error_frame(e.request_id(), e.to_error_response()));
+                if e.is_fatal() {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSender<Vec<u8>>) {
+    let id = frame.request_id();
+    let reject = |code: ErrorCode, message: String| {
+        let _ = tx.unbounded_send(error_frame(id, ErrorResponse::new(code, message)));
+    };
+    if id == 0 {
+        return reject(
+            ErrorCode::ProtocolViolation,
+            "request id 0 is reserved for connection-level frames".into(),
+        );
+    }
+    let request = match decode_request(&frame) {
+        Ok(Request::Hello(_)) => {
+            return reject(
+                ErrorCode::ProtocolViolation,
+                "Hello is allowed only as the first frame of a connection".into(),
+            )
+        }
+        Ok(r) => r,
+        Err(e) => {
+            let _ = tx.unbounded_send(error_frame(id, e.to_error_response()));
+            return;
+        }
+    };
+    if connection.requests_in_flight.get() >= IN_FLIGHT_REQUESTS_MAX {
+        return reject(
+            ErrorCode::TooManyInFlightRequests,
+            format!("more than {IN_FLIGHT_REQUESTS_MAX} requests in flight on this connection"),
+        );
+    }
+    if !connection.ids_in_flight.borrow_mut().insert(id) {
+        return reject(
+            ErrorCode::ProtocolViolation,
+            format!("request id {id} is already in flight on this connection"),
+        );
+    }
+    let bytes = frame.body.len();
+    connection
+        .requests_in_flight
+        .set(connection.requests_in_flight.get() + 1);
+    connection
+        .request_bytes_in_flight
+        .set(connection.request_bytes_in_flight.get() + bytes);
+    drop(frame);
+    let in_flight = InFlight {
+        connection: connection.clone(),
+        id,
+        bytes,
+    };
+    let tx = tx.clone();
+    glommio::spawn_local(async move {
+        let response = handlers::handle(&in_flight.connection.ctx, request).await;
+        let frame = match encode_response(id, &response) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!(error = %e, "native: response does not encode");
+                error_frame(id, ErrorResponse::new(e.error_code(), e.to_string()))
+            }
+        };
+        // Release the budget before queueing: the response is owned by the writer now.
+        drop(in_flight);
+        let _ = tx.unbounded_send(frame);
+    })
+    .detach();
+}

@@ -1,1 +1,512 @@
+//! The Sluice Rust SDK: a client for Sluice's native protocol (frames of [`sluice_wire`] over
+//! QUIC), with the operations of the SQS API.
+//!
+//! ```no_run
+//! use sluice_sdk::{Client, ClientOptions, ReceiveOptions, Trust};
+//!
+//! # async fn demo() -> Result<(), sluice_sdk::Error> {
+//! // A local broker started without a certificate generates one in its data dir: trust it.
+//! let options = ClientOptions::new(Trust::PemFile("sluice-data/quic-selfsigned-cert.pem".into()));
+//! let client = Client::connect("127.0.0.1:7400".parse().unwrap(), options).await?;
+//!
+//! let queue = client.create_queue("orders").await?;
+//! client.send(&queue, "order #1").await?;
+//! for m in client.receive(&queue, ReceiveOptions::long_poll(10, 20)).await? {
+//!     println!("{}", m.body);
+//!     client.delete(&queue, &m.receipt_handle).await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - **Queues** are named by their URL, as in SQS (`create_queue` and `get_queue_url` return
+//!   it), so code ports from the AWS SDK unchanged and a URL works with the broker's HTTP API too.
+//! - **Pipelining**: a [`Client`] is cheap to clone and safe to share between tasks; every
+//!   call is one request frame on one of a few QUIC streams ([`ClientOptions::streams`]),
+//!   many in flight at once, answers matched by request id.
+//! - **Errors** are one enum, [`Error`]; errors the broker answered carry its [`ErrorCode`]
+//!   (with the SQS code: [`Error::sqs_code`]).
+//! - **Timeouts and retries**: each call is bounded by [`ClientOptions::request_timeout`] (plus
+//!   the long-poll wait of a receive); retryable failures ([`Error::is_retryable`]) are retried
+//!   [`ClientOptions::retries`] times with exponential backoff, on a new connection when the old
+//!   one was lost.
+//! - **Durability**: a send returns once the broker has the message fsync'd.
+//!
+//! Every request and response type of the protocol is re-exported in [`types`]; [`Client::call`]
+//! sends any of them as is.
 
+#![forbid(unsafe_code)]
+
+mod connection;
+mod error;
+mod tls;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::{Error, Result};
+pub use sluice_wire::ErrorCode;
+pub use tls::{ClientIdentity, Trust, ALPN};
+
+/// The protocol's message types (SQS member names), as the broker sends and receives them.
+pub mod types {
+    pub use sluice_wire::messages::*;
+    pub use sluice_wire::{Request, Response};
+}
+
+use connection::Connection;
+use types::*;
+
+/// How to connect and how to behave.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Whom to trust (there is no default: say what you trust).
+    pub trust: Trust,
+    /// A client certificate, for brokers that require mutual TLS.
+    pub identity: Option<ClientIdentity>,
+    /// The name the broker's certificate must carry. Default `localhost`.
+    pub server_name: String,
+    /// Streams per connection that requests are spread over. Default 4.
+    pub streams: usize,
+    /// Time to connect and complete the handshake. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Time to wait for an answer (a receive adds its long-poll wait). Default 30 s.
+    pub request_timeout: Duration,
+    /// How often a retryable failure is retried. Default 2.
+    pub retries: u32,
+    /// First backoff before a retry; doubled each time. Default 50 ms.
+    pub retry_backoff: Duration,
+    /// Keep-alive interval, so that idle connections are not closed by the broker. Default 10 s.
+    pub keep_alive: Duration,
+    /// Reported to the broker in `Hello`.
+    pub client_name: String,
+}
+
+impl ClientOptions {
+    pub fn new(trust: Trust) -> Self {
+        ClientOptions {
+            trust,
+            identity: None,
+            server_name: "localhost".into(),
+            streams: 4,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            retries: 2,
+            retry_backoff: Duration::from_millis(50),
+            keep_alive: Duration::from_secs(10),
+            client_name: "sluice-sdk".into(),
+        }
+    }
+}
+
+/// Receive parameters; see [`ReceiveOptions::long_poll`].
+#[derive(Clone, Debug, Default)]
+pub struct ReceiveOptions {
+    /// 1–10 (default 1).
+    pub max_messages: Option<u32>,
+    /// Long-poll wait, 0–20 s (default: the queue's `ReceiveMessageWaitTimeSeconds`).
+    pub wait_time_seconds: Option<u32>,
+    /// Visibility timeout of the received messages (default: the queue's).
+    pub visibility_timeout: Option<u32>,
+    /// System attributes to return (`All`, `SentTimestamp`, `ApproximateReceiveCount`, …).
+    pub system_attribute_names: Vec<String>,
+    /// Message attributes to return (`All`, names, `prefix.*`).
+    pub message_attribute_names: Vec<String>,
+}
+
+impl ReceiveOptions {
+    /// Up to `max_messages` messages, waiting up to `wait_time_seconds` for the first.
+    pub fn long_poll(max_messages: u32, wait_time_seconds: u32) -> Self {
+        ReceiveOptions {
+            max_messages: Some(max_messages),
+            wait_time_seconds: Some(wait_time_seconds),
+            ..Default::default()
+        }
+    }
+}
+
+/// A connection to a Sluice broker. Clone it freely: clones share the connection.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    addr: SocketAddr,
+    options: ClientOptions,
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+impl Client {
+    /// Connects to the broker's QUIC address and negotiates the protocol version. Must be
+    /// called within a tokio runtime.
+    pub async fn connect(addr: SocketAddr, options: ClientOptions) -> Result<Client> {
+        let mut config = tls::client_config(&options.trust, options.identity.as_ref())?;
+        let mut transport = quinn::TransportConfig::default();
+        transport.keep_alive_interval(Some(options.keep_alive));
+        config.transport_config(Arc::new(transport));
+        let bind: SocketAddr = if addr.is_ipv6() {
+            "[::]:0".parse().expect("literal")
+        } else {
+            "0.0.0.0:0".parse().expect("literal")
+        };
+        let endpoint = quinn::Endpoint::client(bind).map_err(|e| Error::Connect(e.to_string()))?;
+        let client = Client {
+            inner: Arc::new(Inner {
+                addr,
+                options,
+                endpoint,
+                config,
+                connection: tokio::sync::Mutex::new(None),
+            }),
+        };
+        client.connection().await?;
+        Ok(client)
+    }
+
+    /// What the broker said about itself and its limits at the last handshake.
+    pub async fn server_info(&self) -> Result<HelloOk> {
+        Ok(self.connection().await?.hello.clone())
+    }
+
+    /// Closes the connection; in-flight calls fail with [`Error::ConnectionLost`]. Later calls
+    /// reconnect.
+    pub async fn close(&self) {
+        if let Some(c) = self.inner.connection.lock().await.take() {
+            c.close();
+        }
+        // Let the close frame reach the broker instead of leaving it to the idle timeout.
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.inner.endpoint.wait_idle()).await;
+    }
+
+    /// The current connection, or a new one if there is none or it broke.
+    async fn connection(&self) -> Result<Arc<Connection>> {
+        let mut slot = self.inner.connection.lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.is_broken() {
+                return Ok(c.clone());
+            }
+        }
+        let o = &self.inner.options;
+        let hello = Hello {
+            versions: sluice_wire::supported_versions(),
+            client_name: o.client_name.clone(),
+            client_version: env!("CARGO_PKG_VERSION").into(),
+            auth_token: None,
+        };
+        let c = tokio::time::timeout(
+            o.connect_timeout,
+            Connection::open(
+                &self.inner.endpoint,
+                self.inner.config.clone(),
+                self.inner.addr,
+                &o.server_name,
+                hello,
+                o.streams,
+            ),
+        )
+        .await
+        .map_err(|_| Error::Connect(format!("no handshake within {:?}", o.connect_timeout)))??;
+        let c = Arc::new(c);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Sends any request and returns the broker's answer (an `Error` answer becomes
+    /// [`Error::Service`]). Retries retryable failures.
+    pub async fn call(&self, request: Request) -> Result<Response> {
+        let timeout = self.inner.options.request_timeout
+            + match &request {
+                Request::ReceiveMessage(r) => {
+                    Duration::from_secs(u64::from(r.wait_time_seconds.unwrap_or(20)))
+                }
+                _ => Duration::ZERO,
+            };
+        let mut backoff = self.inner.options.retry_backoff;
+        let mut attempt = 0;
+        loop {
+            let result = match self.connection().await {
+                Ok(c) => c.call(&request, timeout).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if e.is_retryable() && attempt < self.inner.options.retries => {
+                    tracing::debug!(error = %e, attempt, "sluice: retrying");
+                    attempt += 1;
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    // ---- Queues -------------------------------------------------------------------------
+
+    /// Creates a queue (or returns the URL of an identical existing one). Names ending in
+    /// `.fifo` need `FifoQueue=true` in [`Client::create_queue_with`].
+    pub async fn create_queue(&self, name: &str) -> Result<String> {
+        self.create_queue_with(name, AttributeMap::new(), TagMap::new())
+            .await
+    }
+
+    /// Creates a queue with SQS attributes (`VisibilityTimeout`, `FifoQueue`, `RedrivePolicy`,
+    /// …) and tags.
+    pub async fn create_queue_with(
+        &self,
+        name: &str,
+        attributes: AttributeMap,
+        tags: TagMap,
+    ) -> Result<String> {
+        let r = CreateQueueRequest {
+            queue_name: name.into(),
+            attributes,
+            tags,
+        };
+        match self.call(Request::CreateQueue(r)).await? {
+            Response::CreateQueue(r) => Ok(r.queue_url),
+            other => unexpected(other),
+        }
+    }
+
+    pub async fn get_queue_url(&self, name: &str) -> Result<String> {
+        let r = GetQueueUrlRequest {
+            queue_name: name.into(),
+            queue_owner_aws_account_id: None,
+        };
+        match self.call(Request::GetQueueUrl(r)).await? {
+            Response::GetQueueUrl(r) => Ok(r.queue_url),
+            other => unexpected(other),
+        }
+    }
+
+    /// URLs of the queues whose names start with `prefix` (all pages).
+    pub async fn list_queues(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut urls = Vec::new();
+        let mut next_token = None;
+        loop {
+            let r = ListQueuesRequest {
+                queue_name_prefix: (!prefix.is_empty()).then(|| prefix.to_string()),
+                next_token: next_token.take(),
+                max_results: Some(1000),
+            };
+            match self.call(Request::ListQueues(r)).await? {
+                Response::ListQueues(r) => {
+                    urls.extend(r.queue_urls);
+                    match r.next_token {
+                        Some(t) => next_token = Some(t),
+                        None => return Ok(urls),
+                    }
+                }
+                other => return unexpected(other),
+            }
+        }
+    }
+
+    pub async fn delete_queue(&self, queue_url: &str) -> Result<()> {
+        let r = DeleteQueueRequest {
+            queue_url: queue_url.into(),
+        };
+        match self.call(Request::DeleteQueue(r)).await? {
+            Response::DeleteQueue(_) => Ok(()),
+            other => unexpected(other),
+        }
+    }
+
+    /// Queue attributes by SQS name; `names` may be `["All"]`.
+    pub async fn get_queue_attributes(
+        &self,
+        queue_url: &str,
+        names: &[&str],
+    ) -> Result<AttributeMap> {
+        let r = GetQueueAttributesRequest {
+            queue_url: queue_url.into(),
+            attribute_names: names.iter().map(|s| s.to_string()).collect(),
+        };
+        match self.call(Request::GetQueueAttributes(r)).await? {
+            Response::GetQueueAttributes(r) => Ok(r.attributes),
+            other => unexpected(other),
+        }
+    }
+
+    pub async fn set_queue_attributes(
+        &self,
+        queue_url: &str,
+        attributes: AttributeMap,
+    ) -> Result<()> {
+        let r = SetQueueAttributesRequest {
+            queue_url: queue_url.into(),
+            attributes,
+        };
+        match self.call(Request::SetQueueAttributes(r)).await? {
+            Response::SetQueueAttributes(_) => Ok(()),
+            other => unexpected(other),
+        }
+    }
+
+    /// Deletes every message of the queue.
+    pub async fn purge_queue(&self, queue_url: &str) -> Result<()> {
+        let r = PurgeQueueRequest {
+            queue_url: queue_url.into(),
+        };
+        match self.call(Request::PurgeQueue(r)).await? {
+            Response::PurgeQueue(_) => Ok(()),
+            other => unexpected(other),
+        }
+    }
+
+    // ---- Messages -----------------------------------------------------------------------
+
+    /// Sends one message with a body and nothing else; see [`Client::send_message`].
+    pub async fn send(&self, queue_url: &str, body: &str) -> Result<SendMessageResult> {
+        self.send_message(SendMessageRequest {
+            queue_url: queue_url.into(),
+            message_body: body.into(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Sends one message (delay, attributes, FIFO group and deduplication ids). Returns once
+    /// the broker has it durably.
+    pub async fn send_message(&self, request: SendMessageRequest) -> Result<SendMessageResult> {
+        match self.call(Request::SendMessage(request)).await? {
+            Response::SendMessage(r) => Ok(r),
+            other => unexpected(other),
+        }
+    }
+
+    /// Sends up to 10 messages in one request. Entries fail one by one: check
+    /// `result.failed` (each with its [`ErrorCode`]: `entry.error_code()`).
+    pub async fn send_batch(
+        &self,
+        queue_url: &str,
+        entries: Vec<SendMessageBatchRequestEntry>,
+    ) -> Result<SendMessageBatchResult> {
+        let r = SendMessageBatchRequest {
+            queue_url: queue_url.into(),
+            entries,
+        };
+        match self.call(Request::SendMessageBatch(r)).await? {
+            Response::SendMessageBatch(r) => Ok(r),
+            other => unexpected(other),
+        }
+    }
+
+    /// Receives up to `options.max_messages` messages, long-polling up to
+    /// `options.wait_time_seconds` for the first. Empty when none came in time.
+    pub async fn receive(&self, queue_url: &str, options: ReceiveOptions) -> Result<Vec<Message>> {
+        let r = ReceiveMessageRequest {
+            queue_url: queue_url.into(),
+            max_number_of_messages: options.max_messages,
+            visibility_timeout: options.visibility_timeout,
+            wait_time_seconds: options.wait_time_seconds,
+            message_system_attribute_names: options.system_attribute_names,
+            message_attribute_names: options.message_attribute_names,
+            receive_request_attempt_id: None,
+        };
+        match self.call(Request::ReceiveMessage(r)).await? {
+            Response::ReceiveMessage(r) => Ok(r.messages),
+            other => unexpected(other),
+        }
+    }
+
+    /// Deletes a received message by its receipt handle.
+    pub async fn delete(&self, queue_url: &str, receipt_handle: &str) -> Result<()> {
+        let r = DeleteMessageRequest {
+            queue_url: queue_url.into(),
+            receipt_handle: receipt_handle.into(),
+        };
+        match self.call(Request::DeleteMessage(r)).await? {
+            Response::DeleteMessage(_) => Ok(()),
+            other => unexpected(other),
+        }
+    }
+
+    /// Deletes up to 10 messages; entry ids are `"0"`, `"1"`, … in the order of `receipt_handles`.
+    pub async fn delete_batch(
+        &self,
+        queue_url: &str,
+        receipt_handles: &[String],
+    ) -> Result<DeleteMessageBatchResult> {
+        let r = DeleteMessageBatchRequest {
+            queue_url: queue_url.into(),
+            entries: receipt_handles
+                .iter()
+                .enumerate()
+                .map(|(i, h)| DeleteMessageBatchRequestEntry {
+                    id: i.to_string(),
+                    receipt_handle: h.clone(),
+                })
+                .collect(),
+        };
+        match self.call(Request::DeleteMessageBatch(r)).await? {
+            Response::DeleteMessageBatch(r) => Ok(r),
+            other => unexpected(other),
+        }
+    }
+
+    /// Makes a received message visible again after `visibility_timeout` seconds from now (0:
+    /// at once); a heartbeat for long work.
+    pub async fn change_visibility(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        visibility_timeout: u32,
+    ) -> Result<()> {
+        let r = ChangeMessageVisibilityRequest {
+            queue_url: queue_url.into(),
+            receipt_handle: receipt_handle.into(),
+            visibility_timeout,
+        };
+        match self.call(Request::ChangeMessageVisibility(r)).await? {
+            Response::ChangeMessageVisibility(_) => Ok(()),
+            other => unexpected(other),
+        }
+    }
+
+    /// Changes the visibility of up to 10 messages; entry ids as in [`Client::delete_batch`].
+    pub async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: &[(String, u32)],
+    ) -> Result<ChangeMessageVisibilityBatchResult> {
+        let r = ChangeMessageVisibilityBatchRequest {
+            queue_url: queue_url.into(),
+            entries: entries
+                .iter()
+                .enumerate()
+                .map(|(i, (h, t))| ChangeMessageVisibilityBatchRequestEntry {
+                    id: i.to_string(),
+                    receipt_handle: h.clone(),
+                    visibility_timeout: Some(*t),
+                })
+                .collect(),
+        };
+        match self.call(Request::ChangeMessageVisibilityBatch(r)).await? {
+            Response::ChangeMessageVisibilityBatch(r) => Ok(r),
+            other => unexpected(other),
+        }
+    }
+}
+
+fn unexpected<T>(r: Response) -> Result<T> {
+    Err(Error::Protocol(format!("unexpected answer {:?}", r.kind())))
+}
+
+/// Attributes for [`Client::create_queue_with`] from `(name, value)` pairs.
+///
+/// ```
+/// let attrs = sluice_sdk::attributes([("FifoQueue", "true"), ("VisibilityTimeout", "60")]);
+/// assert_eq!(attrs["FifoQueue"], "true");
+/// ```
+pub fn attributes<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> AttributeMap {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect::<BTreeMap<_, _>>()
+}

@@ -1,0 +1,522 @@
+//! End-to-end tests: the SDK against an in-process broker (two shards, real QUIC on loopback),
+//! and raw quinn streams sending malformed frames to the broker's native front end.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use sluice_broker::config::BrokerConfig;
+use sluice_broker::server::BrokerHandle;
+use sluice_sdk::types::*;
+use sluice_sdk::{Client, ClientOptions, Error, ErrorCode, ReceiveOptions, Trust};
+use sluice_wire::{
+    decode_response, encode_frame, encode_request, Checksum, Frame, FrameDecoder, FRAME_BYTES_MAX,
+    FRAME_MAGIC,
+};
+
+/// Bounds every test's client operations.
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Broker {
+    _handle: BrokerHandle,
+    addr: SocketAddr,
+    cert: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// One broker for the whole test binary: glommio locks 1 MiB of memory per executor and the
+/// memlock limit here is 8 MiB, so tests share it (each uses its own queues).
+fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Broker> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+        c.shards = 2;
+        c.default_partitions = 2;
+        c.http_addr = "127.0.0.1:0".parse().expect("addr");
+        c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+        let handle = sluice_broker::server::start(c).expect("start");
+        handle.wait_ready().expect("ready");
+        let addr = handle.quic_addr();
+        assert_ne!(addr.port(), 0, "the picked port is exposed");
+        Broker {
+            addr,
+            cert: dir.path().join("quic-selfsigned-cert.pem"),
+            _handle: handle,
+            _dir: dir,
+        }
+    })
+}
+
+fn options() -> ClientOptions {
+    ClientOptions::new(Trust::PemFile(broker().cert.clone()))
+}
+
+async fn client() -> Client {
+    Client::connect(broker().addr, options())
+        .await
+        .expect("connect")
+}
+
+/// Runs an async test body on a fresh tokio runtime, bounded in time.
+fn run<F: std::future::Future<Output = ()>>(f: F) {
+    broker();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            tokio::time::timeout(TEST_TIMEOUT, f)
+                .await
+                .expect("test finished in time")
+        })
+}
+
+#[test]
+fn send_receive_delete_cycle() {
+    run(async {
+        let c = client().await;
+        let info = c.server_info().await.expect("info");
+        assert_eq!(info.version, sluice_wire::PROTOCOL_VERSION);
+        let q = c.create_queue("cycle").await.expect("create");
+        assert_eq!(c.get_queue_url("cycle").await.expect("url"), q);
+        assert!(c.list_queues("cyc").await.expect("list").contains(&q));
+        let sent = c.send(&q, "hello").await.expect("send");
+        assert_eq!(sent.md5_of_message_body, "5d41402abc4b2a76b9719d911017c592");
+        let got = c
+            .receive(&q, ReceiveOptions::long_poll(10, 5))
+            .await
+            .expect("receive");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].body, "hello");
+        assert_eq!(got[0].message_id, sent.message_id);
+        c.delete(&q, &got[0].receipt_handle).await.expect("delete");
+        let attrs = c
+            .get_queue_attributes(&q, &["All"])
+            .await
+            .expect("attributes");
+        assert_eq!(attrs["ApproximateNumberOfMessages"], "0");
+        assert_eq!(attrs["ApproximateNumberOfMessagesNotVisible"], "0");
+        let none = c
+            .receive(&q, ReceiveOptions::long_poll(10, 0))
+            .await
+            .expect("receive");
+        assert!(none.is_empty(), "a deleted message is not delivered again");
+        // Visibility: a received message made visible again comes back.
+        c.send(&q, "again").await.expect("send");
+        let m = c
+            .receive(&q, ReceiveOptions::long_poll(1, 5))
+            .await
+            .expect("receive");
+        c.change_visibility(&q, &m[0].receipt_handle, 0)
+            .await
+            .expect("change visibility");
+        let m2 = c
+            .receive(&q, ReceiveOptions::long_poll(1, 5))
+            .await
+            .expect("receive");
+        assert_eq!(m2[0].message_id, m[0].message_id);
+        c.purge_queue(&q).await.expect("purge");
+        c.delete_queue(&q).await.expect("delete queue");
+    });
+}
+
+#[test]
+fn fifo_order_within_a_group() {
+    run(async {
+        let c = client().await;
+        let q = c
+            .create_queue_with(
+                "order.fifo",
+                sluice_sdk::attributes([
+                    ("FifoQueue", "true"),
+                    ("ContentBasedDeduplication", "true"),
+                ]),
+                Default::default(),
+            )
+            .await
+            .expect("create");
+        for i in 0..20 {
+            c.send_message(SendMessageRequest {
+                queue_url: q.clone(),
+                message_body: format!("m{i}"),
+                message_group_id: Some("g".into()),
+                ..Default::default()
+            })
+            .await
+            .expect("send");
+        }
+        let mut got = Vec::new();
+        while got.len() < 20 {
+            let batch = c
+                .receive(&q, ReceiveOptions::long_poll(10, 5))
+                .await
+                .expect("receive");
+            assert!(!batch.is_empty(), "messages arrive");
+            let handles: Vec<String> = batch.iter().map(|m| m.receipt_handle.clone()).collect();
+            got.extend(batch.into_iter().map(|m| m.body));
+            let r = c.delete_batch(&q, &handles).await.expect("delete batch");
+            assert!(r.failed.is_empty(), "{:?}", r.failed);
+        }
+        let want: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+        assert_eq!(got, want);
+    });
+}
+
+#[test]
+fn long_poll_wakes_on_send() {
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("longpoll").await.expect("create");
+        let receiver = {
+            let (c, q) = (c.clone(), q.clone());
+            tokio::spawn(async move {
+                let t = Instant::now();
+                let got = c.receive(&q, ReceiveOptions::long_poll(1, 20)).await;
+                (got, t.elapsed())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A send on the same connection is not held back by the long poll in flight.
+        c.send(&q, "wake").await.expect("send");
+        let (got, waited) = receiver.await.expect("task");
+        let got = got.expect("receive");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].body, "wake");
+        assert!(waited < Duration::from_secs(10), "woke early: {waited:?}");
+    });
+}
+
+#[test]
+fn batch_entries_fail_one_by_one() {
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("batches").await.expect("create");
+        let entry = |id: &str, delay: Option<u32>| SendMessageBatchRequestEntry {
+            id: id.into(),
+            message_body: format!("body {id}"),
+            delay_seconds: delay,
+            ..Default::default()
+        };
+        let r = c
+            .send_batch(
+                &q,
+                vec![entry("a", None), entry("b", Some(901)), entry("c", None)],
+            )
+            .await
+            .expect("batch");
+        let ok: Vec<&str> = r.successful.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ok, ["a", "c"]);
+        assert_eq!(r.failed.len(), 1);
+        assert_eq!(r.failed[0].id, "b");
+        assert_eq!(r.failed[0].error_code(), ErrorCode::InvalidParameterValue);
+        assert!(r.failed[0].sender_fault);
+        // Request-level batch errors are errors of the whole call.
+        let e = c
+            .send_batch(&q, vec![entry("x", None), entry("x", None)])
+            .await
+            .expect_err("ids not distinct");
+        assert_eq!(e.code(), Some(ErrorCode::BatchEntryIdsNotDistinct));
+        let e = c.send_batch(&q, vec![]).await.expect_err("empty");
+        assert_eq!(e.code(), Some(ErrorCode::EmptyBatchRequest));
+        // Delete batch: one good handle, one forged.
+        let got = c
+            .receive(&q, ReceiveOptions::long_poll(1, 5))
+            .await
+            .expect("receive");
+        let r = c
+            .delete_batch(&q, &[got[0].receipt_handle.clone(), "forged".to_string()])
+            .await
+            .expect("delete batch");
+        assert_eq!(r.successful.len(), 1);
+        assert_eq!(r.failed.len(), 1);
+        assert_eq!(r.failed[0].error_code(), ErrorCode::ReceiptHandleIsInvalid);
+    });
+}
+
+#[test]
+fn errors_are_typed() {
+    run(async {
+        let c = client().await;
+        let e = c.get_queue_url("no-such-queue").await.expect_err("missing");
+        assert_eq!(e.code(), Some(ErrorCode::QueueDoesNotExist));
+        assert_eq!(
+            e.sqs_code(),
+            Some("AWS.SimpleQueueService.NonExistentQueue")
+        );
+        assert!(!e.is_retryable());
+        let missing = format!("{}-gone", c.create_queue("errs").await.expect("create"));
+        let e = c.send(&missing, "x").await.expect_err("missing queue");
+        assert_eq!(e.code(), Some(ErrorCode::QueueDoesNotExist));
+        let q = c.get_queue_url("errs").await.expect("url");
+        let e = c.delete(&q, "not-a-handle").await.expect_err("bad handle");
+        assert_eq!(e.code(), Some(ErrorCode::ReceiptHandleIsInvalid));
+        let e = c.send("not a url", "x").await.expect_err("bad url");
+        assert_eq!(e.code(), Some(ErrorCode::InvalidAddress));
+        let e = c
+            .receive(&q, ReceiveOptions::long_poll(11, 0))
+            .await
+            .expect_err("too many");
+        assert_eq!(e.code(), Some(ErrorCode::InvalidParameterValue));
+        let e = c
+            .call(Request::StartMessageMoveTask(Default::default()))
+            .await
+            .expect_err("not yet");
+        assert_eq!(e.code(), Some(ErrorCode::UnsupportedOperation));
+    });
+}
+
+#[test]
+fn many_requests_pipelined_on_one_connection() {
+    const N: usize = 400;
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("pipelined").await.expect("create");
+        let sends: Vec<_> = (0..N)
+            .map(|i| {
+                let (c, q) = (c.clone(), q.clone());
+                tokio::spawn(async move { c.send(&q, &format!("p{i}")).await })
+            })
+            .collect();
+        let mut ids = std::collections::HashSet::new();
+        for s in sends {
+            ids.insert(s.await.expect("task").expect("send").message_id);
+        }
+        assert_eq!(ids.len(), N, "every send answered with its own message id");
+        let mut seen = std::collections::HashSet::new();
+        while seen.len() < N {
+            let got = c
+                .receive(&q, ReceiveOptions::long_poll(10, 5))
+                .await
+                .expect("receive");
+            assert!(!got.is_empty());
+            let handles: Vec<String> = got.iter().map(|m| m.receipt_handle.clone()).collect();
+            seen.extend(got.into_iter().map(|m| m.body));
+            c.delete_batch(&q, &handles).await.expect("delete");
+        }
+    });
+}
+
+#[test]
+fn reconnects_after_close_and_skip_verification_connects() {
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("reconnect").await.expect("create");
+        c.close().await;
+        c.send(&q, "after close").await.expect("reconnected");
+        let insecure = Client::connect(
+            broker().addr,
+            ClientOptions::new(Trust::DangerousSkipVerification),
+        )
+        .await
+        .expect("connect without verification");
+        let got = insecure
+            .receive(&q, ReceiveOptions::long_poll(1, 5))
+            .await
+            .expect("receive");
+        assert_eq!(got[0].body, "after close");
+        // A client that trusts nothing the broker presents fails to connect.
+        let other = rustls_cert_from_a_fresh_broker_dir();
+        let e = Client::connect(broker().addr, ClientOptions::new(Trust::PemFile(other)))
+            .await
+            .err()
+            .expect("untrusted certificate");
+        assert!(matches!(e, Error::Connect(_)), "{e:?}");
+    });
+}
+
+/// A self-signed certificate that is not the broker's.
+fn rustls_cert_from_a_fresh_broker_dir() -> PathBuf {
+    let dir = tempfile::tempdir().expect("dir").keep();
+    sluice_broker::quic::tls::load_or_create_self_signed(&dir).expect("cert");
+    dir.join("quic-selfsigned-cert.pem")
+}
+
+// ---- Raw frames -------------------------------------------------------------------------
+
+async fn raw_connection() -> quinn::Connection {
+    let certs = sluice_broker::quic::tls::load_certs(&broker().cert).expect("cert");
+    let config =
+        sluice_broker::quic::tls::client_config_trusting(&certs, None).expect("client config");
+    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
+    ep.set_default_client_config(config);
+    ep.connect(broker().addr, "localhost")
+        .expect("connect")
+        .await
+        .expect("handshake")
+}
+
+fn hello(min: u16, max: u16) -> Vec<u8> {
+    encode_request(
+        0,
+        &Request::Hello(Hello {
+            versions: VersionRange { min, max },
+            client_name: "raw".into(),
+            client_version: "0".into(),
+            auth_token: None,
+        }),
+    )
+    .expect("encodes")
+}
+
+/// Reads frames from `recv` until `n` arrived or the stream ended.
+async fn read_frames(recv: &mut quinn::RecvStream, n: usize) -> Vec<Frame> {
+    let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX);
+    let mut frames = Vec::new();
+    while frames.len() < n {
+        match recv.read_chunk(64 * 1024, true).await {
+            Ok(Some(chunk)) => {
+                let mut input: &[u8] = &chunk.bytes;
+                while let Some(f) = decoder.decode(&mut input).expect("server frames decode") {
+                    frames.push(f);
+                }
+            }
+            _ => break,
+        }
+    }
+    frames
+}
+
+fn error_of(frame: &Frame) -> (u64, ErrorCode) {
+    match decode_response(frame).expect("a response") {
+        Response::Error(e) => (frame.request_id(), e.error_code()),
+        other => panic!("expected an error frame, got {:?}", other.kind()),
+    }
+}
+
+#[test]
+fn version_mismatch_is_refused_with_a_typed_error() {
+    run(async {
+        let conn = raw_connection().await;
+        let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+        send.write_all(&hello(7, 9)).await.expect("write");
+        let frames = read_frames(&mut recv, 1).await;
+        let Response::Error(e) = decode_response(&frames[0]).expect("response") else {
+            panic!("expected an error");
+        };
+        assert_eq!(e.error_code(), ErrorCode::UnsupportedVersion);
+        assert_eq!(
+            e.supported_versions,
+            Some(sluice_wire::supported_versions())
+        );
+        let closed = conn.closed().await;
+        assert!(
+            matches!(&closed, quinn::ConnectionError::ApplicationClosed(c)
+                if c.error_code == quinn::VarInt::from_u32(u32::from(ErrorCode::UnsupportedVersion.as_u16()))),
+            "{closed:?}"
+        );
+        // A first frame other than Hello: ProtocolViolation, connection closed.
+        let conn = raw_connection().await;
+        let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+        let list = encode_request(1, &Request::ListQueues(Default::default())).expect("encodes");
+        send.write_all(&list).await.expect("write");
+        let frames = read_frames(&mut recv, 1).await;
+        assert_eq!(error_of(&frames[0]).1, ErrorCode::ProtocolViolation);
+        conn.closed().await;
+    });
+}
+
+#[test]
+fn malformed_frames_get_typed_errors_and_the_broker_stays_healthy() {
+    run(async {
+        let conn = raw_connection().await;
+        let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+        send.write_all(&hello(1, 1)).await.expect("write");
+        let frames = read_frames(&mut recv, 1).await;
+        assert!(matches!(
+            decode_response(&frames[0]),
+            Ok(Response::HelloOk(_))
+        ));
+
+        // Frames whose boundaries are intact: one error each, the stream goes on.
+        let mut stream = Vec::new();
+        stream.extend(encode_frame(0x0377, 11, &[], Checksum::None).expect("unknown kind"));
+        stream.extend(
+            encode_frame(
+                sluice_wire::FrameKind::SendMessage.as_u16(),
+                12,
+                &[1, 2, 3],
+                Checksum::None,
+            )
+            .expect("garbage body"),
+        );
+        stream.extend(
+            sluice_wire::encode_response(13, &Response::DeleteQueue(Default::default()))
+                .expect("a response sent as a request"),
+        );
+        stream.extend(encode_request(0, &Request::ListQueues(Default::default())).expect("id 0"));
+        stream.extend(hello(1, 1).iter().enumerate().map(|(i, b)| {
+            // The same Hello with request id 14: a second Hello.
+            if i == 8 {
+                14
+            } else {
+                *b
+            }
+        }));
+        stream.extend(encode_request(15, &Request::ListQueues(Default::default())).expect("ok"));
+        send.write_all(&stream).await.expect("write");
+        let mut answers: Vec<(u64, Option<ErrorCode>)> = read_frames(&mut recv, 6)
+            .await
+            .iter()
+            .map(|f| match decode_response(f).expect("response") {
+                Response::Error(e) => (f.request_id(), Some(e.error_code())),
+                _ => (f.request_id(), None),
+            })
+            .collect();
+        answers.sort();
+        assert_eq!(
+            answers,
+            [
+                (0, Some(ErrorCode::ProtocolViolation)),
+                (11, Some(ErrorCode::UnknownFrameKind)),
+                (12, Some(ErrorCode::MalformedFrame)),
+                (13, Some(ErrorCode::UnknownFrameKind)),
+                (14, Some(ErrorCode::ProtocolViolation)),
+                (15, None),
+            ]
+        );
+
+        // Frames that lose the boundaries: an error, then the stream ends; others go on.
+        let (mut send2, mut recv2) = conn.open_bi().await.expect("stream");
+        send2
+            .write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .expect("write");
+        let frames = read_frames(&mut recv2, 2).await;
+        assert_eq!(frames.len(), 1, "one error, then the stream is finished");
+        assert_eq!(error_of(&frames[0]), (0, ErrorCode::ProtocolViolation));
+
+        let (mut send3, mut recv3) = conn.open_bi().await.expect("stream");
+        let mut huge = vec![FRAME_MAGIC, 0, 0x01, 0x02];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        huge.extend_from_slice(&21u64.to_le_bytes());
+        send3.write_all(&huge).await.expect("write");
+        let frames = read_frames(&mut recv3, 2).await;
+        assert_eq!(frames.len(), 1);
+        assert_eq!(error_of(&frames[0]), (21, ErrorCode::FrameTooLarge));
+
+        let (mut send4, mut recv4) = conn.open_bi().await.expect("stream");
+        let ok = encode_request(31, &Request::ListQueues(Default::default())).expect("ok");
+        send4.write_all(&ok[..ok.len() - 1]).await.expect("write");
+        send4.finish().expect("finish");
+        let frames = read_frames(&mut recv4, 2).await;
+        assert_eq!(frames.len(), 1);
+        assert_eq!(error_of(&frames[0]).1, ErrorCode::MalformedFrame);
+
+        // The first stream still serves.
+        let again = encode_request(16, &Request::ListQueues(Default::default())).expect("ok");
+        send.write_all(&again).await.expect("write");
+        let frames = read_frames(&mut recv, 1).await;
+        assert!(matches!(
+            decode_response(&frames[0]),
+            Ok(Response::ListQueues(_))
+        ));
+        // And the broker serves everyone else.
+        let c = client().await;
+        c.create_queue("healthy")
+            .await
+            .expect("broker still serves");
+    });
+}

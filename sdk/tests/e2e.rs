@@ -520,3 +520,90 @@ fn malformed_frames_get_typed_errors_and_the_broker_stays_healthy() {
             .expect("broker still serves");
     });
 }
+
+#[test]
+fn in_flight_requests_are_bounded_per_connection() {
+    const EXTRA: u64 = 8;
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("bounded").await.expect("create");
+        let limit = u64::from(c.server_info().await.expect("info").in_flight_requests_max);
+        let conn = raw_connection().await;
+        let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+        send.write_all(&hello(1, 1)).await.expect("write");
+        read_frames(&mut recv, 1).await;
+        // `limit + EXTRA` long polls on an empty queue, all written at once.
+        let mut stream = Vec::new();
+        for id in 1..=limit + EXTRA {
+            let poll = Request::ReceiveMessage(ReceiveMessageRequest {
+                queue_url: q.clone(),
+                wait_time_seconds: Some(2),
+                ..Default::default()
+            });
+            stream.extend(encode_request(id, &poll).expect("encodes"));
+        }
+        send.write_all(&stream).await.expect("write");
+        let frames = read_frames(&mut recv, (limit + EXTRA) as usize).await;
+        assert_eq!(frames.len() as u64, limit + EXTRA, "every request answered");
+        let rejected = frames
+            .iter()
+            .filter(|f| {
+                matches!(decode_response(f), Ok(Response::Error(e))
+                    if e.error_code() == ErrorCode::TooManyInFlightRequests)
+            })
+            .count() as u64;
+        assert!(
+            (1..=EXTRA).contains(&rejected),
+            "{rejected} answered TooManyInFlightRequests"
+        );
+    });
+}
+
+#[test]
+fn clients_that_vanish_or_never_read_do_not_hurt_others() {
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("vanish").await.expect("create");
+        // A client that leaves with a long poll in flight.
+        let conn = raw_connection().await;
+        let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+        send.write_all(&hello(1, 1)).await.expect("write");
+        read_frames(&mut recv, 1).await;
+        let poll = Request::ReceiveMessage(ReceiveMessageRequest {
+            queue_url: q.clone(),
+            wait_time_seconds: Some(2),
+            ..Default::default()
+        });
+        send.write_all(&encode_request(1, &poll).expect("encodes"))
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        conn.close(0u32.into(), b"gone");
+        // A client that writes requests and never reads an answer.
+        let greedy = raw_connection().await;
+        let (mut gsend, mut grecv) = greedy.open_bi().await.expect("stream");
+        gsend.write_all(&hello(1, 1)).await.expect("write");
+        read_frames(&mut grecv, 1).await;
+        let mut flood = Vec::new();
+        for id in 1..=2000u64 {
+            flood.extend(
+                encode_request(id, &Request::ListQueues(Default::default())).expect("encodes"),
+            );
+        }
+        let writer = tokio::spawn(async move {
+            let _ = gsend.write_all(&flood).await;
+            gsend
+        });
+        // Everyone else is served meanwhile; the message the vanished poll did not take is
+        // delivered to the next consumer.
+        c.send(&q, "still here").await.expect("send");
+        let got = c
+            .receive(&q, ReceiveOptions::long_poll(1, 10))
+            .await
+            .expect("receive");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].body, "still here");
+        writer.abort();
+        greedy.close(0u32.into(), b"done");
+    });
+}

@@ -70,7 +70,8 @@ use handlers::Ctx;
 pub const CONNECTIONS_PER_SHARD_MAX: usize = 4_096;
 /// Requests in flight per connection (advertised in `HelloOk`).
 pub const IN_FLIGHT_REQUESTS_MAX: u32 = IN_FLIGHT_REQUESTS_MAX_DEFAULT;
-/// Bytes of request bodies in flight per connection before its streams stop reading.
+/// Bytes of requests and unwritten answers in flight per connection before its streams stop
+/// reading.
 pub const IN_FLIGHT_REQUEST_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Concurrent bidirectional streams a client may open on one connection.
 pub const STREAMS_PER_CONNECTION_MAX: u32 = 64;
@@ -233,6 +234,8 @@ async fn accept_loop(endpoint: Rc<ShardEndpoint>, state: Rc<ShardState>) {
 
 /// Per-connection state shared by its streams.
 struct Connection {
+    /// The QUIC connection: a request still running when it closes is cancelled.
+    quic: quinn::Connection,
     ctx: Ctx,
     tracker: StreamTracker,
     requests_in_flight: Cell<u32>,
@@ -331,6 +334,7 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
     let hello_ok = encode_response(0, &Response::HelloOk(ok)).expect("HelloOk is small");
     decoder.set_frame_bytes_max(REQUEST_FRAME_BYTES_MAX);
     let connection = Rc::new(Connection {
+        quic: conn.clone(),
         ctx: Ctx {
             shard: state.shard.clone(),
             account,
@@ -365,22 +369,49 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
     drop(slot);
 }
 
-/// Releases a request's share of the connection's budget when its task ends (or is dropped).
+/// A frame for a stream's writer, with the budget share of the request it answers.
+type Outgoing = (Vec<u8>, Option<InFlight>);
+
+/// Releases a request's share of the connection's budget once its answer is written (or the
+/// answer is dropped).
 struct InFlight {
     connection: Rc<Connection>,
-    id: u64,
+    /// The request, for a request being served; `None` for an error frame (bytes only).
+    id: Option<u64>,
     bytes: usize,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         let c = &self.connection;
-        c.requests_in_flight
-            .set(c.requests_in_flight.get().saturating_sub(1));
         c.request_bytes_in_flight
             .set(c.request_bytes_in_flight.get().saturating_sub(self.bytes));
-        c.ids_in_flight.borrow_mut().remove(&self.id);
+        if let Some(id) = self.id {
+            c.requests_in_flight
+                .set(c.requests_in_flight.get().saturating_sub(1));
+            c.ids_in_flight.borrow_mut().remove(&id);
+        }
     }
+}
+
+/// Queues an `Error` frame; its bytes count against the connection's budget until written, so
+/// a peer sending garbage it never reads the answers to is throttled like any other.
+fn queue_error(
+    connection: &Rc<Connection>,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+    request_id: u64,
+    e: ErrorResponse,
+) {
+    let frame = error_frame(request_id, e);
+    connection
+        .request_bytes_in_flight
+        .set(connection.request_bytes_in_flight.get() + frame.len());
+    let budget = InFlight {
+        connection: connection.clone(),
+        id: None,
+        bytes: frame.len(),
+    };
+    let _ = tx.unbounded_send((frame, Some(budget)));
 }
 
 async fn serve_stream(
@@ -396,17 +427,21 @@ async fn serve_stream(
         let _ = send.reset(VarInt::from_u32(crate::quic::CLOSE_CODE_SHUTDOWN));
         return;
     };
-    let (tx, mut rx) = mpsc::unbounded::<Vec<u8>>();
+    let (tx, mut rx) = mpsc::unbounded::<Outgoing>();
     if let Some(f) = first_frame {
-        let _ = tx.unbounded_send(f);
+        let _ = tx.unbounded_send((f, None));
     }
-    // The writer: responses in the order they are ready; ends once every sender is gone.
+    // The writer: responses in the order they are ready; ends once every sender is gone. A
+    // response keeps its request's share of the connection's budget until it is written, so
+    // a client that does not read its answers stops being read from (it cannot make the
+    // broker queue answers without bound).
     let writer = glommio::spawn_local(async move {
-        while let Some(frame) = rx.next().await {
+        while let Some((frame, in_flight)) = rx.next().await {
             if send.write_all(&frame).await.is_err() {
                 // The peer stopped the stream or the connection is gone: drop the rest.
                 return;
             }
+            drop(in_flight);
         }
         if send.finish().is_ok() {
             let _ = within(STREAM_FINISH_WAIT_MS, send.stopped()).await;
@@ -422,7 +457,7 @@ async fn serve_stream(
             Ok(Some(chunk)) => stream_ok = feed(&connection, &mut decoder, &chunk.bytes, &tx),
             Ok(None) => {
                 if let Err(e) = decoder.finish() {
-                    let _ = tx.unbounded_send(error_frame(e.request_id(), e.to_error_response()));
+                    queue_error(&connection, &tx, e.request_id(), e.to_error_response());
                 }
                 break;
             }
@@ -444,7 +479,7 @@ fn feed(
     connection: &Rc<Connection>,
     decoder: &mut FrameDecoder,
     bytes: &[u8],
-    tx: &mpsc::UnboundedSender<Vec<u8>>,
+    tx: &mpsc::UnboundedSender<Outgoing>,
 ) -> bool {
     let mut input = bytes;
     loop {
@@ -452,7 +487,7 @@ fn feed(
             Ok(Some(frame)) => dispatch(connection, frame, tx),
             Ok(None) => return true,
             Err(e) => {
-                let _ = tx.unbounded_send(error_frame(e.request_id(), e.to_error_response()));
+                queue_error(connection, tx, e.request_id(), e.to_error_response());
                 if e.is_fatal() {
                     return false;
                 }
@@ -461,10 +496,10 @@ fn feed(
     }
 }
 
-fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSender<Vec<u8>>) {
+fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSender<Outgoing>) {
     let id = frame.request_id();
     let reject = |code: ErrorCode, message: String| {
-        let _ = tx.unbounded_send(error_frame(id, ErrorResponse::new(code, message)));
+        queue_error(connection, tx, id, ErrorResponse::new(code, message));
     };
     if id == 0 {
         return reject(
@@ -481,7 +516,7 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         }
         Ok(r) => r,
         Err(e) => {
-            let _ = tx.unbounded_send(error_frame(id, e.to_error_response()));
+            queue_error(connection, tx, id, e.to_error_response());
             return;
         }
     };
@@ -507,12 +542,23 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
     drop(frame);
     let in_flight = InFlight {
         connection: connection.clone(),
-        id,
+        id: Some(id),
         bytes,
     };
     let tx = tx.clone();
     glommio::spawn_local(async move {
-        let response = handlers::handle(&in_flight.connection.ctx, request).await;
+        // A request whose client is gone is cancelled: above all a long poll, which would
+        // otherwise lease a message for a receiver that cannot get it (the message would stay
+        // invisible for its visibility timeout).
+        let connection = in_flight.connection.clone();
+        let response = {
+            let work = std::pin::pin!(handlers::handle(&connection.ctx, request));
+            let closed = std::pin::pin!(connection.quic.closed());
+            match futures::future::select(work, closed).await {
+                futures::future::Either::Left((response, _)) => response,
+                futures::future::Either::Right(_) => return,
+            }
+        };
         let frame = match encode_response(id, &response) {
             Ok(f) => f,
             Err(e) => {
@@ -520,9 +566,13 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
                 error_frame(id, ErrorResponse::new(e.error_code(), e.to_string()))
             }
         };
-        // Release the budget before queueing: the response is owned by the writer now.
-        drop(in_flight);
-        let _ = tx.unbounded_send(frame);
+        // The answer's bytes count too until the writer has handed them to QUIC.
+        let c = &in_flight.connection;
+        c.request_bytes_in_flight
+            .set(c.request_bytes_in_flight.get() + frame.len());
+        let mut in_flight = in_flight;
+        in_flight.bytes += frame.len();
+        let _ = tx.unbounded_send((frame, Some(in_flight)));
     })
     .detach();
 }

@@ -23,6 +23,14 @@ pub enum ServiceError {
     Unavailable(&'static str),
     #[error("request throttled: {0}")]
     Throttled(&'static str),
+    /// A named resource other than a queue (a message move task, a queue named by ARN in a
+    /// move task request) does not exist.
+    #[error("{0}")]
+    ResourceNotFound(String),
+    /// A valid request the resource's state does not allow (a second move task on a queue,
+    /// cancelling a finished task).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// The SQS error an error is reported as: its code (as `x-amzn-query-error` carries it, the
@@ -53,6 +61,10 @@ impl ServiceError {
             ServiceError::Internal(_) => ("InternalFailure", 500, true),
             ServiceError::Unavailable(_) => ("ServiceUnavailable", 503, true),
             ServiceError::Throttled(_) => ("RequestThrottled", 403, true),
+            ServiceError::ResourceNotFound(_) => ("ResourceNotFoundException", 400, false),
+            ServiceError::Unsupported(_) => {
+                ("AWS.SimpleQueueService.UnsupportedOperation", 400, false)
+            }
         };
         ErrorInfo {
             code,

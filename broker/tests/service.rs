@@ -359,3 +359,289 @@ fn queue_admin_errors() {
     });
     b.shutdown();
 }
+
+/// Log files of a queue's partitions (by name), for the compaction test.
+fn log_files(dir: &Path, queue_id: u64) -> Vec<String> {
+    let qdir = dir.join("queues").join(format!("{queue_id:016}"));
+    let mut out = Vec::new();
+    for p in std::fs::read_dir(qdir).expect("queue dir").flatten() {
+        for f in std::fs::read_dir(p.path())
+            .expect("partition dir")
+            .flatten()
+        {
+            let name = f.file_name().to_string_lossy().to_string();
+            if name.ends_with(".log") {
+                out.push(format!("{}/{name}", p.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn deleted_messages_give_their_space_back_and_a_live_one_pins_it() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let start_small = |dir: &Path| {
+        let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+        c.shards = 2;
+        c.default_partitions = 1;
+        c.log.segment_bytes_max = 128 * 1024;
+        c.log.prealloc_chunk_bytes = 64 * 1024;
+        c.log.batch_bytes_max = 64 * 1024;
+        c.log.write_buffer_bytes_max = 64 * 1024;
+        c.limits.checkpoint_interval_records = 50;
+        let b = server::start(c).expect("start");
+        b.wait_ready().expect("ready");
+        b
+    };
+    let body = "x".repeat(1024);
+    let b = start_small(tmp.path());
+    // A message that stays (it pins the log), then 600 KiB that are sent and deleted.
+    let qid = b.run_on(0, move |s| async move {
+        s.create_queue(T, "compact", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("create");
+        let q = s.queue(T, "compact").expect("queue");
+        s.send(&q, send("keeper")).await.expect("send");
+        let keeper = s
+            .receive(&q, recv(1, Some(3600)), 0)
+            .await
+            .expect("receive");
+        assert_eq!(keeper.len(), 1);
+        for round in 0..60 {
+            for i in 0..10 {
+                s.send(&q, send(&format!("{round}-{i}-{body}")))
+                    .await
+                    .expect("send");
+            }
+            let got = s.receive(&q, recv(10, None), 0).await.expect("receive");
+            for d in got {
+                let h = s.receipt_handle(&d.receipt);
+                s.delete_message(&q, &h).await.expect("delete");
+            }
+        }
+        (q.id, s.receipt_handle(&keeper[0].receipt))
+    });
+    let (qid, keeper) = qid;
+    let pinned = log_files(tmp.path(), qid);
+    assert!(
+        pinned.len() >= 4,
+        "the test writes several segments: {pinned:?}"
+    );
+    assert!(
+        pinned
+            .iter()
+            .any(|f| f.ends_with("00000000000000000000.log")),
+        "a live message pins its segment: {pinned:?}"
+    );
+    // Delete the keeper: after a compaction interval, the old segments go.
+    b.run_on(1, move |s| async move {
+        let q = s.queue(T, "compact").expect("queue");
+        s.delete_message(&q, &keeper).await.expect("delete keeper");
+        // Enough records for a checkpoint that shows the keeper gone.
+        for _ in 0..60 {
+            s.send(&q, send("survivor")).await.expect("send");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            glommio::timer::sleep(Duration::from_millis(1100)).await;
+            // Any command on the partition (here a send of a later survivor) lets it compact.
+            s.send(&q, send("survivor")).await.expect("send");
+            if log_files(&s.config.data_dir, q.id).len() <= 2 {
+                return;
+            }
+        }
+        panic!("no compaction: {:?}", log_files(&s.config.data_dir, q.id));
+    });
+    b.shutdown();
+    // The compacted log replays: the survivors are there, nothing deleted comes back.
+    let b = start_small(tmp.path());
+    b.run_on(0, |s| async move {
+        let q = s.queue(T, "compact").expect("queue after restart");
+        let c = s.queue_counters(&q).await.expect("counters");
+        assert!(c.visible >= 1 && c.in_flight == 0, "{c:?}");
+        assert!(c.visible >= 60, "{c:?}");
+        let got = s.receive(&q, recv(10, None), 0).await.expect("receive");
+        assert!(!got.is_empty());
+        assert!(got.iter().all(|d| d.payload.body == "survivor"));
+    });
+    b.shutdown();
+}
+
+/// The SQS code of a refused request.
+fn err<T: std::fmt::Debug>(r: Result<T, ServiceError>) -> &'static str {
+    r.expect_err("refused").info().code
+}
+
+/// Dead-letters `n` messages of `src` (maxReceiveCount 1): receive, release, receive again.
+async fn dead_letter_all(s: &sluice_broker::shard::Shard, src: &str, dlq: &str, n: u64) {
+    let q = s.queue(T, src).expect("src");
+    let d = s.queue(T, dlq).expect("dlq");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for m in s.receive(&q, recv(10, Some(0)), 0).await.expect("receive") {
+            let h = s.receipt_handle(&m.receipt);
+            let _ = s.change_visibility(&q, &h, 0).await;
+        }
+        let c = s.queue_counters(&d).await.expect("counters");
+        if c.visible == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "dead-lettering stalled: {c:?}");
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[test]
+fn message_move_tasks_redrive_at_a_bounded_rate_and_cancel() {
+    use sluice_broker::shard::move_task::MoveTaskStatus;
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let b = start(tmp.path());
+    b.run_on(1, |s| async move {
+        let dlq = s
+            .create_queue(T, "dead", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("dlq");
+        let dlq_arn = dlq.arn(&s.config.region);
+        let policy = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"1"}}"#);
+        let src = s
+            .create_queue(
+                T,
+                "work",
+                attrs(&[("RedrivePolicy", &policy)]),
+                BTreeMap::new(),
+            )
+            .await
+            .expect("src");
+        let other = s
+            .create_queue(T, "other", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("other");
+        for i in 0..40 {
+            s.send(&src, send(&format!("m{i}"))).await.expect("send");
+        }
+        dead_letter_all(&s, "work", "dead", 40).await;
+
+        // Refusals: not a DLQ, bad rate, unknown queue, unknown or forged handle.
+        let src_arn = src.arn(&s.config.region);
+        assert_eq!(
+            err(s.start_move_task(T, &src_arn, None, None).await),
+            "InvalidParameterValue"
+        );
+        assert_eq!(
+            err(s.start_move_task(T, &dlq_arn, None, Some(501)).await),
+            "InvalidParameterValue"
+        );
+        assert_eq!(
+            err(s
+                .start_move_task(T, "arn:aws:sqs:us-east-1:000000000000:nope", None, None)
+                .await),
+            "ResourceNotFoundException"
+        );
+        assert_eq!(
+            err(s
+                .start_move_task("111111111111", &dlq_arn, None, None)
+                .await),
+            "ResourceNotFoundException",
+            "another tenant's queue is not visible"
+        );
+        assert_eq!(
+            err(s.cancel_move_task(T, "bm90IGEgaGFuZGxl").await),
+            "ResourceNotFoundException"
+        );
+
+        // A slow task (10/s) is running: a second one is refused; cancel stops it early.
+        let began = Instant::now();
+        let handle = s
+            .start_move_task(T, &dlq_arn, None, Some(10))
+            .await
+            .expect("start");
+        assert_eq!(
+            err(s.start_move_task(T, &dlq_arn, None, None).await),
+            "AWS.SimpleQueueService.UnsupportedOperation"
+        );
+        let listed = s.list_move_tasks(T, &dlq_arn, 10).await.expect("list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].status, MoveTaskStatus::Running);
+        assert_eq!(listed[0].task_handle.as_deref(), Some(handle.as_str()));
+        assert_eq!(listed[0].messages_to_move, 40);
+        glommio::timer::sleep(Duration::from_millis(1200)).await;
+        s.cancel_move_task(T, &handle).await.expect("cancel");
+        assert_eq!(
+            err(s.cancel_move_task(T, &handle).await),
+            "AWS.SimpleQueueService.UnsupportedOperation",
+            "only a running task can be cancelled"
+        );
+        let cancelled = loop {
+            let l = s.list_move_tasks(T, &dlq_arn, 1).await.expect("list");
+            if l[0].status == MoveTaskStatus::Cancelled {
+                break l[0].clone();
+            }
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(cancelled.task_handle.is_none());
+        let moved = cancelled.messages_moved;
+        let elapsed = began.elapsed().as_secs_f64();
+        assert!((1..40).contains(&moved), "moved {moved}");
+        assert!(
+            (moved as f64) <= 10.0 * elapsed + 10.0,
+            "rate bound: {moved} moves in {elapsed:.2}s at 10/s"
+        );
+
+        // Unlimited redrive back to the source: everything arrives, with a fresh count.
+        s.start_move_task(T, &dlq_arn, None, None)
+            .await
+            .expect("start again");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let l = s.list_move_tasks(T, &dlq_arn, 10).await.expect("list");
+            assert_eq!(l.len(), 2, "newest first, both kept");
+            let (cs, cd) = (
+                s.queue_counters(&src).await.expect("c"),
+                s.queue_counters(&dlq).await.expect("c"),
+            );
+            if l[0].status == MoveTaskStatus::Completed && cs.visible == 40 && cd.visible == 0 {
+                assert_eq!(cd.in_flight + cd.moving, 0);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redrive stalled: {l:?} {cs:?} {cd:?}"
+            );
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        let back = s
+            .receive(&src, recv(10, Some(30)), 0)
+            .await
+            .expect("receive");
+        assert!(!back.is_empty());
+        assert!(back
+            .iter()
+            .all(|d| d.receive_count == 1 && d.dead_letter_source.is_none()));
+        for d in &back {
+            let h = s.receipt_handle(&d.receipt);
+            s.change_visibility(&src, &h, 0).await.expect("release");
+        }
+
+        // To an explicit destination.
+        dead_letter_all(&s, "work", "dead", 40).await;
+        let other_arn = other.arn(&s.config.region);
+        s.start_move_task(T, &dlq_arn, Some(&other_arn), Some(500))
+            .await
+            .expect("start to other");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while s.queue_counters(&other).await.expect("c").visible < 40 {
+            assert!(
+                Instant::now() < deadline,
+                "redrive to a named queue stalled"
+            );
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        let l = s.list_move_tasks(T, &dlq_arn, 1).await.expect("list");
+        assert_eq!(l[0].destination_arn.as_deref(), Some(other_arn.as_str()));
+    });
+    b.shutdown();
+}

@@ -12,6 +12,7 @@ use crate::engine::attributes::{
 use crate::engine::md5::md5_of_attributes;
 use crate::engine::{BatchEntry, Delivered, ReceiveRequest, SendRequest, SentReply};
 use crate::metadata::QueueMeta;
+use crate::shard::move_task::{MoveTaskInfo, MOVE_RATE_MAX};
 use crate::shard::Shard;
 use base64::Engine as _;
 use std::collections::{BTreeMap, HashSet};
@@ -195,10 +196,54 @@ pub async fn dispatch(ctx: &Ctx<'_>, action: &str, mut p: Params) -> ActionResul
         }
         "ChangeMessageVisibilityBatch" => handle_batch(ctx, p, true).await,
         "ListDeadLetterSourceQueues" => list_dead_letter_sources(ctx, p),
-        "StartMessageMoveTask" | "ListMessageMoveTasks" | "CancelMessageMoveTask" => {
-            Err(SqsError::unsupported(format!(
-                "{action} is not supported yet: Sluice's service layer has no message move tasks; \
-                 redrive by receiving from the dead-letter queue and sending to the source"
+        "StartMessageMoveTask" => {
+            let source = p.str("SourceArn")?;
+            let destination = p.opt_str("DestinationArn")?;
+            let rate = p.opt_int("MaxNumberOfMessagesPerSecond")?;
+            let rate = match rate {
+                None => None,
+                Some(r) if (1..=i64::from(MOVE_RATE_MAX)).contains(&r) => Some(r as u32),
+                Some(_) => {
+                    return Err(SqsError::invalid(
+                        "MaxNumberOfMessagesPerSecond",
+                        "must be 1 to 500",
+                    ))
+                }
+            };
+            let handle = ctx
+                .shard
+                .start_move_task(
+                    ctx.arn_tenant(&source),
+                    &source,
+                    destination.as_deref(),
+                    rate,
+                )
+                .await?;
+            Ok(Some(one("TaskHandle", s(handle))))
+        }
+        "ListMessageMoveTasks" => {
+            let source = p.str("SourceArn")?;
+            let max = p.opt_int_in("MaxResults", 1, 10)?.unwrap_or(1);
+            let tasks = ctx
+                .shard
+                .list_move_tasks(ctx.arn_tenant(&source), &source, max)
+                .await?;
+            let entries = tasks.into_iter().map(move_task_entry).collect();
+            Ok(Some(Out::Struct(vec![(
+                "Results",
+                "ListMessageMoveTasksResultEntry",
+                Out::List(entries),
+            )])))
+        }
+        "CancelMessageMoveTask" => {
+            let handle = p.str("TaskHandle")?;
+            let moved = ctx
+                .shard
+                .cancel_move_task(&ctx.caller.account, &handle)
+                .await?;
+            Ok(Some(one(
+                "ApproximateNumberOfMessagesMoved",
+                Out::Int(moved as i64),
             )))
         }
         "AddPermission" | "RemovePermission" => Err(SqsError::unsupported(format!(
@@ -213,11 +258,58 @@ pub async fn dispatch(ctx: &Ctx<'_>, action: &str, mut p: Params) -> ActionResul
     }
 }
 
+fn move_task_entry(t: MoveTaskInfo) -> Out {
+    let mut m = Vec::new();
+    if let Some(h) = t.task_handle {
+        m.push(("TaskHandle", "TaskHandle", s(h)));
+    }
+    m.push(("Status", "Status", s(t.status.as_str())));
+    m.push(("SourceArn", "SourceArn", s(t.source_arn)));
+    if let Some(d) = t.destination_arn {
+        m.push(("DestinationArn", "DestinationArn", s(d)));
+    }
+    if let Some(r) = t.max_messages_per_second {
+        m.push((
+            "MaxNumberOfMessagesPerSecond",
+            "MaxNumberOfMessagesPerSecond",
+            Out::Int(i64::from(r)),
+        ));
+    }
+    m.push((
+        "ApproximateNumberOfMessagesMoved",
+        "ApproximateNumberOfMessagesMoved",
+        Out::Int(t.messages_moved as i64),
+    ));
+    m.push((
+        "ApproximateNumberOfMessagesToMove",
+        "ApproximateNumberOfMessagesToMove",
+        Out::Int(t.messages_to_move as i64),
+    ));
+    if let Some(f) = t.failure_reason {
+        m.push(("FailureReason", "FailureReason", s(f)));
+    }
+    m.push((
+        "StartedTimestamp",
+        "StartedTimestamp",
+        Out::Int(t.started_ms as i64),
+    ));
+    Out::Struct(m)
+}
+
 fn one_xml(json: &'static str, xml: &'static str, v: Out) -> Out {
     Out::Struct(vec![(json, xml, v)])
 }
 
 impl Ctx<'_> {
+    /// The account a queue ARN is looked up in: the caller's when signatures are verified,
+    /// else the one the ARN names (as queue URLs work without auth).
+    fn arn_tenant<'s>(&'s self, arn: &'s str) -> &'s str {
+        if self.enforce_account {
+            return &self.caller.account;
+        }
+        arn.split(':').nth(4).unwrap_or(&self.caller.account)
+    }
+
     pub fn queue_url(&self, q: &QueueMeta) -> String {
         format!("http://{}/{}/{}", self.host, q.tenant, q.name)
     }

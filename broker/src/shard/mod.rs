@@ -6,6 +6,7 @@
 //! partitions spread over the cores. The service methods at the bottom are what the front ends
 //! call, on whichever shard accepted the connection.
 
+pub mod move_task;
 pub mod partition;
 
 use crate::config::BrokerConfig;
@@ -45,6 +46,8 @@ pub enum ShardRequest {
     Meta(MetaOp),
     /// From shard 0: apply durable metadata records (and open or close partitions).
     ApplyMeta(Vec<MetaRecord>),
+    /// To shard 0: start, list or cancel message move tasks.
+    MoveTask(move_task::MoveTaskOp),
 }
 
 #[derive(Debug)]
@@ -82,6 +85,7 @@ pub enum ShardResponse {
     Counters(ServiceResult<Counters>),
     Meta(ServiceResult<u64>),
     Applied(ServiceResult<()>),
+    MoveTask(ServiceResult<move_task::MoveTaskReply>),
 }
 
 #[derive(Debug)]
@@ -112,6 +116,8 @@ pub struct Shard {
     receipts: ReceiptCodec,
     ready: Cell<bool>,
     round_robin: Cell<u64>,
+    /// Shard 0 only: message move tasks.
+    move_tasks: RefCell<move_task::MoveTasks>,
     this: Weak<Shard>,
 }
 
@@ -150,6 +156,7 @@ impl Shard {
             receipts,
             ready: Cell::new(false),
             round_robin: Cell::new(id as u64),
+            move_tasks: RefCell::new(move_task::MoveTasks::default()),
             this: this.clone(),
         });
         if let Some(mut r) = receivers {
@@ -281,6 +288,7 @@ impl Shard {
             ShardRequest::ApplyMeta(records) => {
                 ShardResponse::Applied(self.apply_meta(records).await)
             }
+            ShardRequest::MoveTask(op) => ShardResponse::MoveTask(self.move_task_op(op).await),
         }
     }
 
@@ -369,7 +377,7 @@ impl Shard {
             queue_id: q.id,
             partition: p,
             attributes: q.parsed.clone(),
-            limits: PartitionActor::limits(),
+            limits: self.config.limits.clone(),
         }
     }
 
@@ -469,27 +477,46 @@ impl Shard {
     }
 
     async fn try_forward_move(&self, mv: &MoveRequest) -> Result<(), Option<ServiceError>> {
-        let (src, dlq) = {
+        let (src, dest) = {
             let c = self.catalog.borrow();
             let src = c.get(mv.origin.queue_id).ok_or(None)?;
-            let arn = src
-                .parsed
-                .redrive_policy
-                .as_ref()
-                .map(|p| p.dead_letter_target_arn.clone())
-                .ok_or(Some(ServiceError::Internal(
-                    "redrive policy removed".into(),
-                )))?;
-            let dlq = c
-                .lookup_arn(&arn)
-                .ok_or(Some(ServiceError::NonExistentQueue))?;
-            (src, dlq)
+            let dest = match mv.destination_queue() {
+                // A dead-letter move: the source's redrive policy names the DLQ. If the policy
+                // or the DLQ is gone, retry (with back-off) until the operator restores it.
+                None => {
+                    let arn = src
+                        .parsed
+                        .redrive_policy
+                        .as_ref()
+                        .map(|p| p.dead_letter_target_arn.clone())
+                        .ok_or(Some(ServiceError::Internal(
+                            "redrive policy removed".into(),
+                        )))?;
+                    c.lookup_arn(&arn)
+                        .ok_or(Some(ServiceError::NonExistentQueue))?
+                }
+                // A redrive: a destination deleted since the task started gets nothing; the
+                // message goes back into its own queue (the DLQ) as a fresh message, so that
+                // it is never stranded half-moved.
+                Some(id) => match c.get(id) {
+                    Some(d) => d,
+                    None => {
+                        tracing::warn!(
+                            queue = src.id,
+                            destination = id,
+                            "redrive destination is gone; the message stays in its queue"
+                        );
+                        src.clone()
+                    }
+                },
+            };
+            (src, dest)
         };
-        let p = match (&mv.payload.group_id, dlq.kind) {
-            (Some(g), QueueKind::Fifo) => (stable_hash(g) % u64::from(dlq.partitions)) as u32,
-            _ => (mv.origin.msg_id % u64::from(dlq.partitions)) as u32,
+        let p = match (&mv.payload.group_id, dest.kind) {
+            (Some(g), QueueKind::Fifo) => (stable_hash(g) % u64::from(dest.partitions)) as u32,
+            _ => (mv.origin.msg_id % u64::from(dest.partitions)) as u32,
         };
-        self.execute_on(&dlq, p, Command::AcceptMove(mv.clone()))
+        self.execute_on(&dest, p, Command::AcceptMove(mv.clone()))
             .await
             .map_err(Some)?;
         self.execute_on(

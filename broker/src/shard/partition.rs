@@ -8,8 +8,7 @@
 //! log before serving again.
 
 use crate::engine::{
-    Command, Counters, Limits, MoveRequest, Partition, PartitionConfig, Record as EngineRecord,
-    Reply,
+    Command, Counters, MoveRequest, Partition, PartitionConfig, Record as EngineRecord, Reply,
 };
 use crate::error::{ServiceError, ServiceResult};
 use crate::runtime::{self, Event};
@@ -17,13 +16,15 @@ use sluice_storage::batch::BatchBuilder;
 use sluice_storage::fs::DmaFs;
 use sluice_storage::{Log, LogConfig};
 use std::cell::{Cell, RefCell};
-use std::path::PathBuf;
-use std::rc::Rc;
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
 
 /// Long-poll waiters parked on one partition at once; more get `OverLimit`-style back-pressure.
 pub const WAITERS_PER_PARTITION_MAX: usize = 10_000;
 /// Bytes read per step when replaying the log at start-up.
 const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
+/// Compaction looks at a partition's log at most this often.
+pub const COMPACTION_INTERVAL_MS: u64 = 1000;
 
 /// Where DLQ moves go: the shard forwards them to the dead-letter queue's partition.
 pub type MoveSink = Rc<dyn Fn(MoveRequest)>;
@@ -45,6 +46,10 @@ pub struct PartitionActor {
     closed: Cell<bool>,
     waiters: Cell<usize>,
     moves: MoveSink,
+    /// When compaction last looked at the log (ms), and whether it runs now.
+    compacted_ms: Cell<u64>,
+    compacting: Cell<bool>,
+    this: Weak<PartitionActor>,
 }
 
 fn encode_records(records: &[EngineRecord], now_ms: u64) -> Vec<u8> {
@@ -68,7 +73,7 @@ impl PartitionActor {
         moves: MoveSink,
     ) -> ServiceResult<Rc<PartitionActor>> {
         let (log, engine) = Self::load(&fs, &dir, &config, &log_config).await?;
-        let actor = Rc::new(PartitionActor {
+        let actor = Rc::new_cyclic(|this| PartitionActor {
             queue_id: config.queue_id,
             partition: config.partition,
             dir,
@@ -83,6 +88,9 @@ impl PartitionActor {
             closed: Cell::new(false),
             waiters: Cell::new(0),
             moves,
+            compacted_ms: Cell::new(0),
+            compacting: Cell::new(false),
+            this: this.clone(),
         });
         // Moves that were started but not completed before a restart go out again.
         for mv in actor.engine.borrow().pending_moves() {
@@ -94,11 +102,11 @@ impl PartitionActor {
 
     async fn load(
         fs: &DmaFs,
-        dir: &PathBuf,
+        dir: &Path,
         config: &PartitionConfig,
         log_config: &LogConfig,
     ) -> ServiceResult<(Log<DmaFs>, Partition)> {
-        let log = Log::open(fs.clone(), dir.clone(), log_config.clone()).await?;
+        let log = Log::open(fs.clone(), dir.to_path_buf(), log_config.clone()).await?;
         let mut engine = Partition::new(config.clone())?;
         let mut at = log.start_offset();
         let end = log.end_offset();
@@ -116,13 +124,16 @@ impl PartitionActor {
                     let rec = EngineRecord::decode(r.value).map_err(|e| {
                         ServiceError::Internal(format!("engine record at {}: {e}", r.offset))
                     })?;
-                    engine.replay(&rec).map_err(|e| {
+                    engine.replay_at(r.offset, &rec).map_err(|e| {
                         ServiceError::Internal(format!("replay at offset {}: {e}", r.offset))
                     })?;
                 }
                 at = b.header.next_offset();
             }
         }
+        engine
+            .finish_replay(end)
+            .map_err(|e| ServiceError::Internal(format!("replay of {}: {e}", dir.display())))?;
         Ok((log, engine))
     }
 
@@ -180,7 +191,20 @@ impl PartitionActor {
             None
         } else {
             match log.stage_batch(encode_records(&effects.records, now)) {
-                Ok(t) => Some(t),
+                Ok(t) if t.info.base_offset == effects.first_offset => Some(t),
+                Ok(t) => {
+                    // The engine's offsets feed its compaction floor: they must be the log's.
+                    tracing::error!(
+                        queue = self.queue_id,
+                        partition = self.partition,
+                        log = t.info.base_offset,
+                        engine = effects.first_offset,
+                        "engine and log disagree on offsets; rebuilding"
+                    );
+                    self.broken.set(true);
+                    drop(log.durable(t).await);
+                    return Err(ServiceError::Internal("partition offsets diverged".into()));
+                }
                 Err(e) => {
                     self.broken.set(true);
                     return Err(e.into());
@@ -200,7 +224,52 @@ impl PartitionActor {
         for mv in effects.moves {
             (self.moves)(mv);
         }
+        self.maybe_compact(now);
         Ok(effects.reply)
+    }
+
+    /// At most once per [`COMPACTION_INTERVAL_MS`], in the background: deletes the sealed
+    /// segments wholly below the engine's compaction floor, so the space of deleted and expired
+    /// messages comes back. The floor is a checkpoint offset; only a durable one counts (below
+    /// `end_offset`), so that a crash cannot leave a log that starts without its checkpoint.
+    fn maybe_compact(&self, now: u64) {
+        if self.compacting.get() || now < self.compacted_ms.get() + COMPACTION_INTERVAL_MS {
+            return;
+        }
+        self.compacted_ms.set(now);
+        let Some(this) = self.this.upgrade() else {
+            return;
+        };
+        let log = self.log();
+        let floor = self.engine.borrow().compaction_floor();
+        let first_sealed_end = log
+            .segments()
+            .first()
+            .filter(|s| s.sealed)
+            .map(|s| s.next_offset);
+        if floor >= log.end_offset() || first_sealed_end.is_none_or(|end| end > floor) {
+            return;
+        }
+        this.compacting.set(true);
+        runtime::spawn(async move {
+            match log.delete_segments_below(floor).await {
+                Ok(out) if out.segments_deleted > 0 => tracing::debug!(
+                    queue = this.queue_id,
+                    partition = this.partition,
+                    segments = out.segments_deleted,
+                    bytes = out.bytes_deleted,
+                    "compacted"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    queue = this.queue_id,
+                    partition = this.partition,
+                    error = %e,
+                    "compaction failed; will retry"
+                ),
+            }
+            this.compacting.set(false);
+        });
     }
 
     /// Resolves true as soon as the partition may have a deliverable message, false at the
@@ -235,10 +304,6 @@ impl PartitionActor {
         *self.config.borrow_mut() = config;
     }
 
-    pub fn limits() -> Limits {
-        Limits::default()
-    }
-
     /// Stops serving and the timer; commits what is staged and closes the log.
     pub async fn close(&self) -> ServiceResult<()> {
         self.closed.set(true);
@@ -248,7 +313,7 @@ impl PartitionActor {
         Ok(())
     }
 
-    pub fn dir(&self) -> &PathBuf {
+    pub fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -294,13 +359,15 @@ impl PartitionActor {
             if !effects.records.is_empty() {
                 match log.stage_batch(encode_records(&effects.records, now)) {
                     Ok(t) => {
-                        if log.durable(t).await.is_err() {
+                        let in_step = t.info.base_offset == effects.first_offset;
+                        if log.durable(t).await.is_err() || !in_step {
                             this.broken.set(true);
                         }
                     }
                     Err(_) => this.broken.set(true),
                 }
             }
+            this.maybe_compact(now);
             for mv in effects.moves {
                 (this.moves)(mv);
             }

@@ -5,6 +5,7 @@ use glommio::io::{DmaFile, OpenOptions};
 use std::io;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The production file system: glommio DMA files. Must be used on a glommio executor.
 #[derive(Clone, Default)]
@@ -18,18 +19,26 @@ impl DmaFs {
     /// glommio probes polled-I/O support with the first file it opens on a disk and caches the
     /// answer per thread; an empty first file makes it believe iopoll works and every later read
     /// fails with EOPNOTSUPP (glommio issues #605, #670). Opening a non-empty file first avoids it.
+    /// Each call probes its own file: executors starting at once on one data directory must not
+    /// see each other's probe half-written (truncated, hence empty).
     pub async fn new(data_dir: &Path) -> io::Result<DmaFs> {
+        static PROBES: AtomicU64 = AtomicU64::new(0);
         std::fs::create_dir_all(data_dir)?;
-        let probe = data_dir.join(".sluice-dma-probe");
+        let n = PROBES.fetch_add(1, Ordering::Relaxed);
+        let probe = data_dir.join(format!(".sluice-dma-probe-{}-{n}", std::process::id()));
         std::fs::write(&probe, [0u8; 4096])?;
-        let f = OpenOptions::new()
-            .read(true)
-            .dma_open(&probe)
-            .await
-            .map_err(io::Error::from)?;
-        f.read_at(0, 4096).await.map_err(io::Error::from)?;
-        f.close().await.map_err(io::Error::from)?;
-        Ok(DmaFs { _private: () })
+        let result = async {
+            let f = OpenOptions::new()
+                .read(true)
+                .dma_open(&probe)
+                .await
+                .map_err(io::Error::from)?;
+            f.read_at(0, 4096).await.map_err(io::Error::from)?;
+            f.close().await.map_err(io::Error::from)
+        }
+        .await;
+        let _ = std::fs::remove_file(&probe);
+        result.map(|()| DmaFs { _private: () })
     }
 }
 

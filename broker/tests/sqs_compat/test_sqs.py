@@ -262,6 +262,46 @@ def test_dead_letter_queue_move_and_sources(sqs, name):
     assert a == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
 
 
+def test_redrive_with_message_move_tasks(sqs, name):
+    dlq = sqs.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    src = sqs.create_queue(
+        QueueName=name,
+        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})},
+    )["QueueUrl"]
+    for i in range(5):
+        sqs.send_message(QueueUrl=src, MessageBody=f"m{i}")
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        sqs.receive_message(QueueUrl=src, VisibilityTimeout=0, MaxNumberOfMessages=10)
+        n = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+        if n["ApproximateNumberOfMessages"] == "5":
+            break
+    else:
+        pytest.fail("messages did not reach the dead-letter queue")
+    handle = sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=100)["TaskHandle"]
+    assert handle
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        tasks = sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)["Results"]
+        assert len(tasks) == 1
+        if tasks[0]["Status"] == "COMPLETED":
+            break
+        time.sleep(0.05)
+    t = tasks[0]
+    assert t["Status"] == "COMPLETED" and t["SourceArn"] == dlq_arn
+    assert t["ApproximateNumberOfMessagesMoved"] == 5 and t["MaxNumberOfMessagesPerSecond"] == 100
+    assert "TaskHandle" not in t and "DestinationArn" not in t
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.cancel_message_move_task(TaskHandle=handle)
+    assert code(e) == "AWS.SimpleQueueService.UnsupportedOperation"
+    bodies = set()
+    while time.time() < deadline and len(bodies) < 5:
+        for m in sqs.receive_message(QueueUrl=src, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+            bodies.add(m["Body"])
+    assert bodies == {f"m{i}" for i in range(5)}
+
+
 def test_unsupported_and_rejected_actions_say_so(sqs, name):
     url = sqs.create_queue(QueueName=name)["QueueUrl"]
     with pytest.raises(botocore.exceptions.ClientError) as e:
@@ -270,14 +310,18 @@ def test_unsupported_and_rejected_actions_say_so(sqs, name):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         sqs.remove_permission(QueueUrl=url, Label="l")
     assert code(e) == "AWS.SimpleQueueService.UnsupportedOperation"
-    for call in (
-        lambda: sqs.start_message_move_task(SourceArn=f"arn:aws:sqs:us-east-1:{ACCOUNT}:{name}"),
-        lambda: sqs.list_message_move_tasks(SourceArn=f"arn:aws:sqs:us-east-1:{ACCOUNT}:{name}"),
-        lambda: sqs.cancel_message_move_task(TaskHandle="x"),
-    ):
-        with pytest.raises(botocore.exceptions.ClientError) as e:
-            call()
-        assert code(e) == "AWS.SimpleQueueService.UnsupportedOperation"
+    # Move tasks: a queue that is nobody's DLQ cannot be a source; unknown handles are not found.
+    arn = f"arn:aws:sqs:us-east-1:{ACCOUNT}:{name}"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.start_message_move_task(SourceArn=arn)
+    assert code(e) == "InvalidParameterValue"
+    assert sqs.list_message_move_tasks(SourceArn=arn).get("Results", []) == []
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.list_message_move_tasks(SourceArn=arn + "-missing")
+    assert code(e) == "ResourceNotFoundException"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs.cancel_message_move_task(TaskHandle="x")
+    assert code(e) == "ResourceNotFoundException"
     with pytest.raises(botocore.exceptions.ClientError) as e:
         sqs.get_queue_attributes(QueueUrl=url.replace(name, "missing-" + name))
     assert code(e) == "AWS.SimpleQueueService.NonExistentQueue"

@@ -1,0 +1,118 @@
+//! SDK over QUIC against an in-process broker: send → receive → delete cycles per second, and
+//! the round-trip latency of a send and of a receive at a low fixed rate. 2 KiB bodies; the
+//! broker fsyncs before every ack (group commit), as in production.
+//!
+//! Run: `cargo bench -p sluice-sdk --bench sdk_cycle [-- --seconds 5]`. Prints a Markdown
+//! table; figures, not assertions. Compare with `cargo bench -p sluice-broker --bench
+//! queue_cycle` (the same cycle without the network) and `--bench quic_echo` (the transport's
+//! floor) run on the same machine.
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use sluice_broker::config::BrokerConfig;
+use sluice_sdk::{Client, ClientOptions, ReceiveOptions, Trust};
+
+const BODY_BYTES: usize = 2048;
+/// Concurrent consumer/producer tasks of the throughput phase (one connection, pipelined).
+const WORKERS: usize = 32;
+/// Requests per second of the latency phase (low enough not to queue).
+const LATENCY_RATE_PER_S: u64 = 500;
+
+fn main() {
+    let mut seconds = 5.0f64;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--seconds" {
+            seconds = args.next().and_then(|s| s.parse().ok()).unwrap_or(seconds);
+        }
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    let shards = c.shards;
+    let broker = sluice_broker::server::start(c).expect("start");
+    broker.wait_ready().expect("ready");
+    let addr = broker.quic_addr();
+    let cert = dir.path().join("quic-selfsigned-cert.pem");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let client = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert)))
+            .await
+            .expect("connect");
+        let q = client.create_queue("bench").await.expect("queue");
+        let body = "x".repeat(BODY_BYTES);
+
+        // Latency at a fixed low rate: one send, then one receive + delete, every tick.
+        let mut send_us = Histogram::<u64>::new(3).expect("histogram");
+        let mut recv_us = Histogram::<u64>::new(3).expect("histogram");
+        let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / LATENCY_RATE_PER_S));
+        let end = Instant::now() + Duration::from_secs_f64(seconds);
+        while Instant::now() < end {
+            tick.tick().await;
+            let t = Instant::now();
+            client.send(&q, &body).await.expect("send");
+            send_us.record(t.elapsed().as_micros() as u64).expect("record");
+            let t = Instant::now();
+            let got = client
+                .receive(&q, ReceiveOptions::long_poll(1, 1))
+                .await
+                .expect("receive");
+            recv_us.record(t.elapsed().as_micros() as u64).expect("record");
+            for m in got {
+                client.delete(&q, &m.receipt_handle).await.expect("delete");
+            }
+        }
+
+        // Throughput: WORKERS tasks each looping send → receive → delete on one connection.
+        let end = Instant::now() + Duration::from_secs_f64(seconds);
+        let tasks: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let (client, q, body) = (client.clone(), q.clone(), body.clone());
+                tokio::spawn(async move {
+                    let mut cycles = 0u64;
+                    while Instant::now() < end {
+                        client.send(&q, &body).await.expect("send");
+                        let got = client
+                            .receive(&q, ReceiveOptions::long_poll(1, 1))
+                            .await
+                            .expect("receive");
+                        for m in got {
+                            client.delete(&q, &m.receipt_handle).await.expect("delete");
+                            cycles += 1;
+                        }
+                    }
+                    cycles
+                })
+            })
+            .collect();
+        let t = Instant::now();
+        let mut cycles = 0;
+        for task in tasks {
+            cycles += task.await.expect("worker");
+        }
+        let rate = cycles as f64 / t.elapsed().as_secs_f64();
+
+        println!(
+            "SDK over QUIC (loopback, TLS), {BODY_BYTES} B bodies, fsync before every ack, {shards} shards\n"
+        );
+        println!("| measure | p50 µs | p99 µs | p99.9 µs | n |");
+        println!("|---|---|---|---|---|");
+        for (name, h) in [("send round trip", &send_us), ("receive round trip", &recv_us)] {
+            println!(
+                "| {name} @ {LATENCY_RATE_PER_S}/s | {} | {} | {} | {} |",
+                h.value_at_quantile(0.5),
+                h.value_at_quantile(0.99),
+                h.value_at_quantile(0.999),
+                h.len()
+            );
+        }
+        println!("\n| workers | send→receive→delete cycles/s |\n|---|---|\n| {WORKERS} | {rate:.0} |");
+    });
+    broker.shutdown();
+}

@@ -607,3 +607,43 @@ fn clients_that_vanish_or_never_read_do_not_hurt_others() {
         greedy.close(0u32.into(), b"done");
     });
 }
+
+#[test]
+fn graceful_shutdown_ends_idle_streams_and_clients_get_typed_errors() {
+    // Its own broker (one shard), since this one is stopped.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    c.shards = 1;
+    c.default_partitions = 1;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    let handle = sluice_broker::server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    let addr = handle.quic_addr();
+    let cert = dir.path().join("quic-selfsigned-cert.pem");
+    run(async move {
+        let options = ClientOptions {
+            connect_timeout: Duration::from_secs(1),
+            retries: 1,
+            ..ClientOptions::new(Trust::PemFile(cert))
+        };
+        let client = Client::connect(addr, options).await.expect("connect");
+        let q = client.create_queue("stopping").await.expect("create");
+        client.send(&q, "before").await.expect("send");
+        // Idle pipelined streams must not hold the shutdown for its whole grace period.
+        let t = Instant::now();
+        tokio::task::spawn_blocking(move || handle.shutdown())
+            .await
+            .expect("shutdown");
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(1500), "shutdown took {took:?}");
+        let e = client.send(&q, "after").await.expect_err("broker is gone");
+        assert!(
+            matches!(
+                e,
+                Error::Connect(_) | Error::ConnectionLost(_) | Error::Timeout(_)
+            ),
+            "{e:?}"
+        );
+    });
+}

@@ -38,8 +38,11 @@
 //! - connections per shard: [`CONNECTIONS_PER_SHARD_MAX`], beyond which new ones are refused;
 //! - idle connections close after `BrokerConfig::quic_idle_timeout_ms`.
 //!
-//! Graceful shutdown: the endpoint refuses new connections and streams, waits up to
-//! [`SHUTDOWN_GRACE_MS`] for streams in flight, then closes (`crate::quic::ShardEndpoint`).
+//! Graceful shutdown: every stream stops reading (a pipelined stream is idle most of its life,
+//! so it must be ended, not awaited), answers what is in flight on it, finishes, and waits for
+//! the peer to acknowledge; meanwhile the endpoint refuses new connections and streams and
+//! gives all that up to [`SHUTDOWN_GRACE_MS`], then closes every connection
+//! (`crate::quic::ShardEndpoint::shutdown`).
 
 pub mod handlers;
 
@@ -51,7 +54,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::channel::mpsc;
+use futures::channel::{mpsc, oneshot};
+use futures::FutureExt;
 use futures::StreamExt;
 use quinn::VarInt;
 use sluice_wire::handshake::IN_FLIGHT_REQUESTS_MAX_DEFAULT;
@@ -134,7 +138,12 @@ fn server_config(config: &BrokerConfig) -> Result<quinn::ServerConfig, String> {
 /// One shard's native front end.
 pub struct NativeFrontEnd {
     endpoint: Rc<ShardEndpoint>,
+    /// Fired (dropped) at shutdown: every stream stops reading.
+    drain: RefCell<Option<oneshot::Sender<()>>>,
 }
+
+/// Resolves once shutdown has begun.
+type DrainSignal = futures::future::Shared<oneshot::Receiver<()>>;
 
 impl NativeFrontEnd {
     /// Binds the shard's endpoint (synchronously, so the port is served once the shard reports
@@ -160,7 +169,9 @@ impl NativeFrontEnd {
             }
         };
         tracing::info!(shard = shard.id, %addr, "native QUIC API listening");
+        let (drain_tx, drain_rx) = oneshot::channel();
         let state = Rc::new(ShardState {
+            drain: drain_rx.shared(),
             ctx_host: config.http_addr.to_string(),
             info: ServerInfo {
                 in_flight_requests_max: IN_FLIGHT_REQUESTS_MAX,
@@ -171,7 +182,10 @@ impl NativeFrontEnd {
         });
         let ep = endpoint.clone();
         glommio::spawn_local(accept_loop(ep, state)).detach();
-        Some(NativeFrontEnd { endpoint })
+        Some(NativeFrontEnd {
+            endpoint,
+            drain: RefCell::new(Some(drain_tx)),
+        })
     }
 
     /// The bound address.
@@ -181,6 +195,7 @@ impl NativeFrontEnd {
 
     /// Stops accepting, lets in-flight streams finish (up to [`SHUTDOWN_GRACE_MS`]), closes.
     pub async fn shutdown(&self) {
+        drop(self.drain.borrow_mut().take());
         let report = self
             .endpoint
             .shutdown(Duration::from_millis(SHUTDOWN_GRACE_MS))
@@ -190,6 +205,7 @@ impl NativeFrontEnd {
 }
 
 struct ShardState {
+    drain: DrainSignal,
     shard: Rc<Shard>,
     info: ServerInfo,
     ctx_host: String,
@@ -234,6 +250,7 @@ async fn accept_loop(endpoint: Rc<ShardEndpoint>, state: Rc<ShardState>) {
 
 /// Per-connection state shared by its streams.
 struct Connection {
+    drain: DrainSignal,
     /// The QUIC connection: a request still running when it closes is cancelled.
     quic: quinn::Connection,
     ctx: Ctx,
@@ -334,6 +351,7 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
     let hello_ok = encode_response(0, &Response::HelloOk(ok)).expect("HelloOk is small");
     decoder.set_frame_bytes_max(REQUEST_FRAME_BYTES_MAX);
     let connection = Rc::new(Connection {
+        drain: state.drain.clone(),
         quic: conn.clone(),
         ctx: Ctx {
             shard: state.shard.clone(),
@@ -423,7 +441,7 @@ async fn serve_stream(
     pending: bytes::Bytes,
 ) {
     let Some(guard) = connection.tracker.start() else {
-        // Draining: refuse the stream.
+        // Shutting down: refuse new streams.
         let _ = send.reset(VarInt::from_u32(crate::quic::CLOSE_CODE_SHUTDOWN));
         return;
     };
@@ -453,7 +471,19 @@ async fn serve_stream(
         while connection.request_bytes_in_flight.get() > IN_FLIGHT_REQUEST_BYTES_MAX {
             glommio::timer::sleep(Duration::from_millis(BUDGET_POLL_MS)).await;
         }
-        match recv.read_chunk(READ_CHUNK_BYTES, true).await {
+        let read = {
+            let read = std::pin::pin!(recv.read_chunk(READ_CHUNK_BYTES, true));
+            match futures::future::select(read, connection.drain.clone()).await {
+                futures::future::Either::Left((read, _)) => Some(read),
+                // Shutting down: read no more; answer what is in flight, then finish.
+                futures::future::Either::Right(_) => None,
+            }
+        };
+        let Some(read) = read else {
+            let _ = recv.stop(VarInt::from_u32(crate::quic::CLOSE_CODE_SHUTDOWN));
+            break;
+        };
+        match read {
             Ok(Some(chunk)) => stream_ok = feed(&connection, &mut decoder, &chunk.bytes, &tx),
             Ok(None) => {
                 if let Err(e) = decoder.finish() {
@@ -470,6 +500,7 @@ async fn serve_stream(
     }
     drop(tx);
     writer.await;
+    // The stream counts for graceful shutdown until the peer has acknowledged every answer.
     drop(guard);
 }
 

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod http;
 pub mod metadata;
+pub mod metrics;
 pub mod native;
 pub mod quic;
 pub mod runtime;

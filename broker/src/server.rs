@@ -94,8 +94,19 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
     } else {
         None
     };
+    let started = std::time::Instant::now();
+    // Bound before the shards start, so that port 0 is resolved in the shared config.
+    let mut metrics_listener = crate::metrics::serve::bind(config.metrics_addr);
+    if let Some(addr) = metrics_listener.as_ref().and_then(|l| l.local_addr().ok()) {
+        config.metrics_addr = addr;
+    }
     let config = Arc::new(config);
     let n = config.shards.max(1);
+    let readiness = crate::metrics::serve::Readiness {
+        started,
+        shards_ready: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        shards: n,
+    };
     let mesh = (n > 1).then(|| MeshBuilder::<Envelope, _>::full(n, MESH_CHANNEL_CAPACITY));
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let mut controls = Vec::new();
@@ -106,6 +117,12 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         let config = config.clone();
         let mesh = mesh.clone();
         let ready_tx = ready_tx.clone();
+        let readiness = readiness.clone();
+        let metrics_listener = if id == 0 {
+            metrics_listener.take()
+        } else {
+            None
+        };
         let placement = match config.cpus.get(id % config.cpus.len().max(1)) {
             Some(cpu) if !config.cpus.is_empty() => Placement::Fixed(*cpu),
             _ => Placement::Unbound,
@@ -138,6 +155,13 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                 // FRONT ENDS START HERE: each shard serves its own listeners (SO_REUSEPORT).
                 glommio::spawn_local(crate::http::serve(shard.clone())).detach();
                 let native = crate::native::NativeFrontEnd::start(shard.clone());
+                if let Some(l) = metrics_listener {
+                    let serve = crate::metrics::serve::serve(shard.clone(), l, readiness.clone());
+                    glommio::spawn_local(serve).detach();
+                }
+                readiness
+                    .shards_ready
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
                 tracing::info!(shard = id, "shard ready");
                 let _ = ready_tx.send(Ok(id));
                 while let Some(c) = ctl_rx.next().await {

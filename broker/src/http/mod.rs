@@ -212,7 +212,27 @@ impl ShardHttp {
         )
     }
 
+    /// Answers one request and counts it for metrics (action, error shape, latency).
     async fn handle(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        let started = std::time::Instant::now();
+        let outcome = Outcome {
+            action: Cell::new("unknown"),
+            error: Cell::new(None),
+        };
+        let response = self.handle_inner(req, &outcome).await;
+        crate::metrics::record_request(
+            crate::metrics::Action::Sqs(outcome.action.get()),
+            started.elapsed(),
+            outcome.error.get().map(crate::metrics::ErrorKey::Sqs),
+        );
+        response
+    }
+
+    async fn handle_inner(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        outcome: &Outcome,
+    ) -> Response<Full<Bytes>> {
         let request_id = self.request_id();
         let (parts, body) = req.into_parts();
         // The protocol of the answer: JSON if the client named a JSON target.
@@ -226,7 +246,9 @@ impl ShardHttp {
             .as_deref()
             .and_then(|t| t.strip_prefix(TARGET_PREFIX))
             .unwrap_or("");
+        outcome.action.set(static_action(action_hint));
         let fail = |e: SqsError, close: bool| {
+            outcome.error.set(Some(e.shape));
             let mut r = error_response(json, &e, &request_id);
             if close {
                 r.headers_mut()
@@ -315,6 +337,7 @@ impl ShardHttp {
             Ok(d) => d,
             Err(e) => return fail(e, false),
         };
+        outcome.action.set(static_action(&action));
         let ctx = actions::Ctx {
             shard: &self.shard,
             caller: &caller,
@@ -336,6 +359,21 @@ impl ShardHttp {
             Err(e) => fail(e, false),
         }
     }
+}
+
+/// What a request was, for metrics: filled in as it is decoded and answered.
+struct Outcome {
+    action: Cell<&'static str>,
+    error: Cell<Option<&'static str>>,
+}
+
+/// The action's name from the model's closed list (a bounded metric label), or "unknown".
+fn static_action(action: &str) -> &'static str {
+    actions::ACTIONS
+        .iter()
+        .copied()
+        .find(|a| *a == action)
+        .unwrap_or("unknown")
 }
 
 /// Host header values we are willing to echo into queue URLs.

@@ -48,6 +48,8 @@ pub enum ShardRequest {
     ApplyMeta(Vec<MetaRecord>),
     /// To shard 0: start, list or cancel message move tasks.
     MoveTask(move_task::MoveTaskOp),
+    /// A metrics scrape: this shard's counters and partitions.
+    Metrics,
 }
 
 #[derive(Debug)]
@@ -86,6 +88,7 @@ pub enum ShardResponse {
     Meta(ServiceResult<u64>),
     Applied(ServiceResult<()>),
     MoveTask(ServiceResult<move_task::MoveTaskReply>),
+    Metrics(Box<crate::metrics::ShardSnapshot>),
 }
 
 #[derive(Debug)]
@@ -289,6 +292,15 @@ impl Shard {
                 ShardResponse::Applied(self.apply_meta(records).await)
             }
             ShardRequest::MoveTask(op) => ShardResponse::MoveTask(self.move_task_op(op).await),
+            ShardRequest::Metrics => {
+                let parts = self
+                    .partitions
+                    .borrow()
+                    .values()
+                    .map(|a| a.metrics())
+                    .collect();
+                ShardResponse::Metrics(Box::new(crate::metrics::local_snapshot(self.id, parts)))
+            }
         }
     }
 
@@ -590,6 +602,29 @@ impl Shard {
 
     pub fn list_queues(&self, tenant: &str, prefix: &str) -> Vec<Arc<QueueMeta>> {
         self.catalog.borrow().list(tenant, prefix)
+    }
+
+    /// A metrics scrape: every shard's snapshot (unreachable shards are left out).
+    pub async fn metrics_snapshots(&self) -> Vec<crate::metrics::ShardSnapshot> {
+        let mut out = Vec::with_capacity(self.shards);
+        for s in 0..self.shards {
+            if let ShardResponse::Metrics(snap) = self.request(s, ShardRequest::Metrics).await {
+                out.push(*snap);
+            }
+        }
+        out
+    }
+
+    /// Every queue's metric labels (all tenants).
+    pub fn metrics_queue_labels(&self) -> Vec<crate::metrics::QueueLabel> {
+        let c = self.catalog.borrow();
+        c.all()
+            .map(|q| crate::metrics::QueueLabel {
+                id: q.id,
+                tenant: q.tenant.clone(),
+                name: q.name.clone(),
+            })
+            .collect()
     }
 
     /// Queues whose RedrivePolicy names `dlq` as their dead-letter queue.

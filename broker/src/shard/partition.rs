@@ -49,6 +49,8 @@ pub struct PartitionActor {
     /// When compaction last looked at the log (ms), and whether it runs now.
     compacted_ms: Cell<u64>,
     compacting: Cell<bool>,
+    /// Message counts for metrics.
+    ops: crate::metrics::PartitionOps,
     this: Weak<PartitionActor>,
 }
 
@@ -90,6 +92,7 @@ impl PartitionActor {
             moves,
             compacted_ms: Cell::new(0),
             compacting: Cell::new(false),
+            ops: Default::default(),
             this: this.clone(),
         });
         // Moves that were started but not completed before a restart go out again.
@@ -221,6 +224,7 @@ impl PartitionActor {
         if wakes {
             self.ready.notify();
         }
+        self.ops.count(&effects.reply, effects.moves.len());
         for mv in effects.moves {
             (self.moves)(mv);
         }
@@ -298,6 +302,20 @@ impl PartitionActor {
 
     pub fn counters(&self) -> Counters {
         self.engine.borrow().counters()
+    }
+
+    /// This partition as a metrics scrape sees it.
+    pub fn metrics(&self) -> crate::metrics::PartitionSnapshot {
+        let log = self.log();
+        crate::metrics::PartitionSnapshot {
+            queue_id: self.queue_id,
+            partition: self.partition,
+            counters: self.counters(),
+            ops: self.ops.snapshot(),
+            log: log.stats(),
+            segments: log.segments().len() as u64,
+            size_bytes: log.size_bytes(),
+        }
     }
 
     pub fn set_config(&self, config: PartitionConfig) {

@@ -1,0 +1,546 @@
+//! Metrics: cheap per-core counters, gathered over the shard mesh when scraped, and rendered
+//! as Prometheus text (`/metrics` on `BrokerConfig::metrics_addr`, served by shard 0; see
+//! [`serve`]).
+//!
+//! | where counted | what | how |
+//! |---|---|---|
+//! | front ends (`http`, `native`) | requests by action, errors by code, latency histogram | a thread-local [`Local`] per shard executor: plain `Cell`/`RefCell`, no atomics |
+//! | `shard::partition` | messages sent, received, deleted, dead-lettered, redriven | [`PartitionOps`] cells in each partition actor |
+//! | on scrape | visible, in flight, delayed; log commits, fsyncs, segments, bytes | read from the engine and the `Log` of each partition |
+//!
+//! Nothing on the request path crosses cores: a scrape asks every shard for a
+//! [`ShardSnapshot`] over the mesh (one message per shard) and renders on shard 0.
+//!
+//! Label cardinality is bounded: actions and error codes are closed sets (the SQS model's
+//! actions, the wire's frame kinds and error codes); queues are bounded per tenant by the
+//! catalog, so per-queue series are at most (queues × 8); shard labels at most the core count.
+
+pub mod serve;
+
+use crate::engine::{Counters, Reply};
+use sluice_storage::LogStats;
+use sluice_wire::{ErrorCode, FrameKind};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Upper bounds of the request latency histogram's buckets, in microseconds (+Inf beyond).
+pub const LATENCY_BUCKETS_US: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+];
+
+/// A request's front end and action: a closed set (the label values of `action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// SQS HTTP API: one of `http::actions::ACTIONS`, or `"unknown"` before decoding.
+    Sqs(&'static str),
+    /// Native protocol: the request's frame kind.
+    Native(FrameKind),
+}
+
+impl Action {
+    fn front_end(self) -> &'static str {
+        match self {
+            Action::Sqs(_) => "http",
+            Action::Native(_) => "native",
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Action::Sqs(a) => a.to_string(),
+            Action::Native(k) => format!("{k:?}"),
+        }
+    }
+}
+
+/// An error answered to a client: a closed set (the label values of `code`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKey {
+    /// The SQS error shape (`QueueDoesNotExist`).
+    Sqs(&'static str),
+    /// The wire's raw `ErrorCode` number.
+    Native(u16),
+}
+
+impl ErrorKey {
+    fn front_end(self) -> &'static str {
+        match self {
+            ErrorKey::Sqs(_) => "http",
+            ErrorKey::Native(_) => "native",
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            ErrorKey::Sqs(s) => s.to_string(),
+            ErrorKey::Native(c) => format!("{:?}", ErrorCode::from_u16(c)),
+        }
+    }
+}
+
+/// Requests of one action on one shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestStats {
+    pub count: u64,
+    pub errors: u64,
+    pub duration_us_sum: u64,
+    /// Per bucket of [`LATENCY_BUCKETS_US`] (not cumulative); the last slot is +Inf.
+    pub buckets: [u64; LATENCY_BUCKETS_US.len() + 1],
+}
+
+/// One shard executor's request counters. Thread-local: each shard's thread has its own.
+#[derive(Default)]
+pub struct Local {
+    requests: RefCell<HashMap<Action, RequestStats>>,
+    errors: RefCell<HashMap<ErrorKey, u64>>,
+}
+
+thread_local! {
+    static LOCAL: Local = Local::default();
+}
+
+/// Counts one request answered by a front end on this shard.
+pub fn record_request(action: Action, elapsed: Duration, error: Option<ErrorKey>) {
+    let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+    let bucket = LATENCY_BUCKETS_US
+        .iter()
+        .position(|b| us <= *b)
+        .unwrap_or(LATENCY_BUCKETS_US.len());
+    LOCAL.with(|l| {
+        let mut reqs = l.requests.borrow_mut();
+        let s = reqs.entry(action).or_default();
+        s.count += 1;
+        s.duration_us_sum = s.duration_us_sum.saturating_add(us);
+        s.buckets[bucket] += 1;
+        if let Some(e) = error {
+            s.errors += 1;
+            *l.errors.borrow_mut().entry(e).or_default() += 1;
+        }
+    });
+}
+
+/// Message counts of one partition, kept by its actor (single-threaded: plain cells).
+#[derive(Debug, Default)]
+pub struct PartitionOps {
+    sent: Cell<u64>,
+    received: Cell<u64>,
+    deleted: Cell<u64>,
+    dead_lettered: Cell<u64>,
+    redriven: Cell<u64>,
+}
+
+fn bump(c: &Cell<u64>, n: u64) {
+    c.set(c.get().wrapping_add(n));
+}
+
+impl PartitionOps {
+    /// Counts what one executed command did, from its reply and the moves it started.
+    pub fn count(&self, reply: &Reply, moves: usize) {
+        match reply {
+            Reply::Sent(_) => bump(&self.sent, 1),
+            Reply::SentBatch(list) => bump(
+                &self.sent,
+                list.iter().filter(|(_, r)| r.is_ok()).count() as u64,
+            ),
+            Reply::Received(list) => bump(&self.received, list.len() as u64),
+            Reply::Deleted => bump(&self.deleted, 1),
+            // A redrive task moves messages out of a dead-letter queue.
+            Reply::MovesStarted(_) => bump(&self.redriven, moves as u64),
+            _ => {}
+        }
+        // Moves started by anything else are maxReceiveCount moves into the DLQ.
+        if !matches!(reply, Reply::MovesStarted(_)) {
+            bump(&self.dead_lettered, moves as u64);
+        }
+    }
+
+    pub fn snapshot(&self) -> OpCounts {
+        OpCounts {
+            sent: self.sent.get(),
+            received: self.received.get(),
+            deleted: self.deleted.get(),
+            dead_lettered: self.dead_lettered.get(),
+            redriven: self.redriven.get(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    pub sent: u64,
+    pub received: u64,
+    pub deleted: u64,
+    pub dead_lettered: u64,
+    pub redriven: u64,
+}
+
+impl OpCounts {
+    fn add(&mut self, o: &OpCounts) {
+        self.sent += o.sent;
+        self.received += o.received;
+        self.deleted += o.deleted;
+        self.dead_lettered += o.dead_lettered;
+        self.redriven += o.redriven;
+    }
+}
+
+/// One partition as a scrape sees it.
+#[derive(Debug, Clone)]
+pub struct PartitionSnapshot {
+    pub queue_id: u64,
+    pub partition: u32,
+    pub counters: Counters,
+    pub ops: OpCounts,
+    pub log: LogStats,
+    pub segments: u64,
+    pub size_bytes: u64,
+}
+
+/// One shard as a scrape sees it; travels over the mesh to shard 0.
+#[derive(Debug, Clone, Default)]
+pub struct ShardSnapshot {
+    pub shard: usize,
+    pub requests: Vec<(Action, RequestStats)>,
+    pub errors: Vec<(ErrorKey, u64)>,
+    pub partitions: Vec<PartitionSnapshot>,
+}
+
+/// This thread's request counters plus the given partitions.
+pub fn local_snapshot(shard: usize, partitions: Vec<PartitionSnapshot>) -> ShardSnapshot {
+    LOCAL.with(|l| ShardSnapshot {
+        shard,
+        requests: l
+            .requests
+            .borrow()
+            .iter()
+            .map(|(a, s)| (*a, s.clone()))
+            .collect(),
+        errors: l.errors.borrow().iter().map(|(e, n)| (*e, *n)).collect(),
+        partitions,
+    })
+}
+
+/// A queue's labels: tenant and name.
+pub struct QueueLabel {
+    pub id: u64,
+    pub tenant: String,
+    pub name: String,
+}
+
+/// Escapes a label value (Prometheus text format: backslash, quote, newline).
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Renders the Prometheus text exposition (format 0.0.4).
+pub fn render(
+    snapshots: &[ShardSnapshot],
+    queues: &[QueueLabel],
+    uptime: Duration,
+    ready: bool,
+) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    header(
+        &mut out,
+        "sluice_uptime_seconds",
+        "gauge",
+        "Seconds since the broker started.",
+    );
+    let _ = writeln!(out, "sluice_uptime_seconds {:.3}", uptime.as_secs_f64());
+    header(
+        &mut out,
+        "sluice_ready",
+        "gauge",
+        "1 when every shard has started.",
+    );
+    let _ = writeln!(out, "sluice_ready {}", u8::from(ready));
+    header(
+        &mut out,
+        "sluice_shards",
+        "gauge",
+        "Shards (executors) answering this scrape.",
+    );
+    let _ = writeln!(out, "sluice_shards {}", snapshots.len());
+
+    // ---- per queue (summed over partitions, wherever they live)
+    let mut per_queue: HashMap<u64, (OpCounts, Counters)> = HashMap::new();
+    for s in snapshots {
+        for p in &s.partitions {
+            let e = per_queue.entry(p.queue_id).or_default();
+            e.0.add(&p.ops);
+            e.1.visible += p.counters.visible;
+            e.1.in_flight += p.counters.in_flight;
+            e.1.delayed += p.counters.delayed;
+            e.1.moving += p.counters.moving;
+        }
+    }
+    type QueueFigure = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&(OpCounts, Counters)) -> u64,
+    );
+    let figures: [QueueFigure; 9] = [
+        (
+            "sluice_queue_messages_sent_total",
+            "counter",
+            "Messages accepted by SendMessage(Batch) since start.",
+            |q| q.0.sent,
+        ),
+        (
+            "sluice_queue_messages_received_total",
+            "counter",
+            "Messages delivered by ReceiveMessage since start.",
+            |q| q.0.received,
+        ),
+        (
+            "sluice_queue_messages_deleted_total",
+            "counter",
+            "Messages deleted by DeleteMessage(Batch) since start.",
+            |q| q.0.deleted,
+        ),
+        (
+            "sluice_queue_messages_dead_lettered_total",
+            "counter",
+            "Messages moved to the dead-letter queue (maxReceiveCount) since start.",
+            |q| q.0.dead_lettered,
+        ),
+        (
+            "sluice_queue_messages_redriven_total",
+            "counter",
+            "Messages moved out of this queue by redrive tasks since start.",
+            |q| q.0.redriven,
+        ),
+        (
+            "sluice_queue_messages_visible",
+            "gauge",
+            "Messages available for retrieval (ApproximateNumberOfMessages).",
+            |q| q.1.visible,
+        ),
+        (
+            "sluice_queue_messages_in_flight",
+            "gauge",
+            "Messages received and not yet deleted (ApproximateNumberOfMessagesNotVisible).",
+            |q| q.1.in_flight,
+        ),
+        (
+            "sluice_queue_messages_delayed",
+            "gauge",
+            "Messages delayed (ApproximateNumberOfMessagesDelayed).",
+            |q| q.1.delayed,
+        ),
+        (
+            "sluice_queue_messages_moving",
+            "gauge",
+            "Messages being moved to the dead-letter queue.",
+            |q| q.1.moving,
+        ),
+    ];
+    for (name, kind, help, get) in figures {
+        header(&mut out, name, kind, help);
+        for q in queues {
+            let v = per_queue.get(&q.id).map_or(0, get);
+            let _ = writeln!(
+                out,
+                "{name}{{tenant=\"{}\",queue=\"{}\"}} {v}",
+                esc(&q.tenant),
+                esc(&q.name)
+            );
+        }
+    }
+
+    // ---- per shard: requests
+    header(
+        &mut out,
+        "sluice_requests_total",
+        "counter",
+        "Requests answered, by shard, front end and action.",
+    );
+    for s in snapshots {
+        for (a, r) in &s.requests {
+            let _ = writeln!(
+                out,
+                "sluice_requests_total{{shard=\"{}\",frontend=\"{}\",action=\"{}\"}} {}",
+                s.shard,
+                a.front_end(),
+                a.name(),
+                r.count
+            );
+        }
+    }
+    header(
+        &mut out,
+        "sluice_request_errors_total",
+        "counter",
+        "Requests answered with an error, by shard, front end and error code.",
+    );
+    for s in snapshots {
+        for (e, n) in &s.errors {
+            let _ = writeln!(
+                out,
+                "sluice_request_errors_total{{shard=\"{}\",frontend=\"{}\",code=\"{}\"}} {n}",
+                s.shard,
+                e.front_end(),
+                e.name()
+            );
+        }
+    }
+    header(
+        &mut out,
+        "sluice_request_duration_seconds",
+        "histogram",
+        "Time from a request's decoding to its answer (long polls included).",
+    );
+    for s in snapshots {
+        for (a, r) in &s.requests {
+            let labels = format!(
+                "shard=\"{}\",frontend=\"{}\",action=\"{}\"",
+                s.shard,
+                a.front_end(),
+                a.name()
+            );
+            let mut cumulative = 0;
+            for (i, le) in LATENCY_BUCKETS_US.iter().enumerate() {
+                cumulative += r.buckets[i];
+                let _ = writeln!(
+                    out,
+                    "sluice_request_duration_seconds_bucket{{{labels},le=\"{}\"}} {cumulative}",
+                    *le as f64 / 1e6
+                );
+            }
+            cumulative += r.buckets[LATENCY_BUCKETS_US.len()];
+            let _ = writeln!(
+                out,
+                "sluice_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {cumulative}"
+            );
+            let _ = writeln!(
+                out,
+                "sluice_request_duration_seconds_sum{{{labels}}} {}",
+                r.duration_us_sum as f64 / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "sluice_request_duration_seconds_count{{{labels}}} {}",
+                r.count
+            );
+        }
+    }
+
+    // ---- per shard: storage (summed over the shard's partitions)
+    type LogFigure = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&PartitionSnapshot) -> u64,
+    );
+    let logs: [LogFigure; 9] = [
+        (
+            "sluice_partitions",
+            "gauge",
+            "Queue partitions open on the shard.",
+            |_| 1,
+        ),
+        (
+            "sluice_log_segments",
+            "gauge",
+            "Log segments of the shard's partitions.",
+            |p| p.segments,
+        ),
+        (
+            "sluice_log_size_bytes",
+            "gauge",
+            "Bytes in the log segments of the shard's partitions.",
+            |p| p.size_bytes,
+        ),
+        (
+            "sluice_log_bytes_appended_total",
+            "counter",
+            "Bytes appended to the shard's partition logs since they opened.",
+            |p| p.log.bytes_appended,
+        ),
+        (
+            "sluice_log_batches_appended_total",
+            "counter",
+            "Batches appended since the logs opened.",
+            |p| p.log.batches_appended,
+        ),
+        (
+            "sluice_log_commits_total",
+            "counter",
+            "Group commits (one write + one fdatasync each) since the logs opened.",
+            |p| p.log.commits,
+        ),
+        (
+            "sluice_log_fsyncs_total",
+            "counter",
+            "fdatasync calls since the logs opened.",
+            |p| p.log.fsyncs,
+        ),
+        (
+            "sluice_log_commit_failures_total",
+            "counter",
+            "Failed commits (write or fdatasync errors).",
+            |p| p.log.commit_failures,
+        ),
+        (
+            "sluice_log_corruptions_detected_total",
+            "counter",
+            "Corrupt batches found on read.",
+            |p| p.log.corruptions_detected,
+        ),
+    ];
+    for (name, kind, help, get) in logs {
+        header(&mut out, name, kind, help);
+        for s in snapshots {
+            let v: u64 = s.partitions.iter().map(get).sum();
+            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {v}", s.shard);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_lands_in_its_bucket_and_renders_cumulatively() {
+        record_request(Action::Sqs("SendMessage"), Duration::from_micros(300), None);
+        record_request(
+            Action::Sqs("SendMessage"),
+            Duration::from_secs(60),
+            Some(ErrorKey::Sqs("QueueDoesNotExist")),
+        );
+        let snap = local_snapshot(3, Vec::new());
+        let text = render(&[snap], &[], Duration::from_secs(1), true);
+        let labels = "shard=\"3\",frontend=\"http\",action=\"SendMessage\"";
+        assert!(text.contains(&format!("sluice_requests_total{{{labels}}} 2")));
+        assert!(text.contains(&format!(
+            "sluice_request_duration_seconds_bucket{{{labels},le=\"0.00025\"}} 0"
+        )));
+        assert!(text.contains(&format!(
+            "sluice_request_duration_seconds_bucket{{{labels},le=\"0.0005\"}} 1"
+        )));
+        assert!(text.contains(&format!(
+            "sluice_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} 2"
+        )));
+        assert!(text.contains(
+            "sluice_request_errors_total{shard=\"3\",frontend=\"http\",code=\"QueueDoesNotExist\"} 1"
+        ));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(esc("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -32,13 +32,19 @@
 //!   one was lost.
 //! - **Durability**: a send returns once the broker has the message fsync'd.
 //!
+//! Helpers: [`Client::producer`] batches single sends into SendMessageBatch requests (linger
+//! and size); [`Client::consume`] runs a handler per message with lease heartbeats and deletes
+//! on success.
+//!
 //! Every request and response type of the protocol is re-exported in [`types`]; [`Client::call`]
 //! sends any of them as is.
 
 #![forbid(unsafe_code)]
 
 mod connection;
+mod consumer;
 mod error;
+mod producer;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -46,7 +52,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use consumer::ConsumeOptions;
 pub use error::{Error, Result};
+pub use producer::{OutgoingMessage, Producer, ProducerOptions};
 pub use sluice_wire::ErrorCode;
 pub use tls::{ClientIdentity, Trust, ALPN};
 
@@ -243,6 +251,11 @@ impl Client {
                 other => return other,
             }
         }
+    }
+
+    /// A batching producer for `queue_url` (see [`Producer`]).
+    pub fn producer(&self, queue_url: &str, options: ProducerOptions) -> Producer {
+        Producer::start(self.clone(), queue_url.to_string(), options)
     }
 
     // ---- Queues -------------------------------------------------------------------------

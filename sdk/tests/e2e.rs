@@ -647,3 +647,68 @@ fn graceful_shutdown_ends_idle_streams_and_clients_get_typed_errors() {
         );
     });
 }
+
+#[test]
+fn batching_producer_and_consumer_helper() {
+    const N: usize = 95;
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("helpers").await.expect("create");
+        let producer = c.producer(&q, sluice_sdk::ProducerOptions::default());
+        let sends = (0..N).map(|i| producer.send(format!("h{i}")));
+        let results = futures::future::join_all(sends).await;
+        let mut ids = std::collections::HashSet::new();
+        for r in results {
+            ids.insert(r.expect("sent").message_id);
+        }
+        assert_eq!(ids.len(), N);
+        // One bad entry fails alone.
+        let bad = producer
+            .send_message(sluice_sdk::OutgoingMessage {
+                body: "late".into(),
+                delay_seconds: Some(901),
+                ..Default::default()
+            })
+            .await
+            .expect_err("delay out of range");
+        assert_eq!(bad.code(), Some(ErrorCode::InvalidParameterValue));
+
+        let seen = std::sync::Mutex::new(Vec::new());
+        let failed_once = std::sync::atomic::AtomicBool::new(false);
+        c.consume(
+            &q,
+            sluice_sdk::ConsumeOptions {
+                wait_time_seconds: 1,
+                visibility_timeout_seconds: 2,
+                stop_after_empty_receives: Some(2),
+                ..Default::default()
+            },
+            |m| {
+                let seen = &seen;
+                let failed_once = &failed_once;
+                async move {
+                    // The first handler failure leaves its message for redelivery.
+                    if !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                        return Err("try again");
+                    }
+                    if m.body == "h0" {
+                        // Longer than the lease: the heartbeat keeps it.
+                        tokio::time::sleep(Duration::from_millis(2500)).await;
+                    }
+                    seen.lock().expect("lock").push(m.body);
+                    Ok(())
+                }
+            },
+        )
+        .await
+        .expect("consume");
+        let mut seen = seen.into_inner().expect("lock");
+        seen.sort();
+        let mut want: Vec<String> = (0..N).map(|i| format!("h{i}")).collect();
+        want.sort();
+        assert_eq!(
+            seen, want,
+            "every message handled exactly once after one failure"
+        );
+    });
+}

@@ -44,6 +44,9 @@ pub(crate) struct Connection {
     next_stream: AtomicUsize,
     next_id: AtomicU64,
     broken: AtomicBool,
+    /// The broker's limit on requests in flight per connection: callers beyond it wait here
+    /// instead of being refused with `TooManyInFlightRequests`.
+    permits: tokio::sync::Semaphore,
     pub(crate) hello: HelloOk,
 }
 
@@ -122,6 +125,7 @@ impl Connection {
             next_stream: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             broken: AtomicBool::new(false),
+            permits: tokio::sync::Semaphore::new(hello_ok.in_flight_requests_max.max(1) as usize),
             hello: hello_ok,
         })
     }
@@ -160,6 +164,11 @@ impl Connection {
         }
         let _forget = Forget(&stream.waiters, id);
         let answer = tokio::time::timeout(timeout, async {
+            let _permit = self
+                .permits
+                .acquire()
+                .await
+                .map_err(|_| Error::ConnectionLost("connection closed".into()))?;
             if stream.writer.send(frame).await.is_err() {
                 self.broken.store(true, Ordering::Relaxed);
                 return Err(Error::ConnectionLost("stream writer stopped".into()));

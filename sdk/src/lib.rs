@@ -23,7 +23,8 @@
 //!   it), so code ports from the AWS SDK unchanged and a URL works with the broker's HTTP API too.
 //! - **Pipelining**: a [`Client`] is cheap to clone and safe to share between tasks; every
 //!   call is one request frame on one of a few QUIC streams ([`ClientOptions::streams`]),
-//!   many in flight at once, answers matched by request id.
+//!   many in flight at once, answers matched by request id. Beyond the broker's limit of
+//!   requests in flight per connection (`HelloOk::in_flight_requests_max`), calls wait.
 //! - **Errors** are one enum, [`Error`]; errors the broker answered carry its [`ErrorCode`]
 //!   (with the SQS code: [`Error::sqs_code`]).
 //! - **Timeouts and retries**: each call is bounded by [`ClientOptions::request_timeout`] (plus
@@ -181,8 +182,8 @@ impl Client {
         Ok(self.connection().await?.hello.clone())
     }
 
-    /// Closes the connection; in-flight calls fail with [`Error::ConnectionLost`]. Later calls
-    /// reconnect.
+    /// Closes the connection. In-flight calls fail with [`Error::ConnectionLost`] (and are
+    /// retried on a new connection if retries are left); later calls reconnect.
     pub async fn close(&self) {
         if let Some(c) = self.inner.connection.lock().await.take() {
             c.close();

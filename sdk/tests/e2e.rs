@@ -263,8 +263,8 @@ fn errors_are_typed() {
         let e = c
             .call(Request::StartMessageMoveTask(Default::default()))
             .await
-            .expect_err("not yet");
-        assert_eq!(e.code(), Some(ErrorCode::UnsupportedOperation));
+            .expect_err("no source");
+        assert_eq!(e.code(), Some(ErrorCode::MissingParameter));
     });
 }
 
@@ -710,5 +710,110 @@ fn batching_producer_and_consumer_helper() {
             seen, want,
             "every message handled exactly once after one failure"
         );
+    });
+}
+
+#[test]
+fn dead_letters_are_redriven_by_a_move_task() {
+    const N: usize = 5;
+    run(async {
+        let c = client().await;
+        let dlq = c.create_queue("redrive-dlq").await.expect("dlq");
+        let attrs = c
+            .get_queue_attributes(&dlq, &["QueueArn"])
+            .await
+            .expect("arn");
+        let dlq_arn = attrs["QueueArn"].clone();
+        let policy = format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":"1"}}"#);
+        let src = c
+            .create_queue_with(
+                "redrive-src",
+                sluice_sdk::attributes([("RedrivePolicy", policy.as_str())]),
+                Default::default(),
+            )
+            .await
+            .expect("src");
+        for i in 0..N {
+            c.send(&src, &format!("d{i}")).await.expect("send");
+        }
+        // maxReceiveCount 1: receive and release each message until all sit in the DLQ.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let opts = ReceiveOptions {
+                visibility_timeout: Some(0),
+                ..ReceiveOptions::long_poll(10, 0)
+            };
+            c.receive(&src, opts).await.expect("receive");
+            let a = c
+                .get_queue_attributes(&dlq, &["ApproximateNumberOfMessages"])
+                .await
+                .expect("attributes");
+            if a["ApproximateNumberOfMessages"] == N.to_string() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "dead-lettering stalled: {a:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let sources = c
+            .call(Request::ListDeadLetterSourceQueues(
+                ListDeadLetterSourceQueuesRequest {
+                    queue_url: dlq.clone(),
+                    ..Default::default()
+                },
+            ))
+            .await
+            .expect("sources");
+        let Response::ListDeadLetterSourceQueues(sources) = sources else {
+            panic!("unexpected answer");
+        };
+        assert_eq!(sources.queue_urls, [src.as_str()]);
+
+        let started = c
+            .call(Request::StartMessageMoveTask(StartMessageMoveTaskRequest {
+                source_arn: dlq_arn.clone(),
+                destination_arn: None,
+                max_number_of_messages_per_second: Some(100),
+            }))
+            .await
+            .expect("start");
+        let Response::StartMessageMoveTask(started) = started else {
+            panic!("unexpected answer");
+        };
+        assert!(!started.task_handle.is_empty());
+        let mut back = Vec::new();
+        while back.len() < N {
+            let got = c
+                .receive(&src, ReceiveOptions::long_poll(10, 5))
+                .await
+                .expect("receive");
+            assert!(!got.is_empty(), "redriven messages arrive");
+            for m in got {
+                c.delete(&src, &m.receipt_handle).await.expect("delete");
+                back.push(m.body);
+            }
+        }
+        back.sort();
+        let want: Vec<String> = (0..N).map(|i| format!("d{i}")).collect();
+        assert_eq!(back, want);
+        let listed = c
+            .call(Request::ListMessageMoveTasks(ListMessageMoveTasksRequest {
+                source_arn: dlq_arn,
+                max_results: Some(10),
+            }))
+            .await
+            .expect("list");
+        let Response::ListMessageMoveTasks(listed) = listed else {
+            panic!("unexpected answer");
+        };
+        assert!(!listed.results.is_empty());
+        let e = c
+            .call(Request::CancelMessageMoveTask(
+                CancelMessageMoveTaskRequest {
+                    task_handle: "not-a-handle".into(),
+                },
+            ))
+            .await
+            .expect_err("unknown handle");
+        assert!(e.code().is_some(), "{e:?}");
     });
 }

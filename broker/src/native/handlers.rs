@@ -25,6 +25,7 @@ use crate::engine::md5::md5_of_attributes;
 use crate::engine::{BatchEntry, Delivered, EngineError, ReceiveRequest, SendRequest, SentReply};
 use crate::error::ServiceError;
 use crate::metadata::QueueMeta;
+use crate::shard::move_task::{MoveTaskInfo, MoveTaskStatus, MOVE_RATE_MAX};
 use crate::shard::Shard;
 
 /// Entries in one batch request (SQS: 10).
@@ -35,6 +36,8 @@ pub const BATCH_ENTRY_ID_LEN_MAX: usize = 80;
 pub const LIST_QUEUES_DEFAULT_MAX: usize = 1_000;
 /// ListQueues / ListDeadLetterSourceQueues MaxResults: 1–1000.
 pub const LIST_RESULTS_MAX: u32 = 1_000;
+/// MaxResults of a ListMessageMoveTasks: 1–10.
+pub const MOVE_TASKS_LIST_MAX: u32 = 10;
 /// MaxNumberOfMessages of a ReceiveMessage: 1–10.
 pub const RECEIVE_MESSAGES_MAX: u32 = 10;
 
@@ -264,15 +267,54 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
                 next_token,
             })
         }
-        Request::StartMessageMoveTask(_)
-        | Request::ListMessageMoveTasks(_)
-        | Request::CancelMessageMoveTask(_) => {
-            return Err(Failure::new(
-                ErrorCode::UnsupportedOperation,
-                "message move tasks are not supported yet: Sluice's service layer has no \
-                 message move tasks; redrive by receiving from the dead-letter queue and \
-                 sending to the source",
-            ))
+        Request::StartMessageMoveTask(r) => {
+            if r.source_arn.is_empty() {
+                return Err(Failure::missing("SourceArn"));
+            }
+            if let Some(rate) = r.max_number_of_messages_per_second {
+                if !(1..=MOVE_RATE_MAX).contains(&rate) {
+                    return Err(Failure::invalid(
+                        "MaxNumberOfMessagesPerSecond",
+                        format!("must be 1 to {MOVE_RATE_MAX}"),
+                    ));
+                }
+            }
+            let task_handle = shard
+                .start_move_task(
+                    ctx.arn_tenant(&r.source_arn),
+                    &r.source_arn,
+                    r.destination_arn.as_deref(),
+                    r.max_number_of_messages_per_second,
+                )
+                .await?;
+            Response::StartMessageMoveTask(wire::StartMessageMoveTaskResult { task_handle })
+        }
+        Request::ListMessageMoveTasks(r) => {
+            if r.source_arn.is_empty() {
+                return Err(Failure::missing("SourceArn"));
+            }
+            let max = r.max_results.unwrap_or(1);
+            if !(1..=MOVE_TASKS_LIST_MAX).contains(&max) {
+                return Err(Failure::invalid(
+                    "MaxResults",
+                    format!("must be between 1 and {MOVE_TASKS_LIST_MAX}"),
+                ));
+            }
+            let tasks = shard
+                .list_move_tasks(ctx.arn_tenant(&r.source_arn), &r.source_arn, max)
+                .await?;
+            Response::ListMessageMoveTasks(wire::ListMessageMoveTasksResult {
+                results: tasks.into_iter().map(move_task_entry).collect(),
+            })
+        }
+        Request::CancelMessageMoveTask(r) => {
+            if r.task_handle.is_empty() {
+                return Err(Failure::missing("TaskHandle"));
+            }
+            let moved = shard.cancel_move_task(&ctx.account, &r.task_handle).await?;
+            Response::CancelMessageMoveTask(wire::CancelMessageMoveTaskResult {
+                approximate_number_of_messages_moved: moved,
+            })
         }
         Request::SendMessage(r) => {
             let q = ctx.resolve(&r.queue_url)?;
@@ -357,6 +399,12 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
 }
 
 impl Ctx {
+    /// The account an ARN names (the native API has no authentication yet, so any account's
+    /// queues can be addressed, as with the HTTP API when signatures are off).
+    fn arn_tenant<'s>(&'s self, arn: &'s str) -> &'s str {
+        arn.split(':').nth(4).unwrap_or(&self.account)
+    }
+
     pub fn queue_url(&self, q: &QueueMeta) -> String {
         format!("http://{}/{}/{}", self.url_host, q.tenant, q.name)
     }
@@ -387,6 +435,26 @@ impl Ctx {
             return Err(invalid());
         }
         Ok(self.shard.queue(account, name)?)
+    }
+}
+
+fn move_task_entry(t: MoveTaskInfo) -> wire::ListMessageMoveTasksResultEntry {
+    wire::ListMessageMoveTasksResultEntry {
+        task_handle: t.task_handle,
+        status: match t.status {
+            MoveTaskStatus::Running => wire::MoveTaskStatus::Running,
+            MoveTaskStatus::Completed => wire::MoveTaskStatus::Completed,
+            MoveTaskStatus::Cancelling => wire::MoveTaskStatus::Cancelling,
+            MoveTaskStatus::Cancelled => wire::MoveTaskStatus::Cancelled,
+            MoveTaskStatus::Failed => wire::MoveTaskStatus::Failed,
+        },
+        source_arn: t.source_arn,
+        destination_arn: t.destination_arn,
+        max_number_of_messages_per_second: t.max_messages_per_second,
+        approximate_number_of_messages_moved: t.messages_moved,
+        approximate_number_of_messages_to_move: Some(t.messages_to_move),
+        failure_reason: t.failure_reason,
+        started_timestamp: t.started_ms,
     }
 }
 

@@ -1,1 +1,337 @@
-fn main() {}
+//! `sluice`: the Sluice command-line tool — queue admin, dead-letter queues and redrive, the
+//! data plane, and offline log inspection. See `sluice --help`.
+
+mod logtool;
+mod net;
+mod output;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use output::{exit, CliError, Format};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  success
+  1  the broker answered with an error (no such queue, invalid parameter, ...)
+  2  usage: bad arguments, or an unreadable local file or stdin
+  3  connection: the broker could not be reached, the connection failed, or it timed out
+  4  log dump/verify found corrupt data
+
+Queues are named by name (resolved with GetQueueUrl) or by their full URL.
+Errors are printed on stderr (as JSON with --output json); results on stdout.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Operate a Sluice broker: queues, dead-letter queues, messages, logs",
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    #[command(flatten)]
+    conn: Conn,
+    /// Output format: `table` for people, `json` for scripts.
+    #[arg(
+        long,
+        short = 'o',
+        global = true,
+        value_enum,
+        default_value = "table",
+        env = "SLUICE_OUTPUT"
+    )]
+    output: Format,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How to reach the broker.
+#[derive(Args, Debug, Clone)]
+pub struct Conn {
+    /// The broker's native QUIC address.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_ENDPOINT",
+        default_value = "127.0.0.1:7400"
+    )]
+    pub endpoint: SocketAddr,
+    /// The broker's SQS HTTP address; used for redrive tasks, which the native protocol does
+    /// not carry yet.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_HTTP_ENDPOINT",
+        default_value = "127.0.0.1:9324"
+    )]
+    pub http_endpoint: SocketAddr,
+    /// PEM file of the certificate (or CA) to trust for QUIC; default: the self-signed
+    /// certificate of a local broker, `sluice-data/quic-selfsigned-cert.pem`.
+    #[arg(long, global = true, env = "SLUICE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// Do not verify the broker's certificate (throw-away local brokers only).
+    #[arg(long, global = true, env = "SLUICE_INSECURE")]
+    pub insecure: bool,
+    /// The name the broker's certificate must carry.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_SERVER_NAME",
+        default_value = "localhost"
+    )]
+    pub server_name: String,
+    /// Time allowed to connect and for each request (a receive adds its wait), milliseconds.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub timeout_ms: u64,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create, list, describe, update, purge and delete queues.
+    #[command(subcommand)]
+    Queue(QueueCmd),
+    /// Dead-letter queues: their sources, peeking at messages, redrive tasks.
+    #[command(subcommand)]
+    Dlq(DlqCmd),
+    /// Send messages: each BODY argument is one message; or --file, or stdin.
+    Send(SendArgs),
+    /// Receive messages (they stay invisible for the visibility timeout unless --delete).
+    Receive(ReceiveArgs),
+    /// Delete received messages by receipt handle.
+    Delete {
+        /// Queue name or URL.
+        queue: String,
+        /// Receipt handles from `sluice receive`.
+        #[arg(required = true)]
+        receipt_handles: Vec<String>,
+    },
+    /// Offline segment-log inspection (the broker need not run; nothing is written).
+    #[command(subcommand)]
+    Log(LogCmd),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(
+        after_help = "Example (bash): sluice completions bash > /etc/bash_completion.d/sluice"
+    )]
+    Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QueueCmd {
+    /// Create a queue (idempotent when the attributes match). A name ending in `.fifo` (or
+    /// --fifo) makes a FIFO queue.
+    Create {
+        name: String,
+        /// FIFO queue: appends `.fifo` to the name if missing and sets FifoQueue=true.
+        #[arg(long)]
+        fifo: bool,
+        /// Queue attribute, SQS name=value (VisibilityTimeout=30, RedrivePolicy='{...}', ...).
+        #[arg(long = "attr", value_name = "NAME=VALUE")]
+        attributes: Vec<String>,
+        /// Tag, key=value.
+        #[arg(long = "tag", value_name = "KEY=VALUE")]
+        tags: Vec<String>,
+    },
+    /// List queue URLs, optionally only those whose name starts with a prefix.
+    List {
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// Every attribute of a queue: counts (visible, in flight, delayed), settings, ARN.
+    Describe { queue: String },
+    /// Change queue attributes.
+    Update {
+        queue: String,
+        /// Queue attribute, SQS name=value.
+        #[arg(long = "attr", value_name = "NAME=VALUE", required = true)]
+        attributes: Vec<String>,
+    },
+    /// Delete every message of a queue.
+    Purge { queue: String },
+    /// Delete a queue and its messages.
+    Delete { queue: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DlqCmd {
+    /// Queues whose RedrivePolicy names this queue as their dead-letter queue.
+    Sources { queue: String },
+    /// Look at messages without consuming them. Implemented as a receive with visibility
+    /// timeout 0: the messages stay visible, but their receive count goes up by one (so a DLQ
+    /// that has its own RedrivePolicy may move them on).
+    Peek {
+        queue: String,
+        /// Messages to show, 1-10.
+        #[arg(long, default_value_t = 10)]
+        max: u32,
+    },
+    /// Redrive tasks: move messages out of a dead-letter queue (over the SQS HTTP API).
+    #[command(subcommand)]
+    Redrive(RedriveCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RedriveCmd {
+    /// Start moving the dead-letter queue's messages back to their sources (or --to a queue).
+    Start {
+        /// The dead-letter queue (name or URL).
+        queue: String,
+        /// Destination queue (name or URL); default: each message's original source queue.
+        #[arg(long)]
+        to: Option<String>,
+        /// Messages moved per second, 1-500; default: as fast as the broker allows.
+        #[arg(long)]
+        rate: Option<u32>,
+    },
+    /// The most recent redrive tasks of a dead-letter queue.
+    List {
+        queue: String,
+        /// Tasks to show, 1-10.
+        #[arg(long, default_value_t = 10)]
+        max: u32,
+    },
+    /// Cancel a running task by its handle (from `redrive start` or `redrive list`).
+    Cancel { task_handle: String },
+}
+
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    /// Queue name or URL.
+    pub queue: String,
+    /// Message bodies, one message each. With none and no --file, the body is read from stdin.
+    pub bodies: Vec<String>,
+    /// Read the body from this file (`-` for stdin).
+    #[arg(long, conflicts_with = "bodies")]
+    pub file: Option<PathBuf>,
+    /// With --file or stdin: one message per non-empty line instead of one for the whole input.
+    #[arg(long)]
+    pub lines: bool,
+    /// Message attribute: name=value (a String), or name:Type=value (Type: String, Number).
+    #[arg(long = "attr", value_name = "NAME[:TYPE]=VALUE")]
+    pub attributes: Vec<String>,
+    /// MessageGroupId (FIFO queues: the order group).
+    #[arg(long)]
+    pub group: Option<String>,
+    /// MessageDeduplicationId (FIFO queues: 5-minute exactly-once ingestion).
+    #[arg(long)]
+    pub dedup_id: Option<String>,
+    /// DelaySeconds, 0-900.
+    #[arg(long)]
+    pub delay: Option<u32>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReceiveArgs {
+    /// Queue name or URL.
+    pub queue: String,
+    /// Messages at most, 1-10.
+    #[arg(long, default_value_t = 1)]
+    pub max: u32,
+    /// Visibility timeout of the received messages, seconds (default: the queue's).
+    #[arg(long)]
+    pub visibility: Option<u32>,
+    /// Long-poll wait for the first message, 0-20 seconds.
+    #[arg(long, default_value_t = 0)]
+    pub wait: u32,
+    /// Delete each message after printing it (consume).
+    #[arg(long)]
+    pub delete: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum LogCmd {
+    /// Decode segments: each batch's position, offsets, timestamps, size and checksum (and
+    /// with --records each record). PATH: a data dir, a partition dir, or one `.log` file.
+    Dump {
+        path: PathBuf,
+        /// List the records of each batch.
+        #[arg(long)]
+        records: bool,
+        /// With --records: show the start of each value.
+        #[arg(long, requires = "records")]
+        values: bool,
+    },
+    /// Check every batch (header, xxh3 checksum, record structure, offset continuity) and the
+    /// offset indexes; exit code 4 if anything is corrupt. DIR: a data dir or partition dir.
+    Verify { path: PathBuf },
+}
+
+fn fail(format: Format, e: &CliError) -> i32 {
+    match format {
+        Format::Json => eprintln!(
+            "{}",
+            serde_json::json!({"error": {"kind": e.kind, "message": e.message, "exit_code": e.code}})
+        ),
+        Format::Table => eprintln!("sluice: {}", e.message),
+    }
+    e.code
+}
+
+fn run(cli: Cli) -> Result<i32, CliError> {
+    let format = cli.output;
+    match cli.command {
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut script);
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
+            Ok(exit::OK)
+        }
+        Command::Log(LogCmd::Dump {
+            path,
+            records,
+            values,
+        }) => {
+            let (v, corrupt) = logtool::dump(&path, records, values)?;
+            match format {
+                Format::Json => output::print(format, &v),
+                Format::Table => print!("{}", logtool::dump_text(&v)),
+            }
+            Ok(if corrupt { exit::CORRUPT } else { exit::OK })
+        }
+        Command::Log(LogCmd::Verify { path }) => {
+            let (v, corrupt) = logtool::verify(&path)?;
+            output::print(format, &v);
+            Ok(if corrupt { exit::CORRUPT } else { exit::OK })
+        }
+        Command::Queue(c) => net::run(&cli.conn, format, net::Op::Queue(c)),
+        Command::Dlq(c) => net::run(&cli.conn, format, net::Op::Dlq(c)),
+        Command::Send(a) => net::run(&cli.conn, format, net::Op::Send(a)),
+        Command::Receive(a) => net::run(&cli.conn, format, net::Op::Receive(a)),
+        Command::Delete {
+            queue,
+            receipt_handles,
+        } => net::run(
+            &cli.conn,
+            format,
+            net::Op::Delete {
+                queue,
+                receipt_handles,
+            },
+        ),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let format = cli.output;
+    let code = match run(cli) {
+        Ok(c) => c,
+        Err(e) => fail(format, &e),
+    };
+    std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

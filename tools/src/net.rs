@@ -1,0 +1,443 @@
+//! The commands that talk to a broker: queue admin and the data plane through the SDK (native
+//! protocol over QUIC), redrive tasks through the SQS HTTP API (JSON protocol), which is the one
+//! front end that carries them so far.
+
+use crate::output::{exit, print, CliError, Format};
+use crate::{Conn, DlqCmd, QueueCmd, ReceiveArgs, RedriveCmd, SendArgs};
+use serde_json::{json, Value};
+use sluice_sdk::types::{
+    AttributeMap, AttributeValue, ListDeadLetterSourceQueuesRequest, Message,
+    MessageAttributeValue, Request, Response, SendMessageRequest,
+};
+use sluice_sdk::{Client, ClientOptions, ReceiveOptions, Trust};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// Largest body read from a file or stdin (SQS's message size limit is 1 MiB; more is refused
+/// by the broker anyway, this bounds what the CLI buffers).
+pub const INPUT_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// Default certificate of a local broker started with the embedded defaults.
+pub const DEFAULT_CA_CERT: &str = "sluice-data/quic-selfsigned-cert.pem";
+
+pub enum Op {
+    Queue(QueueCmd),
+    Dlq(DlqCmd),
+    Send(SendArgs),
+    Receive(ReceiveArgs),
+    Delete {
+        queue: String,
+        receipt_handles: Vec<String>,
+    },
+}
+
+/// Runs one broker command on a current-thread tokio runtime.
+pub fn run(conn: &Conn, format: Format, op: Op) -> Result<i32, CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::connection(format!("cannot start the I/O runtime: {e}")))?;
+    let v = rt.block_on(async {
+        let client = connect(conn).await?;
+        let r = execute(&client, conn, op).await;
+        client.close().await;
+        r
+    })?;
+    print(format, &v);
+    Ok(exit::OK)
+}
+
+async fn connect(conn: &Conn) -> Result<Client, CliError> {
+    let trust = if conn.insecure {
+        Trust::DangerousSkipVerification
+    } else {
+        let path = conn
+            .ca_cert
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CA_CERT.into());
+        if !path.exists() {
+            return Err(CliError::usage(format!(
+                "no certificate to trust at {}: pass --ca-cert <PEM> (a broker's self-signed \
+                 certificate is <data dir>/quic-selfsigned-cert.pem) or --insecure",
+                path.display()
+            )));
+        }
+        Trust::PemFile(path)
+    };
+    let mut options = ClientOptions::new(trust);
+    options.server_name = conn.server_name.clone();
+    options.connect_timeout = Duration::from_millis(conn.timeout_ms);
+    options.request_timeout = Duration::from_millis(conn.timeout_ms);
+    options.retries = 1;
+    options.client_name = format!("sluice-cli/{}", env!("CARGO_PKG_VERSION"));
+    Ok(Client::connect(conn.endpoint, options).await?)
+}
+
+/// A queue argument: a URL as is, a name through GetQueueUrl.
+async fn resolve(client: &Client, queue: &str) -> Result<String, CliError> {
+    if queue.starts_with("http://") || queue.starts_with("https://") {
+        return Ok(queue.to_string());
+    }
+    Ok(client.get_queue_url(queue).await?)
+}
+
+fn name_of(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
+}
+
+fn pairs(list: &[String], what: &str) -> Result<BTreeMap<String, String>, CliError> {
+    list.iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| CliError::usage(format!("{what} `{kv}`: expected NAME=VALUE")))
+        })
+        .collect()
+}
+
+fn queue_urls(urls: Vec<String>) -> Value {
+    Value::Array(
+        urls.into_iter()
+            .map(|u| json!({"name": name_of(&u), "url": u}))
+            .collect(),
+    )
+}
+
+async fn execute(client: &Client, conn: &Conn, op: Op) -> Result<Value, CliError> {
+    match op {
+        Op::Queue(c) => queue(client, c).await,
+        Op::Dlq(c) => dlq(client, conn, c).await,
+        Op::Send(a) => send(client, a).await,
+        Op::Receive(a) => receive(client, a).await,
+        Op::Delete {
+            queue,
+            receipt_handles,
+        } => {
+            let url = resolve(client, &queue).await?;
+            let mut out = Vec::new();
+            for h in receipt_handles {
+                client.delete(&url, &h).await?;
+                out.push(json!({"receipt_handle": h, "result": "deleted"}));
+            }
+            Ok(Value::Array(out))
+        }
+    }
+}
+
+async fn queue(client: &Client, c: QueueCmd) -> Result<Value, CliError> {
+    match c {
+        QueueCmd::Create {
+            mut name,
+            fifo,
+            attributes,
+            tags,
+        } => {
+            let mut attrs: AttributeMap = pairs(&attributes, "attribute")?;
+            if fifo && !name.ends_with(".fifo") {
+                name.push_str(".fifo");
+            }
+            if name.ends_with(".fifo") {
+                attrs
+                    .entry("FifoQueue".into())
+                    .or_insert_with(|| "true".into());
+            }
+            let url = client
+                .create_queue_with(&name, attrs, pairs(&tags, "tag")?)
+                .await?;
+            Ok(json!({"name": name, "url": url}))
+        }
+        QueueCmd::List { prefix } => Ok(queue_urls(client.list_queues(&prefix).await?)),
+        QueueCmd::Describe { queue } => {
+            let url = resolve(client, &queue).await?;
+            let attrs = client.get_queue_attributes(&url, &["All"]).await?;
+            let mut m = serde_json::Map::new();
+            m.insert("QueueUrl".into(), Value::String(url));
+            for (k, v) in attrs {
+                m.insert(k, Value::String(v));
+            }
+            Ok(Value::Object(m))
+        }
+        QueueCmd::Update { queue, attributes } => {
+            let url = resolve(client, &queue).await?;
+            let attrs = pairs(&attributes, "attribute")?;
+            client.set_queue_attributes(&url, attrs.clone()).await?;
+            Ok(json!({"url": url, "updated": attrs}))
+        }
+        QueueCmd::Purge { queue } => {
+            let url = resolve(client, &queue).await?;
+            client.purge_queue(&url).await?;
+            Ok(json!({"url": url, "result": "purged"}))
+        }
+        QueueCmd::Delete { queue } => {
+            let url = resolve(client, &queue).await?;
+            client.delete_queue(&url).await?;
+            Ok(json!({"url": url, "result": "deleted"}))
+        }
+    }
+}
+
+async fn arn(client: &Client, url: &str) -> Result<String, CliError> {
+    client
+        .get_queue_attributes(url, &["QueueArn"])
+        .await?
+        .remove("QueueArn")
+        .ok_or_else(|| CliError::server(format!("{url}: the broker did not say its QueueArn")))
+}
+
+async fn dlq(client: &Client, conn: &Conn, c: DlqCmd) -> Result<Value, CliError> {
+    match c {
+        DlqCmd::Sources { queue } => {
+            let url = resolve(client, &queue).await?;
+            let mut urls = Vec::new();
+            let mut next_token = None;
+            loop {
+                let r = ListDeadLetterSourceQueuesRequest {
+                    queue_url: url.clone(),
+                    next_token: next_token.take(),
+                    max_results: Some(1000),
+                };
+                match client.call(Request::ListDeadLetterSourceQueues(r)).await? {
+                    Response::ListDeadLetterSourceQueues(r) => {
+                        urls.extend(r.queue_urls);
+                        match r.next_token {
+                            Some(t) => next_token = Some(t),
+                            None => break,
+                        }
+                    }
+                    other => return Err(CliError::server(format!("unexpected answer {other:?}"))),
+                }
+            }
+            Ok(queue_urls(urls))
+        }
+        DlqCmd::Peek { queue, max } => {
+            let url = resolve(client, &queue).await?;
+            let options = ReceiveOptions {
+                max_messages: Some(max),
+                wait_time_seconds: Some(0),
+                visibility_timeout: Some(0),
+                system_attribute_names: vec!["All".into()],
+                message_attribute_names: vec!["All".into()],
+            };
+            let got = client.receive(&url, options).await?;
+            Ok(Value::Array(got.iter().map(message).collect()))
+        }
+        DlqCmd::Redrive(r) => redrive(client, conn, r).await,
+    }
+}
+
+async fn redrive(client: &Client, conn: &Conn, c: RedriveCmd) -> Result<Value, CliError> {
+    match c {
+        RedriveCmd::Start { queue, to, rate } => {
+            let source = arn(client, &resolve(client, &queue).await?).await?;
+            let mut body = json!({"SourceArn": source});
+            if let Some(to) = to {
+                body["DestinationArn"] =
+                    Value::String(arn(client, &resolve(client, &to).await?).await?);
+            }
+            if let Some(r) = rate {
+                body["MaxNumberOfMessagesPerSecond"] = json!(r);
+            }
+            let r = sqs_http(conn, "StartMessageMoveTask", &body)?;
+            Ok(json!({"source_arn": source, "task_handle": r["TaskHandle"]}))
+        }
+        RedriveCmd::List { queue, max } => {
+            let source = arn(client, &resolve(client, &queue).await?).await?;
+            let r = sqs_http(
+                conn,
+                "ListMessageMoveTasks",
+                &json!({"SourceArn": source, "MaxResults": max}),
+            )?;
+            Ok(r["Results"].clone())
+        }
+        RedriveCmd::Cancel { task_handle } => {
+            let r = sqs_http(
+                conn,
+                "CancelMessageMoveTask",
+                &json!({"TaskHandle": task_handle}),
+            )?;
+            Ok(json!({
+                "task_handle": task_handle,
+                "messages_moved": r["ApproximateNumberOfMessagesMoved"],
+            }))
+        }
+    }
+}
+
+fn read_input(file: Option<&std::path::Path>) -> Result<String, CliError> {
+    let mut buf = Vec::new();
+    let what = match file {
+        Some(p) if p.as_os_str() != "-" => {
+            std::fs::File::open(p)
+                .and_then(|f| f.take(INPUT_BYTES_MAX).read_to_end(&mut buf))
+                .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
+            p.display().to_string()
+        }
+        _ => {
+            std::io::stdin()
+                .take(INPUT_BYTES_MAX)
+                .read_to_end(&mut buf)
+                .map_err(|e| CliError::usage(format!("stdin: {e}")))?;
+            "stdin".to_string()
+        }
+    };
+    String::from_utf8(buf).map_err(|_| CliError::usage(format!("{what}: not UTF-8 text")))
+}
+
+async fn send(client: &Client, a: SendArgs) -> Result<Value, CliError> {
+    let bodies: Vec<String> = if !a.bodies.is_empty() {
+        a.bodies.clone()
+    } else {
+        let text = read_input(a.file.as_deref())?;
+        if a.lines {
+            text.lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect()
+        } else {
+            // `echo body | sluice send q` means "body": one trailing newline is not content.
+            let body = text.strip_suffix('\n').unwrap_or(&text);
+            vec![body.strip_suffix('\r').unwrap_or(body).to_string()]
+        }
+    };
+    let mut attributes = BTreeMap::new();
+    for kv in &a.attributes {
+        let (k, v) = kv.split_once('=').ok_or_else(|| {
+            CliError::usage(format!("attribute `{kv}`: expected NAME[:TYPE]=VALUE"))
+        })?;
+        let (name, data_type) = k.split_once(':').unwrap_or((k, "String"));
+        attributes.insert(
+            name.to_string(),
+            MessageAttributeValue {
+                data_type: data_type.to_string(),
+                value: AttributeValue::String(v.to_string()),
+            },
+        );
+    }
+    let url = resolve(client, &a.queue).await?;
+    let mut out = Vec::new();
+    for body in bodies {
+        let mut attrs = BTreeMap::new();
+        for (k, v) in &attributes {
+            let v: &MessageAttributeValue = v;
+            attrs.insert(
+                k.clone(),
+                MessageAttributeValue {
+                    data_type: v.data_type.clone(),
+                    value: match &v.value {
+                        AttributeValue::String(s) => AttributeValue::String(s.clone()),
+                        AttributeValue::Binary(b) => AttributeValue::Binary(b.clone()),
+                    },
+                },
+            );
+        }
+        let r = client
+            .send_message(SendMessageRequest {
+                queue_url: url.clone(),
+                message_body: body,
+                delay_seconds: a.delay,
+                message_attributes: attrs,
+                message_system_attributes: BTreeMap::new(),
+                message_deduplication_id: a.dedup_id.clone(),
+                message_group_id: a.group.clone(),
+            })
+            .await?;
+        out.push(json!({
+            "message_id": r.message_id,
+            "md5_of_body": r.md5_of_message_body,
+            "sequence_number": r.sequence_number,
+        }));
+    }
+    Ok(Value::Array(out))
+}
+
+fn message(m: &Message) -> Value {
+    let attrs: serde_json::Map<String, Value> = m
+        .message_attributes
+        .iter()
+        .map(|(k, v)| {
+            let value = match &v.value {
+                AttributeValue::String(s) => Value::String(s.clone()),
+                AttributeValue::Binary(b) => json!(b),
+            };
+            (k.clone(), value)
+        })
+        .collect();
+    json!({
+        "message_id": m.message_id,
+        "body": m.body,
+        "receive_count": m.attributes.get("ApproximateReceiveCount"),
+        "sent_timestamp": m.attributes.get("SentTimestamp"),
+        "group": m.attributes.get("MessageGroupId"),
+        "attributes": attrs,
+        "receipt_handle": m.receipt_handle,
+    })
+}
+
+async fn receive(client: &Client, a: ReceiveArgs) -> Result<Value, CliError> {
+    let url = resolve(client, &a.queue).await?;
+    let options = ReceiveOptions {
+        max_messages: Some(a.max),
+        wait_time_seconds: Some(a.wait),
+        visibility_timeout: a.visibility,
+        system_attribute_names: vec!["All".into()],
+        message_attribute_names: vec!["All".into()],
+    };
+    let got = client.receive(&url, options).await?;
+    let mut out = Vec::new();
+    for m in &got {
+        let mut v = message(m);
+        if a.delete {
+            client.delete(&url, &m.receipt_handle).await?;
+            v["deleted"] = Value::Bool(true);
+        }
+        out.push(v);
+    }
+    Ok(Value::Array(out))
+}
+
+/// One SQS JSON-protocol request over HTTP/1.1 (no signature: for brokers with
+/// `SLUICE_AUTH=none`, the default). Answers the result object, or the error as a `CliError`.
+fn sqs_http(conn: &Conn, action: &str, body: &Value) -> Result<Value, CliError> {
+    let timeout = Duration::from_millis(conn.timeout_ms);
+    let addr = conn.http_endpoint;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| CliError::connection(format!("SQS HTTP API at {addr}: {e}")))?;
+    let io = |e: std::io::Error| CliError::connection(format!("SQS HTTP API at {addr}: {e}"));
+    s.set_read_timeout(Some(timeout)).map_err(io)?;
+    s.set_write_timeout(Some(timeout)).map_err(io)?;
+    let body = body.to_string();
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\nx-amz-target: AmazonSQS.{action}\r\n\
+         content-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(request.as_bytes()).map_err(io)?;
+    let mut answer = Vec::new();
+    s.take(INPUT_BYTES_MAX)
+        .read_to_end(&mut answer)
+        .map_err(io)?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, payload) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| CliError::connection(format!("SQS HTTP API at {addr}: no HTTP answer")))?;
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| CliError::connection(format!("SQS HTTP API at {addr}: bad status line")))?;
+    let v: Value = if payload.trim().is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(payload)
+            .map_err(|e| CliError::server(format!("{action}: answer is not JSON ({e})")))?
+    };
+    if status != 200 {
+        let code = v["__type"]
+            .as_str()
+            .map(|t| t.rsplit('#').next().unwrap_or(t).to_string())
+            .unwrap_or_else(|| format!("HTTP {status}"));
+        let message = v["message"].as_str().unwrap_or("").to_string();
+        return Err(CliError::server(format!("{code}: {message}")));
+    }
+    Ok(v)
+}

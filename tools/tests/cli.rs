@@ -1,0 +1,607 @@
+//! The real `sluice` binary against a real broker (in-process, on loopback ephemeral ports):
+//! every command, JSON output parsed and checked, exit codes; `log verify` on a real data dir
+//! and on one with a flipped byte.
+
+use serde_json::Value;
+use sluice_broker::config::BrokerConfig;
+use sluice_broker::server::{self, BrokerHandle};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bound on every CLI call (it has its own timeouts; this catches a hang).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+struct Broker {
+    handle: Option<BrokerHandle>,
+    dir: PathBuf,
+}
+
+impl Broker {
+    fn start(dir: &Path) -> Broker {
+        let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+        c.shards = 2;
+        c.default_partitions = 2;
+        c.http_addr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+        c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        let b = server::start(c).expect("start");
+        b.wait_ready().expect("ready");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(b.config.http_addr).is_err() {
+            assert!(Instant::now() < deadline, "HTTP API did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Broker {
+            handle: Some(b),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// The connection flags for this broker.
+    fn flags(&self) -> Vec<String> {
+        let c = &self.handle.as_ref().expect("running").config;
+        vec![
+            "--endpoint".into(),
+            c.quic_addr.to_string(),
+            "--http-endpoint".into(),
+            c.http_addr.to_string(),
+            "--ca-cert".into(),
+            self.dir
+                .join("quic-selfsigned-cert.pem")
+                .display()
+                .to_string(),
+            "--timeout-ms".into(),
+            "5000".into(),
+        ]
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut all: Vec<String> = self.flags();
+        all.extend(args.iter().map(|s| s.to_string()));
+        sluice(&all, None)
+    }
+
+    /// Runs with `--output json`, expects success, parses stdout.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let out = self.run(&all);
+        ok_json(&out, args)
+    }
+
+    fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs the binary with a bounded wait; `stdin` is written and closed if given.
+fn sluice<S: AsRef<std::ffi::OsStr>>(args: &[S], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env_remove("SLUICE_OUTPUT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice");
+    {
+        let mut i = child.stdin.take().expect("stdin");
+        if let Some(text) = stdin {
+            i.write_all(text.as_bytes()).expect("write stdin");
+        }
+    }
+    // Output is drained while the child runs (a big output would otherwise fill the pipe).
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(CALL_TIMEOUT) {
+        Ok(out) => out.expect("output"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!(
+                "sluice {:?} did not finish",
+                args.iter()
+                    .map(|a| a.as_ref().to_owned())
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
+fn ok_json(out: &Output, what: &[&str]) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "sluice {what:?}: stderr {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "sluice {what:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// The JSON error document on stderr of a failed `--output json` call.
+fn err_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stderr).unwrap_or_else(|e| {
+        panic!(
+            "stderr not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn describe(b: &Broker, q: &str) -> Value {
+    b.json(&["queue", "describe", q])
+}
+
+#[test]
+fn queue_admin_commands() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let b = Broker::start(dir.path());
+
+    let created = b.json(&[
+        "queue",
+        "create",
+        "orders",
+        "--attr",
+        "VisibilityTimeout=40",
+    ]);
+    assert_eq!(created["name"], "orders");
+    let url = created["url"].as_str().expect("url").to_string();
+    assert!(url.ends_with("/orders"), "{url}");
+    let fifo = b.json(&["queue", "create", "jobs", "--fifo"]);
+    assert_eq!(fifo["name"], "jobs.fifo");
+
+    let list = b.json(&["queue", "list"]);
+    let names: Vec<&str> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|q| q["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["jobs.fifo", "orders"]);
+    assert_eq!(
+        b.json(&["queue", "list", "--prefix", "ord"])
+            .as_array()
+            .expect("array")
+            .len(),
+        1
+    );
+
+    let d = describe(&b, "orders");
+    assert_eq!(d["QueueUrl"], url.as_str());
+    assert_eq!(d["VisibilityTimeout"], "40");
+    assert_eq!(d["ApproximateNumberOfMessages"], "0");
+    assert!(d["QueueArn"].as_str().expect("arn").ends_with(":orders"));
+    assert_eq!(
+        describe(&b, &url)["QueueUrl"],
+        url.as_str(),
+        "a URL works too"
+    );
+    assert_eq!(describe(&b, "jobs.fifo")["FifoQueue"], "true");
+
+    let u = b.json(&[
+        "queue",
+        "update",
+        "orders",
+        "--attr",
+        "VisibilityTimeout=45",
+    ]);
+    assert_eq!(u["updated"]["VisibilityTimeout"], "45");
+    assert_eq!(describe(&b, "orders")["VisibilityTimeout"], "45");
+
+    b.json(&["send", "orders", "a", "b"]);
+    assert_eq!(describe(&b, "orders")["ApproximateNumberOfMessages"], "2");
+    assert_eq!(b.json(&["queue", "purge", "orders"])["result"], "purged");
+    assert_eq!(describe(&b, "orders")["ApproximateNumberOfMessages"], "0");
+
+    assert_eq!(b.json(&["queue", "delete", "orders"])["result"], "deleted");
+    let gone = b.run(&["--output", "json", "queue", "describe", "orders"]);
+    assert_eq!(gone.status.code(), Some(1), "a server-side error exits 1");
+    let e = err_json(&gone);
+    assert_eq!(e["error"]["kind"], "server");
+    assert_eq!(e["error"]["exit_code"], 1);
+    assert!(e["error"]["message"]
+        .as_str()
+        .expect("message")
+        .contains("QueueDoesNotExist"));
+
+    // Table output for people: a header row and the queue.
+    let table = b.run(&["queue", "list"]);
+    assert_eq!(table.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.starts_with("NAME"), "{text}");
+    assert!(text.contains("jobs.fifo"), "{text}");
+}
+
+#[test]
+fn data_plane_send_receive_delete() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let b = Broker::start(dir.path());
+    b.json(&["queue", "create", "work"]);
+
+    let sent = b.json(&[
+        "send",
+        "work",
+        "one",
+        "two",
+        "--attr",
+        "color=red",
+        "--attr",
+        "n:Number=3",
+    ]);
+    assert_eq!(sent.as_array().expect("array").len(), 2);
+    assert!(sent[0]["message_id"]
+        .as_str()
+        .is_some_and(|s| !s.is_empty()));
+    assert_eq!(sent[0]["md5_of_body"], "f97c5d29941bfb1b2fdab0874906ab82"); // md5("one")
+
+    let file = dir.path().join("body.txt");
+    std::fs::write(&file, "from a file").expect("write");
+    b.json(&["send", "work", "--file", file.to_str().expect("utf-8")]);
+
+    let mut args = b.flags();
+    args.extend(["--output", "json", "send", "work", "--lines"].map(String::from));
+    let piped = sluice(&args, Some("line 1\nline 2\n\n"));
+    assert_eq!(
+        ok_json(&piped, &["send --lines"])
+            .as_array()
+            .expect("array")
+            .len(),
+        2
+    );
+    let mut args = b.flags();
+    args.extend(["--output", "json", "send", "work"].map(String::from));
+    ok_json(&sluice(&args, Some("whole stdin\n")), &["send stdin"]);
+
+    let got = b.json(&[
+        "receive",
+        "work",
+        "--max",
+        "10",
+        "--visibility",
+        "60",
+        "--wait",
+        "1",
+    ]);
+    let mut got: Vec<Value> = got.as_array().expect("array").clone();
+    // One receive may come from one partition only: collect the rest.
+    for _ in 0..10 {
+        if got.len() >= 6 {
+            break;
+        }
+        let more = b.json(&[
+            "receive",
+            "work",
+            "--max",
+            "10",
+            "--visibility",
+            "60",
+            "--wait",
+            "1",
+        ]);
+        got.extend(more.as_array().expect("array").iter().cloned());
+    }
+    let mut bodies: Vec<&str> = got
+        .iter()
+        .map(|m| m["body"].as_str().expect("body"))
+        .collect();
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        [
+            "from a file",
+            "line 1",
+            "line 2",
+            "one",
+            "two",
+            "whole stdin"
+        ]
+    );
+    let one = got.iter().find(|m| m["body"] == "one").expect("one");
+    assert_eq!(one["attributes"]["color"], "red");
+    assert_eq!(one["attributes"]["n"], "3");
+    assert_eq!(one["receive_count"], "1");
+    let d = describe(&b, "work");
+    assert_eq!(d["ApproximateNumberOfMessagesNotVisible"], "6");
+
+    let handles: Vec<&str> = got
+        .iter()
+        .take(5)
+        .map(|m| m["receipt_handle"].as_str().expect("handle"))
+        .collect();
+    let mut args = vec!["delete", "work"];
+    args.extend(&handles);
+    let deleted = b.json(&args);
+    assert_eq!(deleted.as_array().expect("array").len(), 5);
+    assert_eq!(
+        describe(&b, "work")["ApproximateNumberOfMessagesNotVisible"],
+        "1"
+    );
+
+    let bad = b.run(&["delete", "work", "not-a-receipt-handle"]);
+    assert_eq!(bad.status.code(), Some(1));
+
+    // receive --delete consumes.
+    b.json(&["send", "work", "consume me"]);
+    let mut consumed = Vec::new();
+    for _ in 0..10 {
+        let r = b.json(&["receive", "work", "--delete", "--wait", "1"]);
+        consumed.extend(r.as_array().expect("array").iter().cloned());
+        if !consumed.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(consumed[0]["body"], "consume me");
+    assert_eq!(consumed[0]["deleted"], true);
+    let d = describe(&b, "work");
+    assert_eq!(d["ApproximateNumberOfMessages"], "0");
+}
+
+#[test]
+fn dlq_sources_peek_and_redrive() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let b = Broker::start(dir.path());
+    let dlq = b.json(&["queue", "create", "dead"]);
+    let dlq_arn = describe(&b, "dead")["QueueArn"]
+        .as_str()
+        .expect("arn")
+        .to_string();
+    let policy = format!(
+        "RedrivePolicy={{\"deadLetterTargetArn\":\"{dlq_arn}\",\"maxReceiveCount\":\"1\"}}"
+    );
+    b.json(&["queue", "create", "live", "--attr", &policy]);
+
+    let sources = b.json(&["dlq", "sources", "dead"]);
+    assert_eq!(sources[0]["name"], "live");
+    assert_eq!(sources.as_array().expect("array").len(), 1);
+
+    b.json(&["send", "live", "poison"]);
+    // Received once with visibility 0, then again: over maxReceiveCount, it moves to the DLQ.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        b.json(&["receive", "live", "--visibility", "0", "--max", "10"]);
+        if describe(&b, "dead")["ApproximateNumberOfMessages"] == "1" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the message did not reach the DLQ"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let peeked = b.json(&["dlq", "peek", "dead"]);
+    assert_eq!(peeked[0]["body"], "poison");
+    // Peek leaves the message visible.
+    assert_eq!(describe(&b, "dead")["ApproximateNumberOfMessages"], "1");
+
+    let started = b.json(&["dlq", "redrive", "start", "dead"]);
+    assert!(started["task_handle"]
+        .as_str()
+        .is_some_and(|h| !h.is_empty()));
+    assert_eq!(started["source_arn"], dlq_arn.as_str());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let tasks = b.json(&["dlq", "redrive", "list", "dead"]);
+        if tasks[0]["Status"] == "COMPLETED" {
+            assert_eq!(tasks[0]["ApproximateNumberOfMessagesMoved"], 1);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redrive did not complete: {tasks}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(describe(&b, "live")["ApproximateNumberOfMessages"], "1");
+    assert_eq!(describe(&b, "dead")["ApproximateNumberOfMessages"], "0");
+
+    let cancel = b.run(&[
+        "--output",
+        "json",
+        "dlq",
+        "redrive",
+        "cancel",
+        "no-such-task",
+    ]);
+    assert_eq!(
+        cancel.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&cancel.stderr)
+    );
+    assert_eq!(err_json(&cancel)["error"]["kind"], "server");
+    let _ = dlq;
+}
+
+#[test]
+fn usage_and_connection_errors_have_their_exit_codes() {
+    // Usage: clap's errors exit 2.
+    assert_eq!(
+        sluice(&["queue", "frobnicate"], None).status.code(),
+        Some(2)
+    );
+    assert_eq!(sluice(&["send"], None).status.code(), Some(2));
+    // Usage: nothing to trust.
+    let out = sluice(
+        &[
+            "--output",
+            "json",
+            "--ca-cert",
+            "/nonexistent/cert.pem",
+            "queue",
+            "list",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(err_json(&out)["error"]["kind"], "usage");
+
+    // Connection: nothing listens (a QUIC handshake to a closed UDP port times out).
+    let port = free_port();
+    let out = sluice(
+        &[
+            "--output",
+            "json",
+            "--insecure",
+            "--endpoint",
+            &format!("127.0.0.1:{port}"),
+            "--timeout-ms",
+            "500",
+            "queue",
+            "list",
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(err_json(&out)["error"]["kind"], "connection");
+
+    // Help explains the commands and the exit codes; completions are generated.
+    let help = sluice(&["--help"], None);
+    let text = String::from_utf8_lossy(&help.stdout);
+    for word in [
+        "queue",
+        "dlq",
+        "send",
+        "receive",
+        "delete",
+        "log",
+        "Exit codes",
+        "connection",
+    ] {
+        assert!(text.contains(word), "help lacks {word}: {text}");
+    }
+    let peek_help = sluice(&["dlq", "peek", "--help"], None);
+    assert!(String::from_utf8_lossy(&peek_help.stdout).contains("visibility timeout 0"));
+    let bash = sluice(&["completions", "bash"], None);
+    assert_eq!(bash.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&bash.stdout).contains("_sluice"));
+}
+
+/// The first segment file with data of some queue partition under `data`.
+fn a_queue_segment(data: &Path) -> PathBuf {
+    let mut found = Vec::new();
+    for q in std::fs::read_dir(data.join("queues")).expect("queues dir") {
+        for p in std::fs::read_dir(q.expect("entry").path()).expect("queue dir") {
+            let seg = p.expect("entry").path().join("00000000000000000000.log");
+            if seg.exists() {
+                found.push(seg);
+            }
+        }
+    }
+    found.sort();
+    found
+        .into_iter()
+        .find(|s| {
+            std::fs::read(s).expect("read")[..8] == [0u8; 8]
+                && std::fs::read(s).expect("read")[12..16] == *b"SLB1"
+        })
+        .expect("a segment with a batch")
+}
+
+#[test]
+fn log_dump_and_verify_offline() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut b = Broker::start(dir.path());
+    b.json(&["queue", "create", "logged"]);
+    for i in 0..5 {
+        b.json(&["send", "logged", &format!("message {i}")]);
+    }
+    b.stop();
+    let data = dir.path().to_str().expect("utf-8").to_string();
+
+    let v = ok_json(
+        &sluice(&["--output", "json", "log", "verify", &data], None),
+        &["verify"],
+    );
+    let segs = v.as_array().expect("array");
+    assert!(segs.len() >= 3, "meta + 2 partitions: {v}");
+    assert!(segs.iter().all(|s| s["status"] == "ok"), "{v}");
+    let batches: u64 = segs[1..]
+        .iter()
+        .map(|s| s["batches"].as_u64().expect("n"))
+        .sum();
+    assert!(batches >= 5, "{v}");
+
+    let seg = a_queue_segment(dir.path());
+    let seg_s = seg.to_str().expect("utf-8");
+    let dump = ok_json(
+        &sluice(
+            &[
+                "--output",
+                "json",
+                "log",
+                "dump",
+                seg_s,
+                "--records",
+                "--values",
+            ],
+            None,
+        ),
+        &["dump"],
+    );
+    let first = &dump[0]["batch_list"][0];
+    assert_eq!(first["position"], 0);
+    assert_eq!(first["base_offset"], 0);
+    assert!(first["size_bytes"].as_u64().expect("size") > 56);
+    assert!(first["first_timestamp_ms"].as_i64().expect("ts") > 0);
+    assert!(first["record_list"][0]["value_bytes"].as_u64().expect("n") > 0);
+    let text = sluice(&["log", "dump", seg_s], None);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("batch position=0 offsets=0..="));
+
+    // Flip one byte inside the first batch's checksummed bytes.
+    let mut bytes = std::fs::read(&seg).expect("read");
+    bytes[60] ^= 0x40;
+    std::fs::write(&seg, &bytes).expect("write");
+    let bad = sluice(&["--output", "json", "log", "verify", &data], None);
+    assert_eq!(bad.status.code(), Some(4), "corruption exits 4");
+    let v: Value = serde_json::from_slice(&bad.stdout).expect("JSON");
+    let corrupt: Vec<&Value> = v
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter(|s| s["status"] == "CORRUPT")
+        .collect();
+    assert_eq!(corrupt.len(), 1, "{v}");
+    assert_eq!(corrupt[0]["segment"], seg_s);
+    assert!(
+        corrupt[0]["problems"]
+            .as_str()
+            .expect("text")
+            .contains("checksum"),
+        "{v}"
+    );
+    assert_eq!(sluice(&["log", "dump", seg_s], None).status.code(), Some(4));
+
+    let missing = sluice(&["log", "verify", "/nonexistent/dir"], None);
+    assert_eq!(missing.status.code(), Some(2));
+}

@@ -21,6 +21,7 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 struct Broker {
     _handle: BrokerHandle,
     addr: SocketAddr,
+    metrics: SocketAddr,
     cert: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -36,12 +37,15 @@ fn broker() -> &'static Broker {
         c.default_partitions = 2;
         c.http_addr = "127.0.0.1:0".parse().expect("addr");
         c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+        c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
         let handle = sluice_broker::server::start(c).expect("start");
         handle.wait_ready().expect("ready");
         let addr = handle.quic_addr();
+        let metrics = handle.config.metrics_addr;
         assert_ne!(addr.port(), 0, "the picked port is exposed");
         Broker {
             addr,
+            metrics,
             cert: dir.path().join("quic-selfsigned-cert.pem"),
             _handle: handle,
             _dir: dir,
@@ -617,6 +621,7 @@ fn graceful_shutdown_ends_idle_streams_and_clients_get_typed_errors() {
     c.default_partitions = 1;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
     let handle = sluice_broker::server::start(c).expect("start");
     handle.wait_ready().expect("ready");
     let addr = handle.quic_addr();
@@ -816,4 +821,35 @@ fn dead_letters_are_redriven_by_a_move_task() {
             .expect_err("unknown handle");
         assert!(e.code().is_some(), "{e:?}");
     });
+}
+
+#[test]
+fn native_requests_and_errors_are_counted_in_metrics() {
+    use std::io::{Read, Write};
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("counted").await.expect("create");
+        c.send(&q, "x").await.expect("send");
+        c.get_queue_url("not-there").await.expect_err("missing");
+    });
+    let mut s = std::net::TcpStream::connect(broker().metrics).expect("metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("read");
+    assert!(
+        body.lines().any(|l| l.starts_with("sluice_requests_total")
+            && l.contains("frontend=\"native\"")
+            && l.contains("action=\"SendMessage\"")),
+        "{body}"
+    );
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("sluice_request_errors_total")
+                && l.contains("frontend=\"native\"")
+                && l.contains("code=\"QueueDoesNotExist\"")),
+        "{body}"
+    );
 }

@@ -582,6 +582,8 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         // otherwise lease a message for a receiver that cannot get it (the message would stay
         // invisible for its visibility timeout).
         let connection = in_flight.connection.clone();
+        let started = std::time::Instant::now();
+        let kind = request.kind();
         let response = {
             let work = std::pin::pin!(handlers::handle(&connection.ctx, request));
             let closed = std::pin::pin!(connection.quic.closed());
@@ -590,6 +592,15 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
                 futures::future::Either::Right(_) => return,
             }
         };
+        let error = match &response {
+            Response::Error(e) => Some(crate::metrics::ErrorKey::Native(e.code)),
+            _ => None,
+        };
+        crate::metrics::record_request(
+            crate::metrics::Action::Native(kind),
+            started.elapsed(),
+            error,
+        );
         let frame = match encode_response(id, &response) {
             Ok(f) => f,
             Err(e) => {

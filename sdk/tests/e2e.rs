@@ -853,3 +853,60 @@ fn native_requests_and_errors_are_counted_in_metrics() {
         "{body}"
     );
 }
+
+#[test]
+fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A CA and a client certificate it signed, as PEM files.
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA cert");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let client_key = rcgen::KeyPair::generate().expect("client key");
+    let client_cert = rcgen::CertificateParams::new(vec!["sdk-client".to_string()])
+        .expect("client params")
+        .signed_by(&client_key, &issuer)
+        .expect("client cert");
+    let ca_path = dir.path().join("clients-ca.pem");
+    let cert_path = dir.path().join("client.pem");
+    let key_path = dir.path().join("client-key.pem");
+    std::fs::write(&ca_path, ca_cert.pem()).expect("write");
+    std::fs::write(&cert_path, client_cert.pem()).expect("write");
+    std::fs::write(&key_path, client_key.serialize_pem()).expect("write");
+
+    let data = dir.path().join("data");
+    let mut c = BrokerConfig::embedded(data.clone()).expect("config");
+    c.shards = 1;
+    c.default_partitions = 1;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_tls.client_ca_path = Some(ca_path);
+    let handle = sluice_broker::server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    let addr = handle.quic_addr();
+    let trust = Trust::PemFile(data.join("quic-selfsigned-cert.pem"));
+    run(async move {
+        let options = ClientOptions {
+            identity: Some(sluice_sdk::ClientIdentity {
+                cert_path,
+                key_path,
+            }),
+            ..ClientOptions::new(trust.clone())
+        };
+        let c = Client::connect(addr, options).await.expect("mTLS connect");
+        c.create_queue("mtls").await.expect("served");
+        let anonymous = ClientOptions {
+            connect_timeout: Duration::from_secs(2),
+            retries: 0,
+            ..ClientOptions::new(trust)
+        };
+        let e = Client::connect(addr, anonymous)
+            .await
+            .err()
+            .expect("no client certificate");
+        assert!(matches!(e, Error::Connect(_)), "{e:?}");
+    });
+    handle.shutdown();
+}

@@ -56,15 +56,6 @@ pub struct Conn {
         default_value = "127.0.0.1:7400"
     )]
     pub endpoint: SocketAddr,
-    /// The broker's SQS HTTP address; used for redrive tasks, which the native protocol does
-    /// not carry yet.
-    #[arg(
-        long,
-        global = true,
-        env = "SLUICE_HTTP_ENDPOINT",
-        default_value = "127.0.0.1:9324"
-    )]
-    pub http_endpoint: SocketAddr,
     /// PEM file of the certificate (or CA) to trust for QUIC; default: the self-signed
     /// certificate of a local broker, `sluice-data/quic-selfsigned-cert.pem`.
     #[arg(long, global = true, env = "SLUICE_CA_CERT")]
@@ -169,7 +160,7 @@ pub enum DlqCmd {
         #[arg(long, default_value_t = 10)]
         max: u32,
     },
-    /// Redrive tasks: move messages out of a dead-letter queue (over the SQS HTTP API).
+    /// Redrive tasks: move messages out of a dead-letter queue.
     #[command(subcommand)]
     Redrive(RedriveCmd),
 }

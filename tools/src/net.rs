@@ -1,17 +1,18 @@
-//! The commands that talk to a broker: queue admin and the data plane through the SDK (native
-//! protocol over QUIC), redrive tasks through the SQS HTTP API (JSON protocol), which is the one
-//! front end that carries them so far.
+//! The commands that talk to a broker: queue admin, dead-letter queues, redrive tasks and the
+//! data plane, all through the SDK (native protocol over QUIC). Operations the SDK has no
+//! method for (DLQ sources, move tasks) go through `Client::call` with the wire's request types.
 
 use crate::output::{exit, print, CliError, Format};
 use crate::{Conn, DlqCmd, QueueCmd, ReceiveArgs, RedriveCmd, SendArgs};
 use serde_json::{json, Value};
 use sluice_sdk::types::{
-    AttributeMap, AttributeValue, ListDeadLetterSourceQueuesRequest, Message,
-    MessageAttributeValue, Request, Response, SendMessageRequest,
+    AttributeMap, AttributeValue, CancelMessageMoveTaskRequest, ListDeadLetterSourceQueuesRequest,
+    ListMessageMoveTasksRequest, Message, MessageAttributeValue, Request, Response,
+    SendMessageRequest, StartMessageMoveTaskRequest,
 };
 use sluice_sdk::{Client, ClientOptions, ReceiveOptions, Trust};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::time::Duration;
 
 /// Largest body read from a file or stdin (SQS's message size limit is 1 MiB; more is refused
@@ -39,7 +40,7 @@ pub fn run(conn: &Conn, format: Format, op: Op) -> Result<i32, CliError> {
         .map_err(|e| CliError::connection(format!("cannot start the I/O runtime: {e}")))?;
     let v = rt.block_on(async {
         let client = connect(conn).await?;
-        let r = execute(&client, conn, op).await;
+        let r = execute(&client, op).await;
         client.close().await;
         r
     })?;
@@ -103,10 +104,10 @@ fn queue_urls(urls: Vec<String>) -> Value {
     )
 }
 
-async fn execute(client: &Client, conn: &Conn, op: Op) -> Result<Value, CliError> {
+async fn execute(client: &Client, op: Op) -> Result<Value, CliError> {
     match op {
         Op::Queue(c) => queue(client, c).await,
-        Op::Dlq(c) => dlq(client, conn, c).await,
+        Op::Dlq(c) => dlq(client, c).await,
         Op::Send(a) => send(client, a).await,
         Op::Receive(a) => receive(client, a).await,
         Op::Delete {
@@ -184,7 +185,7 @@ async fn arn(client: &Client, url: &str) -> Result<String, CliError> {
         .ok_or_else(|| CliError::server(format!("{url}: the broker did not say its QueueArn")))
 }
 
-async fn dlq(client: &Client, conn: &Conn, c: DlqCmd) -> Result<Value, CliError> {
+async fn dlq(client: &Client, c: DlqCmd) -> Result<Value, CliError> {
     match c {
         DlqCmd::Sources { queue } => {
             let url = resolve(client, &queue).await?;
@@ -221,44 +222,70 @@ async fn dlq(client: &Client, conn: &Conn, c: DlqCmd) -> Result<Value, CliError>
             let got = client.receive(&url, options).await?;
             Ok(Value::Array(got.iter().map(message).collect()))
         }
-        DlqCmd::Redrive(r) => redrive(client, conn, r).await,
+        DlqCmd::Redrive(r) => redrive(client, r).await,
     }
 }
 
-async fn redrive(client: &Client, conn: &Conn, c: RedriveCmd) -> Result<Value, CliError> {
+async fn redrive(client: &Client, c: RedriveCmd) -> Result<Value, CliError> {
+    let unexpected = |r: Response| CliError::server(format!("unexpected answer {r:?}"));
     match c {
         RedriveCmd::Start { queue, to, rate } => {
-            let source = arn(client, &resolve(client, &queue).await?).await?;
-            let mut body = json!({"SourceArn": source});
-            if let Some(to) = to {
-                body["DestinationArn"] =
-                    Value::String(arn(client, &resolve(client, &to).await?).await?);
+            let source_arn = arn(client, &resolve(client, &queue).await?).await?;
+            let destination_arn = match to {
+                Some(to) => Some(arn(client, &resolve(client, &to).await?).await?),
+                None => None,
+            };
+            let r = StartMessageMoveTaskRequest {
+                source_arn: source_arn.clone(),
+                destination_arn,
+                max_number_of_messages_per_second: rate,
+            };
+            match client.call(Request::StartMessageMoveTask(r)).await? {
+                Response::StartMessageMoveTask(r) => {
+                    Ok(json!({"source_arn": source_arn, "task_handle": r.task_handle}))
+                }
+                other => Err(unexpected(other)),
             }
-            if let Some(r) = rate {
-                body["MaxNumberOfMessagesPerSecond"] = json!(r);
-            }
-            let r = sqs_http(conn, "StartMessageMoveTask", &body)?;
-            Ok(json!({"source_arn": source, "task_handle": r["TaskHandle"]}))
         }
         RedriveCmd::List { queue, max } => {
-            let source = arn(client, &resolve(client, &queue).await?).await?;
-            let r = sqs_http(
-                conn,
-                "ListMessageMoveTasks",
-                &json!({"SourceArn": source, "MaxResults": max}),
-            )?;
-            Ok(r["Results"].clone())
+            let source_arn = arn(client, &resolve(client, &queue).await?).await?;
+            let r = ListMessageMoveTasksRequest {
+                source_arn,
+                max_results: Some(max),
+            };
+            match client.call(Request::ListMessageMoveTasks(r)).await? {
+                Response::ListMessageMoveTasks(r) => Ok(Value::Array(
+                    r.results
+                        .into_iter()
+                        .map(|t| {
+                            json!({
+                                "task_handle": t.task_handle,
+                                "status": format!("{:?}", t.status).to_uppercase(),
+                                "source_arn": t.source_arn,
+                                "destination_arn": t.destination_arn,
+                                "rate": t.max_number_of_messages_per_second,
+                                "moved": t.approximate_number_of_messages_moved,
+                                "to_move": t.approximate_number_of_messages_to_move,
+                                "failure_reason": t.failure_reason,
+                                "started_ms": t.started_timestamp,
+                            })
+                        })
+                        .collect(),
+                )),
+                other => Err(unexpected(other)),
+            }
         }
         RedriveCmd::Cancel { task_handle } => {
-            let r = sqs_http(
-                conn,
-                "CancelMessageMoveTask",
-                &json!({"TaskHandle": task_handle}),
-            )?;
-            Ok(json!({
-                "task_handle": task_handle,
-                "messages_moved": r["ApproximateNumberOfMessagesMoved"],
-            }))
+            let r = CancelMessageMoveTaskRequest {
+                task_handle: task_handle.clone(),
+            };
+            match client.call(Request::CancelMessageMoveTask(r)).await? {
+                Response::CancelMessageMoveTask(r) => Ok(json!({
+                    "task_handle": task_handle,
+                    "messages_moved": r.approximate_number_of_messages_moved,
+                })),
+                other => Err(unexpected(other)),
+            }
         }
     }
 }
@@ -393,51 +420,4 @@ async fn receive(client: &Client, a: ReceiveArgs) -> Result<Value, CliError> {
         out.push(v);
     }
     Ok(Value::Array(out))
-}
-
-/// One SQS JSON-protocol request over HTTP/1.1 (no signature: for brokers with
-/// `SLUICE_AUTH=none`, the default). Answers the result object, or the error as a `CliError`.
-fn sqs_http(conn: &Conn, action: &str, body: &Value) -> Result<Value, CliError> {
-    let timeout = Duration::from_millis(conn.timeout_ms);
-    let addr = conn.http_endpoint;
-    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|e| CliError::connection(format!("SQS HTTP API at {addr}: {e}")))?;
-    let io = |e: std::io::Error| CliError::connection(format!("SQS HTTP API at {addr}: {e}"));
-    s.set_read_timeout(Some(timeout)).map_err(io)?;
-    s.set_write_timeout(Some(timeout)).map_err(io)?;
-    let body = body.to_string();
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\nx-amz-target: AmazonSQS.{action}\r\n\
-         content-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(request.as_bytes()).map_err(io)?;
-    let mut answer = Vec::new();
-    s.take(INPUT_BYTES_MAX)
-        .read_to_end(&mut answer)
-        .map_err(io)?;
-    let text = String::from_utf8_lossy(&answer);
-    let (head, payload) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| CliError::connection(format!("SQS HTTP API at {addr}: no HTTP answer")))?;
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| CliError::connection(format!("SQS HTTP API at {addr}: bad status line")))?;
-    let v: Value = if payload.trim().is_empty() {
-        json!({})
-    } else {
-        serde_json::from_str(payload)
-            .map_err(|e| CliError::server(format!("{action}: answer is not JSON ({e})")))?
-    };
-    if status != 200 {
-        let code = v["__type"]
-            .as_str()
-            .map(|t| t.rsplit('#').next().unwrap_or(t).to_string())
-            .unwrap_or_else(|| format!("HTTP {status}"));
-        let message = v["message"].as_str().unwrap_or("").to_string();
-        return Err(CliError::server(format!("{code}: {message}")));
-    }
-    Ok(v)
 }

@@ -53,8 +53,6 @@ impl Broker {
         vec![
             "--endpoint".into(),
             c.quic_addr.to_string(),
-            "--http-endpoint".into(),
-            c.http_addr.to_string(),
             "--ca-cert".into(),
             self.dir
                 .join("quic-selfsigned-cert.pem")
@@ -407,8 +405,8 @@ fn dlq_sources_peek_and_redrive() {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let tasks = b.json(&["dlq", "redrive", "list", "dead"]);
-        if tasks[0]["Status"] == "COMPLETED" {
-            assert_eq!(tasks[0]["ApproximateNumberOfMessagesMoved"], 1);
+        if tasks[0]["status"] == "COMPLETED" {
+            assert_eq!(tasks[0]["moved"], 1);
             break;
         }
         assert!(

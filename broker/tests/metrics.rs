@@ -278,6 +278,21 @@ fn metrics_move_with_operations_and_health_answers() {
     assert!(sum(&after, "sluice_log_segments", &[]) >= 2.0);
     assert!(sum(&after, "sluice_log_size_bytes", &[]) > 0.0);
     assert!(sum(&after, "sluice_uptime_seconds", &[]) > 0.0);
+    // Every durable command waited for a commit; the executors did work.
+    assert!(sum(&after, "sluice_log_durable_wait_seconds_count", &[]) >= 5.0);
+    assert_eq!(
+        sum(&after, "sluice_log_durable_wait_seconds_count", &[]),
+        sum(
+            &after,
+            "sluice_log_durable_wait_seconds_bucket",
+            &[("le", "+Inf")]
+        )
+    );
+    assert!(sum(&after, "sluice_shard_busy_seconds_total", &[]) > 0.0);
+    assert!(
+        sum(&after, "sluice_shard_busy_seconds_total", &[])
+            >= sum(&before, "sluice_shard_busy_seconds_total", &[])
+    );
     broker.shutdown();
 }
 

@@ -6,7 +6,8 @@
 //! |---|---|---|
 //! | front ends (`http`, `native`) | requests by action, errors by code, latency histogram | a thread-local [`Local`] per shard executor: plain `Cell`/`RefCell`, no atomics |
 //! | `shard::partition` | messages sent, received, deleted, dead-lettered, redriven | [`PartitionOps`] cells in each partition actor |
-//! | on scrape | visible, in flight, delayed; log commits, fsyncs, segments, bytes | read from the engine and the `Log` of each partition |
+//! | `shard::partition` | durable wait (stage → fdatasync) histogram | the thread-local [`Local`] |
+//! | on scrape | visible, in flight, delayed; log commits, fsyncs, segments, bytes; executor busy time | read from the engine, each partition's `Log`, glommio's executor stats |
 //!
 //! Nothing on the request path crosses cores: a scrape asks every shard for a
 //! [`ShardSnapshot`] over the mesh (one message per shard) and renders on shard 0.
@@ -91,11 +92,29 @@ pub struct RequestStats {
     pub buckets: [u64; LATENCY_BUCKETS_US.len() + 1],
 }
 
-/// One shard executor's request counters. Thread-local: each shard's thread has its own.
+impl RequestStats {
+    fn observe(&mut self, elapsed: Duration) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        let bucket = LATENCY_BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(LATENCY_BUCKETS_US.len());
+        self.count += 1;
+        self.duration_us_sum = self.duration_us_sum.saturating_add(us);
+        self.buckets[bucket] += 1;
+    }
+}
+
+/// One shard executor's counters. Thread-local: each shard's thread has its own.
 #[derive(Default)]
 pub struct Local {
     requests: RefCell<HashMap<Action, RequestStats>>,
     errors: RefCell<HashMap<ErrorKey, u64>>,
+    /// From staging records in a partition log to their fdatasync (group-commit wait included).
+    durable_wait: RefCell<RequestStats>,
+    /// glommio's executor run time, accumulated (its stats reset on every read).
+    busy: Cell<Duration>,
+    tasks: Cell<u64>,
 }
 
 thread_local! {
@@ -104,22 +123,20 @@ thread_local! {
 
 /// Counts one request answered by a front end on this shard.
 pub fn record_request(action: Action, elapsed: Duration, error: Option<ErrorKey>) {
-    let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-    let bucket = LATENCY_BUCKETS_US
-        .iter()
-        .position(|b| us <= *b)
-        .unwrap_or(LATENCY_BUCKETS_US.len());
     LOCAL.with(|l| {
         let mut reqs = l.requests.borrow_mut();
         let s = reqs.entry(action).or_default();
-        s.count += 1;
-        s.duration_us_sum = s.duration_us_sum.saturating_add(us);
-        s.buckets[bucket] += 1;
+        s.observe(elapsed);
         if let Some(e) = error {
             s.errors += 1;
             *l.errors.borrow_mut().entry(e).or_default() += 1;
         }
     });
+}
+
+/// Counts one wait for records to become durable (a partition command's commit).
+pub fn record_durable_wait(elapsed: Duration) {
+    LOCAL.with(|l| l.durable_wait.borrow_mut().observe(elapsed));
 }
 
 /// Message counts of one partition, kept by its actor (single-threaded: plain cells).
@@ -205,11 +222,24 @@ pub struct ShardSnapshot {
     pub shard: usize,
     pub requests: Vec<(Action, RequestStats)>,
     pub errors: Vec<(ErrorKey, u64)>,
+    pub durable_wait: RequestStats,
+    /// Time the executor spent running tasks and polling I/O (not spinning or parked).
+    pub busy: Duration,
+    pub tasks_executed: u64,
     pub partitions: Vec<PartitionSnapshot>,
 }
 
-/// This thread's request counters plus the given partitions.
+/// This thread's counters plus the given partitions. On a glommio executor thread (a shard).
 pub fn local_snapshot(shard: usize, partitions: Vec<PartitionSnapshot>) -> ShardSnapshot {
+    let stats = glommio::executor().executor_stats();
+    LOCAL.with(|l| {
+        l.busy.set(l.busy.get() + stats.total_runtime());
+        l.tasks.set(l.tasks.get() + stats.tasks_executed());
+    });
+    thread_snapshot(shard, partitions)
+}
+
+fn thread_snapshot(shard: usize, partitions: Vec<PartitionSnapshot>) -> ShardSnapshot {
     LOCAL.with(|l| ShardSnapshot {
         shard,
         requests: l
@@ -219,6 +249,9 @@ pub fn local_snapshot(shard: usize, partitions: Vec<PartitionSnapshot>) -> Shard
             .map(|(a, s)| (*a, s.clone()))
             .collect(),
         errors: l.errors.borrow().iter().map(|(e, n)| (*e, *n)).collect(),
+        durable_wait: l.durable_wait.borrow().clone(),
+        busy: l.busy.get(),
+        tasks_executed: l.tasks.get(),
         partitions,
     })
 }
@@ -409,31 +442,50 @@ pub fn render(
                 a.front_end(),
                 a.name()
             );
-            let mut cumulative = 0;
-            for (i, le) in LATENCY_BUCKETS_US.iter().enumerate() {
-                cumulative += r.buckets[i];
-                let _ = writeln!(
-                    out,
-                    "sluice_request_duration_seconds_bucket{{{labels},le=\"{}\"}} {cumulative}",
-                    *le as f64 / 1e6
-                );
-            }
-            cumulative += r.buckets[LATENCY_BUCKETS_US.len()];
-            let _ = writeln!(
-                out,
-                "sluice_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {cumulative}"
-            );
-            let _ = writeln!(
-                out,
-                "sluice_request_duration_seconds_sum{{{labels}}} {}",
-                r.duration_us_sum as f64 / 1e6
-            );
-            let _ = writeln!(
-                out,
-                "sluice_request_duration_seconds_count{{{labels}}} {}",
-                r.count
-            );
+            histogram(&mut out, "sluice_request_duration_seconds", &labels, r);
         }
+    }
+    header(
+        &mut out,
+        "sluice_log_durable_wait_seconds",
+        "histogram",
+        "Time from staging a partition command's records to their fdatasync (group-commit wait, write and fsync).",
+    );
+    for s in snapshots {
+        let labels = format!("shard=\"{}\"", s.shard);
+        histogram(
+            &mut out,
+            "sluice_log_durable_wait_seconds",
+            &labels,
+            &s.durable_wait,
+        );
+    }
+    header(
+        &mut out,
+        "sluice_shard_busy_seconds_total",
+        "counter",
+        "Time the shard's executor ran tasks or polled I/O (rate() = core utilisation; spinning and parking excluded).",
+    );
+    for s in snapshots {
+        let _ = writeln!(
+            out,
+            "sluice_shard_busy_seconds_total{{shard=\"{}\"}} {:.6}",
+            s.shard,
+            s.busy.as_secs_f64()
+        );
+    }
+    header(
+        &mut out,
+        "sluice_shard_tasks_executed_total",
+        "counter",
+        "Tasks the shard's executor ran.",
+    );
+    for s in snapshots {
+        let _ = writeln!(
+            out,
+            "sluice_shard_tasks_executed_total{{shard=\"{}\"}} {}",
+            s.shard, s.tasks_executed
+        );
     }
 
     // ---- per shard: storage (summed over the shard's partitions)
@@ -509,6 +561,27 @@ pub fn render(
     out
 }
 
+/// One histogram's series: cumulative buckets, sum and count.
+fn histogram(out: &mut String, name: &str, labels: &str, r: &RequestStats) {
+    let mut cumulative = 0;
+    for (i, le) in LATENCY_BUCKETS_US.iter().enumerate() {
+        cumulative += r.buckets[i];
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}",
+            *le as f64 / 1e6
+        );
+    }
+    cumulative += r.buckets[LATENCY_BUCKETS_US.len()];
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+    let _ = writeln!(
+        out,
+        "{name}_sum{{{labels}}} {}",
+        r.duration_us_sum as f64 / 1e6
+    );
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", r.count);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,7 +594,7 @@ mod tests {
             Duration::from_secs(60),
             Some(ErrorKey::Sqs("QueueDoesNotExist")),
         );
-        let snap = local_snapshot(3, Vec::new());
+        let snap = thread_snapshot(3, Vec::new());
         let text = render(&[snap], &[], Duration::from_secs(1), true);
         let labels = "shard=\"3\",frontend=\"http\",action=\"SendMessage\"";
         assert!(text.contains(&format!("sluice_requests_total{{{labels}}} 2")));

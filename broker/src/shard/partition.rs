@@ -215,10 +215,12 @@ impl PartitionActor {
             }
         };
         if let Some(t) = ticket {
+            let staged = std::time::Instant::now();
             if let Err(e) = log.durable(t).await {
                 self.broken.set(true);
                 return Err(e.into());
             }
+            crate::metrics::record_durable_wait(staged.elapsed());
         }
         self.rearm.notify();
         if wakes {

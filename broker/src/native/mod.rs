@@ -120,6 +120,16 @@ pub fn prepare(config: &BrokerConfig) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::other(format!("QUIC TLS: {e}")))
 }
 
+/// `host:port` of the queue URLs the native API hands out: the HTTP API's address, so a URL
+/// works with both APIs; a wildcard bind address is written as `localhost`.
+fn url_host(http_addr: SocketAddr) -> String {
+    if http_addr.ip().is_unspecified() {
+        format!("localhost:{}", http_addr.port())
+    } else {
+        http_addr.to_string()
+    }
+}
+
 fn server_config(config: &BrokerConfig) -> Result<quinn::ServerConfig, String> {
     let mut server = tls::server_config(&config.quic_tls).map_err(|e| e.to_string())?;
     let mut transport = quinn::TransportConfig::default();
@@ -172,7 +182,7 @@ impl NativeFrontEnd {
         let (drain_tx, drain_rx) = oneshot::channel();
         let state = Rc::new(ShardState {
             drain: drain_rx.shared(),
-            ctx_host: config.http_addr.to_string(),
+            ctx_host: url_host(config.http_addr),
             info: ServerInfo {
                 in_flight_requests_max: IN_FLIGHT_REQUESTS_MAX,
                 ..ServerInfo::new("sluiced", env!("CARGO_PKG_VERSION"))
@@ -617,4 +627,15 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         let _ = tx.unbounded_send((frame, Some(in_flight)));
     })
     .detach();
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn queue_urls_name_a_reachable_host() {
+        let at = |a: &str| super::url_host(a.parse().expect("addr"));
+        assert_eq!(at("0.0.0.0:9324"), "localhost:9324");
+        assert_eq!(at("[::]:9324"), "localhost:9324");
+        assert_eq!(at("10.1.2.3:9324"), "10.1.2.3:9324");
+    }
 }

@@ -910,3 +910,73 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
     });
     handle.shutdown();
 }
+
+#[test]
+fn many_concurrent_clients() {
+    const CLIENTS: usize = 16;
+    const EACH: usize = 25;
+    run(async {
+        let setup = client().await;
+        let q = setup.create_queue("crowd").await.expect("create");
+        let producers: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    let c = client().await;
+                    for j in 0..EACH {
+                        c.send(&q, &format!("c{i}-{j}")).await.expect("send");
+                    }
+                })
+            })
+            .collect();
+        let consumers: Vec<_> = (0..CLIENTS / 2)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    let c = client().await;
+                    let mut got = Vec::new();
+                    loop {
+                        let batch = c
+                            .receive(&q, ReceiveOptions::long_poll(10, 2))
+                            .await
+                            .expect("receive");
+                        if batch.is_empty() {
+                            return got;
+                        }
+                        let handles: Vec<String> =
+                            batch.iter().map(|m| m.receipt_handle.clone()).collect();
+                        let r = c.delete_batch(&q, &handles).await.expect("delete");
+                        assert!(r.failed.is_empty(), "{:?}", r.failed);
+                        got.extend(batch.into_iter().map(|m| m.body));
+                    }
+                })
+            })
+            .collect();
+        for p in producers {
+            p.await.expect("producer");
+        }
+        let mut all = Vec::new();
+        for c in consumers {
+            all.extend(c.await.expect("consumer"));
+        }
+        // Stragglers a consumer gave up on just before they arrived.
+        loop {
+            let batch = setup
+                .receive(&q, ReceiveOptions::long_poll(10, 1))
+                .await
+                .expect("receive");
+            if batch.is_empty() {
+                break;
+            }
+            for m in batch {
+                setup.delete(&q, &m.receipt_handle).await.expect("delete");
+                all.push(m.body);
+            }
+        }
+        all.sort();
+        let before = all.len();
+        all.dedup();
+        assert_eq!(before, all.len(), "no message delivered twice");
+        assert_eq!(all.len(), CLIENTS * EACH, "every message delivered");
+    });
+}

@@ -2,10 +2,12 @@
 //! the round-trip latency of a send and of a receive at a low fixed rate. 2 KiB bodies; the
 //! broker fsyncs before every ack (group commit), as in production.
 //!
+//! The same run measures the transport's floor: a plain quinn-on-tokio echo server in this
+//! process, 2 KiB ping-pong on one stream at the same rate, from the same client runtime.
+//!
 //! Run: `cargo bench -p sluice-sdk --bench sdk_cycle [-- --seconds 5]`. Prints a Markdown
-//! table; figures, not assertions. Compare with `cargo bench -p sluice-broker --bench
-//! queue_cycle` (the same cycle without the network) and `--bench quic_echo` (the transport's
-//! floor) run on the same machine.
+//! table; figures, not assertions. Compare also with `cargo bench -p sluice-broker --bench
+//! queue_cycle` (the same cycle without the network).
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,8 @@ fn main() {
     broker.wait_ready().expect("ready");
     let addr = broker.quic_addr();
     let cert = dir.path().join("quic-selfsigned-cert.pem");
+    let echo_dir = tempfile::tempdir().expect("temp dir");
+    let echo_dir = echo_dir.path().to_path_buf();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -68,6 +72,9 @@ fn main() {
                 client.delete(&q, &m.receipt_handle).await.expect("delete");
             }
         }
+
+        // The floor: 2 KiB echo round trips over plain quinn at the same rate.
+        let echo_us = echo_floor(&echo_dir, seconds, &body).await;
 
         // Throughput: WORKERS tasks each looping send → receive → delete on one connection.
         let end = Instant::now() + Duration::from_secs_f64(seconds);
@@ -103,7 +110,11 @@ fn main() {
         );
         println!("| measure | p50 µs | p99 µs | p99.9 µs | n |");
         println!("|---|---|---|---|---|");
-        for (name, h) in [("send round trip", &send_us), ("receive round trip", &recv_us)] {
+        for (name, h) in [
+            ("quinn echo floor (2 KiB)", &echo_us),
+            ("send round trip", &send_us),
+            ("receive round trip", &recv_us),
+        ] {
             println!(
                 "| {name} @ {LATENCY_RATE_PER_S}/s | {} | {} | {} | {} |",
                 h.value_at_quantile(0.5),
@@ -112,7 +123,72 @@ fn main() {
                 h.len()
             );
         }
+        println!(
+            "\nsend p50 / echo p50 = {:.2} (a send includes the fsync before its ack)",
+            send_us.value_at_quantile(0.5) as f64 / echo_us.value_at_quantile(0.5).max(1) as f64
+        );
         println!("\n| workers | send→receive→delete cycles/s |\n|---|---|\n| {WORKERS} | {rate:.0} |");
     });
     broker.shutdown();
+}
+
+/// Round trips of `body` over a plain quinn echo server (its own tokio thread), at
+/// [`LATENCY_RATE_PER_S`] for `seconds`.
+async fn echo_floor(dir: &std::path::Path, seconds: f64, body: &str) -> Histogram<u64> {
+    use sluice_broker::quic::tls;
+    let (identity, _) = tls::load_or_create_self_signed(dir).expect("identity");
+    let server_config = tls::quinn_server_config(&identity, None).expect("server config");
+    let client_config =
+        tls::client_config_trusting(&[identity.leaf().clone()], None).expect("client");
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let ep = quinn::Endpoint::server(server_config, "127.0.0.1:0".parse().expect("addr"))
+                .expect("echo endpoint");
+            addr_tx
+                .send(ep.local_addr().expect("addr"))
+                .expect("send addr");
+            while let Some(incoming) = ep.accept().await {
+                tokio::spawn(async move {
+                    let Ok(conn) = incoming.await else { return };
+                    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                        tokio::spawn(async move {
+                            let mut buf = vec![0u8; BODY_BYTES];
+                            while recv.read_exact(&mut buf).await.is_ok() {
+                                if send.write_all(&buf).await.is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                    }
+                });
+            }
+        });
+    });
+    let addr = addr_rx.recv().expect("echo address");
+    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("client");
+    ep.set_default_client_config(client_config);
+    let conn = ep
+        .connect(addr, "localhost")
+        .expect("connect")
+        .await
+        .expect("handshake");
+    let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+    let mut h = Histogram::<u64>::new(3).expect("histogram");
+    let mut buf = vec![0u8; BODY_BYTES];
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / LATENCY_RATE_PER_S));
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    while Instant::now() < end {
+        tick.tick().await;
+        let t = Instant::now();
+        send.write_all(body.as_bytes()).await.expect("write");
+        recv.read_exact(&mut buf).await.expect("read");
+        h.record(t.elapsed().as_micros() as u64).expect("record");
+    }
+    conn.close(0u32.into(), b"done");
+    h
 }

@@ -299,25 +299,40 @@ pub fn dump(path: &Path, records: bool, values: bool) -> Result<(Value, bool), C
 }
 
 /// `log verify`: a summary per segment; `true` in the second place when anything is corrupt.
+/// On a terminal, progress (segments and bytes done) goes to stderr.
 pub fn verify(path: &Path) -> Result<(Value, bool), CliError> {
+    use std::io::IsTerminal;
+    let logs = logs(path)?;
+    let total: usize = logs.iter().map(Vec::len).sum();
+    let progress = std::io::stderr().is_terminal();
     let mut out = Vec::new();
     let mut corrupt = false;
-    for log in logs(path)? {
+    let mut done = 0;
+    let mut bytes_done = 0u64;
+    for log in logs {
         let mut expected = None;
         for seg in log {
             let r = walk(&seg, expected, false, false)?;
             corrupt |= !r.errors.is_empty();
             expected = Some(r.next_offset);
+            done += 1;
+            bytes_done += r.json["data_bytes"].as_u64().unwrap_or(0);
+            if progress {
+                eprint!("\rverified {done}/{total} segments, {bytes_done} bytes of batches");
+            }
             out.push(json!({
-            "segment": r.json["segment"],
-            "base_offset": r.json["base_offset"],
-            "next_offset": r.json["next_offset"],
-            "batches": r.json["batches"],
-            "data_bytes": r.json["data_bytes"],
-            "status": if r.errors.is_empty() { "ok" } else { "CORRUPT" },
-            "problems": r.errors.iter().chain(&r.warnings).cloned().collect::<Vec<_>>().join("; "),
-        }));
+                "segment": r.json["segment"],
+                "base_offset": r.json["base_offset"],
+                "next_offset": r.json["next_offset"],
+                "batches": r.json["batches"],
+                "data_bytes": r.json["data_bytes"],
+                "status": if r.errors.is_empty() { "ok" } else { "CORRUPT" },
+                "problems": r.errors.iter().chain(&r.warnings).cloned().collect::<Vec<_>>().join("; "),
+            }));
         }
+    }
+    if progress {
+        eprintln!();
     }
     Ok((Value::Array(out), corrupt))
 }

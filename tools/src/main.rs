@@ -89,7 +89,8 @@ enum Command {
     /// Dead-letter queues: their sources, peeking at messages, redrive tasks.
     #[command(subcommand)]
     Dlq(DlqCmd),
-    /// Send messages: each BODY argument is one message; or --file, or stdin.
+    /// Send messages: each BODY argument is one message; or --file, or stdin. Several messages
+    /// go in batches of 10; exit code 1 if any was not sent (each result says which).
     Send(SendArgs),
     /// Receive messages (they stay invisible for the visibility timeout unless --delete).
     Receive(ReceiveArgs),
@@ -207,7 +208,8 @@ pub struct SendArgs {
     /// MessageGroupId (FIFO queues: the order group).
     #[arg(long)]
     pub group: Option<String>,
-    /// MessageDeduplicationId (FIFO queues: 5-minute exactly-once ingestion).
+    /// MessageDeduplicationId (FIFO queues: 5-minute exactly-once ingestion); the same for
+    /// every message of this call.
     #[arg(long)]
     pub dedup_id: Option<String>,
     /// DelaySeconds, 0-900.

@@ -7,8 +7,8 @@ use crate::{Conn, DlqCmd, QueueCmd, ReceiveArgs, RedriveCmd, SendArgs};
 use serde_json::{json, Value};
 use sluice_sdk::types::{
     AttributeMap, AttributeValue, CancelMessageMoveTaskRequest, ListDeadLetterSourceQueuesRequest,
-    ListMessageMoveTasksRequest, Message, MessageAttributeValue, Request, Response,
-    SendMessageRequest, StartMessageMoveTaskRequest,
+    ListMessageMoveTasksRequest, ListQueueTagsRequest, Message, MessageAttributeValue, Request,
+    Response, SendMessageBatchRequestEntry, SendMessageRequest, StartMessageMoveTaskRequest,
 };
 use sluice_sdk::{Client, ClientOptions, ReceiveOptions, Trust};
 use std::collections::BTreeMap;
@@ -18,6 +18,10 @@ use std::time::Duration;
 /// Largest body read from a file or stdin (SQS's message size limit is 1 MiB; more is refused
 /// by the broker anyway, this bounds what the CLI buffers).
 pub const INPUT_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// SendMessageBatch takes at most 10 entries.
+pub const SEND_BATCH_ENTRIES_MAX: usize = 10;
+/// Body bytes per batch request, below the broker's 1 MiB batch limit with room for attributes.
+pub const SEND_BATCH_BODY_BYTES_MAX: usize = 768 * 1024;
 /// Default certificate of a local broker started with the embedded defaults.
 pub const DEFAULT_CA_CERT: &str = "sluice-data/quic-selfsigned-cert.pem";
 
@@ -38,14 +42,14 @@ pub fn run(conn: &Conn, format: Format, op: Op) -> Result<i32, CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::connection(format!("cannot start the I/O runtime: {e}")))?;
-    let v = rt.block_on(async {
+    let (v, code) = rt.block_on(async {
         let client = connect(conn).await?;
         let r = execute(&client, op).await;
         client.close().await;
         r
     })?;
     print(format, &v);
-    Ok(exit::OK)
+    Ok(code)
 }
 
 async fn connect(conn: &Conn) -> Result<Client, CliError> {
@@ -104,12 +108,14 @@ fn queue_urls(urls: Vec<String>) -> Value {
     )
 }
 
-async fn execute(client: &Client, op: Op) -> Result<Value, CliError> {
+/// A command's result and its exit code (a batch send can fail in part: results, then 1).
+async fn execute(client: &Client, op: Op) -> Result<(Value, i32), CliError> {
+    let whole = |v: Value| (v, exit::OK);
     match op {
-        Op::Queue(c) => queue(client, c).await,
-        Op::Dlq(c) => dlq(client, c).await,
+        Op::Queue(c) => queue(client, c).await.map(whole),
+        Op::Dlq(c) => dlq(client, c).await.map(whole),
         Op::Send(a) => send(client, a).await,
-        Op::Receive(a) => receive(client, a).await,
+        Op::Receive(a) => receive(client, a).await.map(whole),
         Op::Delete {
             queue,
             receipt_handles,
@@ -120,7 +126,7 @@ async fn execute(client: &Client, op: Op) -> Result<Value, CliError> {
                 client.delete(&url, &h).await?;
                 out.push(json!({"receipt_handle": h, "result": "deleted"}));
             }
-            Ok(Value::Array(out))
+            Ok(whole(Value::Array(out)))
         }
     }
 }
@@ -152,9 +158,13 @@ async fn queue(client: &Client, c: QueueCmd) -> Result<Value, CliError> {
             let url = resolve(client, &queue).await?;
             let attrs = client.get_queue_attributes(&url, &["All"]).await?;
             let mut m = serde_json::Map::new();
-            m.insert("QueueUrl".into(), Value::String(url));
+            m.insert("QueueUrl".into(), Value::String(url.clone()));
             for (k, v) in attrs {
                 m.insert(k, Value::String(v));
+            }
+            let r = ListQueueTagsRequest { queue_url: url };
+            if let Response::ListQueueTags(t) = client.call(Request::ListQueueTags(r)).await? {
+                m.insert("Tags".into(), json!(t.tags));
             }
             Ok(Value::Object(m))
         }
@@ -310,7 +320,7 @@ fn read_input(file: Option<&std::path::Path>) -> Result<String, CliError> {
     String::from_utf8(buf).map_err(|_| CliError::usage(format!("{what}: not UTF-8 text")))
 }
 
-async fn send(client: &Client, a: SendArgs) -> Result<Value, CliError> {
+async fn send(client: &Client, a: SendArgs) -> Result<(Value, i32), CliError> {
     let bodies: Vec<String> = if !a.bodies.is_empty() {
         a.bodies.clone()
     } else {
@@ -341,40 +351,95 @@ async fn send(client: &Client, a: SendArgs) -> Result<Value, CliError> {
         );
     }
     let url = resolve(client, &a.queue).await?;
-    let mut out = Vec::new();
-    for body in bodies {
-        let mut attrs = BTreeMap::new();
-        for (k, v) in &attributes {
-            let v: &MessageAttributeValue = v;
-            attrs.insert(
-                k.clone(),
-                MessageAttributeValue {
-                    data_type: v.data_type.clone(),
-                    value: match &v.value {
-                        AttributeValue::String(s) => AttributeValue::String(s.clone()),
-                        AttributeValue::Binary(b) => AttributeValue::Binary(b.clone()),
-                    },
-                },
-            );
-        }
+    let attrs = |attributes: &BTreeMap<String, MessageAttributeValue>| {
+        attributes
+            .iter()
+            .map(|(k, v)| {
+                let value = match &v.value {
+                    AttributeValue::String(s) => AttributeValue::String(s.clone()),
+                    AttributeValue::Binary(b) => AttributeValue::Binary(b.clone()),
+                };
+                let data_type = v.data_type.clone();
+                (k.clone(), MessageAttributeValue { data_type, value })
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    if bodies.len() == 1 {
         let r = client
             .send_message(SendMessageRequest {
                 queue_url: url.clone(),
-                message_body: body,
+                message_body: bodies.into_iter().next().expect("one body"),
                 delay_seconds: a.delay,
-                message_attributes: attrs,
+                message_attributes: attrs(&attributes),
                 message_system_attributes: BTreeMap::new(),
                 message_deduplication_id: a.dedup_id.clone(),
                 message_group_id: a.group.clone(),
             })
             .await?;
-        out.push(json!({
+        let v = json!([{
             "message_id": r.message_id,
             "md5_of_body": r.md5_of_message_body,
             "sequence_number": r.sequence_number,
-        }));
+        }]);
+        return Ok((v, exit::OK));
     }
-    Ok(Value::Array(out))
+    // Many messages: SendMessageBatch, up to 10 entries and SEND_BATCH_BODY_BYTES_MAX of
+    // bodies per request; entries fail one by one and are reported in place.
+    let total = bodies.len();
+    let mut out: Vec<Value> = Vec::with_capacity(total);
+    let mut failed = 0;
+    let mut i = 0;
+    while i < total {
+        let mut end = i;
+        let mut bytes = 0;
+        while end < total
+            && end - i < SEND_BATCH_ENTRIES_MAX
+            && (end == i || bytes + bodies[end].len() <= SEND_BATCH_BODY_BYTES_MAX)
+        {
+            bytes += bodies[end].len();
+            end += 1;
+        }
+        let entries = (i..end)
+            .map(|n| SendMessageBatchRequestEntry {
+                id: format!("m{n}"),
+                message_body: bodies[n].clone(),
+                delay_seconds: a.delay,
+                message_attributes: attrs(&attributes),
+                message_system_attributes: BTreeMap::new(),
+                message_deduplication_id: a.dedup_id.clone(),
+                message_group_id: a.group.clone(),
+            })
+            .collect();
+        let r = client.send_batch(&url, entries).await?;
+        for n in i..end {
+            let id = format!("m{n}");
+            if let Some(ok) = r.successful.iter().find(|e| e.id == id) {
+                out.push(json!({
+                    "message_id": ok.message_id,
+                    "md5_of_body": ok.md5_of_message_body,
+                    "sequence_number": ok.sequence_number,
+                }));
+            } else {
+                failed += 1;
+                let e = r.failed.iter().find(|e| e.id == id);
+                out.push(json!({
+                    "error": e.map(|e| format!(
+                        "{}: {}",
+                        sluice_sdk::ErrorCode::from_u16(e.code).as_sqs_code(),
+                        e.message.as_deref().unwrap_or("")
+                    )).unwrap_or_else(|| "no answer for this entry".into()),
+                }));
+            }
+        }
+        i = end;
+    }
+    if failed > 0 {
+        eprintln!("sluice: {failed} of {total} messages were not sent");
+    }
+    Ok((
+        Value::Array(out),
+        if failed > 0 { exit::SERVER } else { exit::OK },
+    ))
 }
 
 fn message(m: &Message) -> Value {

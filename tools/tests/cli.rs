@@ -166,6 +166,8 @@ fn queue_admin_commands() {
         "orders",
         "--attr",
         "VisibilityTimeout=40",
+        "--tag",
+        "team=payments",
     ]);
     assert_eq!(created["name"], "orders");
     let url = created["url"].as_str().expect("url").to_string();
@@ -192,6 +194,7 @@ fn queue_admin_commands() {
     let d = describe(&b, "orders");
     assert_eq!(d["QueueUrl"], url.as_str());
     assert_eq!(d["VisibilityTimeout"], "40");
+    assert_eq!(d["Tags"]["team"], "payments");
     assert_eq!(d["ApproximateNumberOfMessages"], "0");
     assert!(d["QueueArn"].as_str().expect("arn").ends_with(":orders"));
     assert_eq!(
@@ -274,6 +277,31 @@ fn data_plane_send_receive_delete() {
     let mut args = b.flags();
     args.extend(["--output", "json", "send", "work"].map(String::from));
     ok_json(&sluice(&args, Some("whole stdin\n")), &["send stdin"]);
+
+    // Many lines go in batches; an entry the broker refuses fails alone (exit 1, in place).
+    b.json(&["queue", "create", "batched"]);
+    let mut args = b.flags();
+    args.extend(["--output", "json", "send", "batched", "--lines"].map(String::from));
+    let lines: String = (0..23).map(|i| format!("b{i}\n")).collect::<String>() + "bad \u{1} body\n";
+    let partial = sluice(&args, Some(&lines));
+    assert_eq!(
+        partial.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&partial.stderr)
+    );
+    let results: Value = serde_json::from_slice(&partial.stdout).expect("JSON results");
+    let results = results.as_array().expect("array");
+    assert_eq!(results.len(), 24);
+    assert!(results[..23].iter().all(|r| r["message_id"].is_string()));
+    assert!(
+        results[23]["error"]
+            .as_str()
+            .expect("error")
+            .contains("InvalidMessageContents"),
+        "{results:?}"
+    );
+    assert_eq!(describe(&b, "batched")["ApproximateNumberOfMessages"], "23");
 
     let got = b.json(&[
         "receive",

@@ -32,6 +32,9 @@ pub const LATENCY_BUCKETS_US: [u64; 16] = [
     1_000_000, 2_500_000, 5_000_000, 10_000_000,
 ];
 
+/// A scrape waits this long for each shard's snapshot (a stuck shard must not hang scrapes).
+pub const SHARD_SNAPSHOT_TIMEOUT_MS: u64 = 2_000;
+
 /// A request's front end and action: a closed set (the label values of `action`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {

@@ -604,15 +604,22 @@ impl Shard {
         self.catalog.borrow().list(tenant, prefix)
     }
 
-    /// A metrics scrape: every shard's snapshot (unreachable shards are left out).
+    /// A metrics scrape: every shard's snapshot, asked at once; a shard that does not answer
+    /// within [`crate::metrics::SHARD_SNAPSHOT_TIMEOUT_MS`] is left out (`sluice_shards` shows it).
     pub async fn metrics_snapshots(&self) -> Vec<crate::metrics::ShardSnapshot> {
-        let mut out = Vec::with_capacity(self.shards);
-        for s in 0..self.shards {
-            if let ShardResponse::Metrics(snap) = self.request(s, ShardRequest::Metrics).await {
-                out.push(*snap);
+        let timeout = std::time::Duration::from_millis(crate::metrics::SHARD_SNAPSHOT_TIMEOUT_MS);
+        let asks = (0..self.shards).map(|s| async move {
+            let ask = Box::pin(self.request(s, ShardRequest::Metrics));
+            match futures::future::select(ask, Box::pin(glommio::timer::sleep(timeout))).await {
+                futures::future::Either::Left((ShardResponse::Metrics(snap), _)) => Some(*snap),
+                _ => None,
             }
-        }
-        out
+        });
+        futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Every queue's metric labels (all tenants).

@@ -24,6 +24,9 @@ use std::task::{Context, Poll, Waker};
 const READ_WINDOW_BYTES: usize = 256 * 1024;
 /// Zeros are written in pieces of this size when pre-filling segment space.
 const ZERO_FILL_PIECE_BYTES: usize = 1024 * 1024;
+/// Zero-ahead step: at most this much zeroing (or one commit's size, if larger) rides along
+/// with a commit.
+const ZERO_AHEAD_STEP_BYTES: u64 = 1024 * 1024;
 
 pub fn segment_file_name(base: u64, ext: &str) -> String {
     format!("{base:020}.{ext}")
@@ -875,33 +878,51 @@ impl<F: Fs> Log<F> {
         };
         let path = self.path(base, "log");
         let end = size + chunk.bytes.len() as u64;
-        if end > zeroed_until {
-            let seg_max = align_up(self.config.segment_bytes_max);
-            let target =
-                align_up(end.max((zeroed_until + self.config.prealloc_chunk_bytes).min(seg_max)));
-            zero_fill(&*file, zeroed_until, target)
-                .await
-                .map_err(|e| StorageError::io("zero_fill", &path, e))?;
-            file.sync_data()
-                .await
-                .map_err(|e| StorageError::io("fdatasync", &path, e))?;
-            let mut i = self.inner.borrow_mut();
-            i.stats.fsyncs += 1;
-            if let Some(s) = i.segments.get_mut(&base) {
-                s.zeroed_until = target;
-            }
-        }
         let wpos = align_down(size);
-        let mut buf = Vec::with_capacity((align_up(end) - wpos) as usize);
+        let data_end = align_up(end);
+        let mut buf = Vec::with_capacity((data_end - wpos) as usize);
         buf.extend_from_slice(&tail);
         buf.extend_from_slice(&chunk.bytes);
-        buf.resize((align_up(end) - wpos) as usize, 0);
-        write_all(&*file, wpos, &buf)
-            .await
-            .map_err(|e| StorageError::io("write", &path, e))?;
+        buf.resize((data_end - wpos) as usize, 0);
+        // Zero-ahead: keep about `prealloc_chunk_bytes` of zeroed space past the data, so that
+        // commits overwrite allocated blocks (their fdatasync need not journal an extension).
+        // The zeros go out in steps, concurrently with this commit's data write and under the
+        // same fdatasync — never as a separate stall of a whole chunk plus its own sync.
+        let seg_max = align_up(self.config.segment_bytes_max);
+        let want_until = (data_end + self.config.prealloc_chunk_bytes).min(seg_max);
+        let zero = (zeroed_until < want_until).then(|| {
+            let from = zeroed_until.max(data_end);
+            let step = ZERO_AHEAD_STEP_BYTES.max(data_end - wpos);
+            (from, (from + step).min(seg_max))
+        });
+        let data_write = async {
+            write_all(&*file, wpos, &buf)
+                .await
+                .map_err(|e| StorageError::io("write", &path, e))
+        };
+        match zero {
+            Some((from, to)) if from < to => {
+                let zeros = async {
+                    zero_fill(&*file, from, to)
+                        .await
+                        .map_err(|e| StorageError::io("zero_fill", &path, e))
+                };
+                let (written, zeroed) = futures::join!(data_write, zeros);
+                written?;
+                zeroed?;
+            }
+            _ => data_write.await?,
+        }
         file.sync_data()
             .await
             .map_err(|e| StorageError::io("fdatasync", &path, e))?;
+        {
+            let mut i = self.inner.borrow_mut();
+            if let Some(s) = i.segments.get_mut(&base) {
+                let zeroed_to = zero.map_or(0, |(_, to)| to);
+                s.zeroed_until = s.zeroed_until.max(data_end).max(zeroed_to);
+            }
+        }
 
         let persist = {
             let mut guard = self.inner.borrow_mut();

@@ -418,11 +418,26 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             "UnsupportedOperation",
         ),
         (
+            // A queue that is nobody's dead-letter queue is no move source.
             "StartMessageMoveTask",
             r#"{"SourceArn":"arn:aws:sqs:us-east-1:000000000000:errs"}"#.into(),
             400,
-            "AWS.SimpleQueueService.UnsupportedOperation",
-            "UnsupportedOperation",
+            "InvalidParameterValue",
+            "InvalidParameterValue",
+        ),
+        (
+            "CancelMessageMoveTask",
+            r#"{"TaskHandle":"not-a-handle"}"#.into(),
+            400,
+            "ResourceNotFoundException",
+            "ResourceNotFoundException",
+        ),
+        (
+            "ListMessageMoveTasks",
+            r#"{"SourceArn":"arn:aws:sqs:us-east-1:000000000000:missing"}"#.into(),
+            400,
+            "ResourceNotFoundException",
+            "ResourceNotFoundException",
         ),
     ];
     for (action, body, status, code, shape) in &cases {

@@ -1,10 +1,9 @@
-//! Queue cycle benchmark: send → receive → delete cycles per second through the broker's shards
-//! (engine + storage + cross-core routing; no network front end), 2 KiB bodies, fsync before
-//! every ack. Standard and FIFO (1, 100, 10,000 groups), batch 1 and 10, on 1 and 2 shards.
-//!
-//! Run: `cargo bench -p sluice-broker --bench queue_cycle [-- --seconds 5 --quick]`.
-//! Prints a Markdown table; no assertions (figures, not tests).
+//! Queue cycles: send → receive → delete per second through the broker's shards, in process
+//! (engine + storage + cross-core routing; no network front end — the SDK and HTTP scenarios
+//! measure those), 2 KiB bodies, fsync before every ack. The engine's own CPU cost per message
+//! is `cargo bench -p sluice-broker --bench engine`.
 
+use serde::Serialize;
 use sluice_broker::config::BrokerConfig;
 use sluice_broker::engine::{BatchEntry, ReceiveRequest, SendRequest};
 use sluice_broker::metadata::DEFAULT_TENANT as T;
@@ -14,21 +13,60 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+pub const BODY_BYTES: usize = 2048;
+
 #[derive(Clone, Copy, Debug)]
-struct Scenario {
-    shards: usize,
-    fifo_groups: Option<u32>,
-    batch: u32,
-    clients_per_shard: usize,
+pub struct Scenario {
+    pub shards: usize,
+    /// `None`: a standard queue; `Some(g)`: FIFO with `g` message groups.
+    pub fifo_groups: Option<u32>,
+    /// Messages per send, receive and delete call (1: single calls; 10: batch calls).
+    pub batch: u32,
+    /// Concurrent clients per shard, each running send → receive → delete in a loop.
+    pub clients_per_shard: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueResult {
+    pub shards: usize,
+    pub queue: String,
+    pub batch: u32,
+    pub clients_per_shard: usize,
+    pub body_bytes: usize,
+    pub seconds: f64,
+    pub cycles_per_s: f64,
+    pub mb_per_s: f64,
+    pub fsync_policy: &'static str,
+}
+
+/// The scenario matrix of the queue engine issue: 1 and 2 shards; standard and FIFO with 1, 100
+/// and 10,000 groups; batch 1 and 10.
+pub fn matrix(clients_per_shard: usize) -> Vec<Scenario> {
+    let mut v = Vec::new();
+    for shards in [1usize, 2] {
+        for fifo_groups in [None, Some(1u32), Some(100), Some(10_000)] {
+            for batch in [1u32, 10] {
+                v.push(Scenario {
+                    shards,
+                    fifo_groups,
+                    batch,
+                    clients_per_shard,
+                });
+            }
+        }
+    }
+    v
 }
 
 fn body(i: u64) -> String {
+    // 2 KiB: a 16-digit sequence number, then filler.
     let mut s = format!("{i:016}");
-    s.push_str(&"x".repeat(2048 - 16));
+    s.push_str(&"x".repeat(BODY_BYTES - 16));
     s
 }
 
-fn run(dir: &std::path::Path, sc: Scenario, seconds: f64) -> (f64, f64) {
+/// Runs one scenario on a fresh broker in `dir` (removed afterwards).
+pub fn run(dir: &std::path::Path, sc: Scenario, seconds: f64) -> QueueResult {
     let _ = std::fs::remove_dir_all(dir);
     let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
     c.shards = sc.shards;
@@ -140,50 +178,18 @@ fn run(dir: &std::path::Path, sc: Scenario, seconds: f64) -> (f64, f64) {
         .expect("sole owner")
         .shutdown();
     let _ = std::fs::remove_dir_all(dir);
-    (
-        total as f64 / elapsed,
-        total as f64 * 2048.0 / elapsed / 1e6,
-    )
-}
-
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let seconds = args
-        .iter()
-        .position(|a| a == "--seconds")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0);
-    let quick = args.iter().any(|a| a == "--quick");
-    let dir = std::path::PathBuf::from("perf/work/queue-cycle");
-    let mut scenarios = Vec::new();
-    for shards in [1usize, 2] {
-        for fifo in [None, Some(1u32), Some(100), Some(10_000)] {
-            for batch in [1u32, 10] {
-                scenarios.push(Scenario {
-                    shards,
-                    fifo_groups: fifo,
-                    batch,
-                    clients_per_shard: 32,
-                });
-            }
-        }
-    }
-    if quick {
-        scenarios.truncate(2);
-    }
-    println!("Queue cycles (send → receive → delete), 2 KiB bodies, fsync before every ack, in-process (no front end)\n");
-    println!("| shards | queue | batch | clients/shard | msg/s | MB/s |");
-    println!("|---|---|---|---|---|---|");
-    for sc in scenarios {
-        let (rate, mbs) = run(&dir, sc, seconds);
-        let kind = match sc.fifo_groups {
+    QueueResult {
+        shards: sc.shards,
+        queue: match sc.fifo_groups {
             None => "standard".to_string(),
             Some(g) => format!("FIFO, {g} groups"),
-        };
-        println!(
-            "| {} | {kind} | {} | {} | {rate:.0} | {mbs:.1} |",
-            sc.shards, sc.batch, sc.clients_per_shard
-        );
+        },
+        batch: sc.batch,
+        clients_per_shard: sc.clients_per_shard,
+        body_bytes: BODY_BYTES,
+        seconds: elapsed,
+        cycles_per_s: total as f64 / elapsed,
+        mb_per_s: total as f64 * BODY_BYTES as f64 / elapsed / 1e6,
+        fsync_policy: "fdatasync before every ack of send, receive and delete (group commit)",
     }
 }

@@ -178,6 +178,10 @@ pub enum RedriveCmd {
         /// Messages moved per second, 1-500; default: as fast as the broker allows.
         #[arg(long)]
         rate: Option<u32>,
+        /// Wait until the task ends (progress on a terminal); print its final state; exit 1
+        /// if it failed or was cancelled.
+        #[arg(long)]
+        wait: bool,
     },
     /// The most recent redrive tasks of a dead-letter queue.
     List {

@@ -7,8 +7,9 @@ use crate::{Conn, DlqCmd, QueueCmd, ReceiveArgs, RedriveCmd, SendArgs};
 use serde_json::{json, Value};
 use sluice_sdk::types::{
     AttributeMap, AttributeValue, CancelMessageMoveTaskRequest, ListDeadLetterSourceQueuesRequest,
-    ListMessageMoveTasksRequest, ListQueueTagsRequest, Message, MessageAttributeValue, Request,
-    Response, SendMessageBatchRequestEntry, SendMessageRequest, StartMessageMoveTaskRequest,
+    ListMessageMoveTasksRequest, ListMessageMoveTasksResultEntry, ListQueueTagsRequest, Message,
+    MessageAttributeValue, Request, Response, SendMessageBatchRequestEntry, SendMessageRequest,
+    StartMessageMoveTaskRequest,
 };
 use sluice_sdk::{Client, ClientOptions, ReceiveOptions, Trust};
 use std::collections::BTreeMap;
@@ -113,7 +114,7 @@ async fn execute(client: &Client, op: Op) -> Result<(Value, i32), CliError> {
     let whole = |v: Value| (v, exit::OK);
     match op {
         Op::Queue(c) => queue(client, c).await.map(whole),
-        Op::Dlq(c) => dlq(client, c).await.map(whole),
+        Op::Dlq(c) => dlq(client, c).await,
         Op::Send(a) => send(client, a).await,
         Op::Receive(a) => receive(client, a).await.map(whole),
         Op::Delete {
@@ -195,7 +196,7 @@ async fn arn(client: &Client, url: &str) -> Result<String, CliError> {
         .ok_or_else(|| CliError::server(format!("{url}: the broker did not say its QueueArn")))
 }
 
-async fn dlq(client: &Client, c: DlqCmd) -> Result<Value, CliError> {
+async fn dlq(client: &Client, c: DlqCmd) -> Result<(Value, i32), CliError> {
     match c {
         DlqCmd::Sources { queue } => {
             let url = resolve(client, &queue).await?;
@@ -218,7 +219,7 @@ async fn dlq(client: &Client, c: DlqCmd) -> Result<Value, CliError> {
                     other => return Err(CliError::server(format!("unexpected answer {other:?}"))),
                 }
             }
-            Ok(queue_urls(urls))
+            Ok((queue_urls(urls), exit::OK))
         }
         DlqCmd::Peek { queue, max } => {
             let url = resolve(client, &queue).await?;
@@ -230,16 +231,84 @@ async fn dlq(client: &Client, c: DlqCmd) -> Result<Value, CliError> {
                 message_attribute_names: vec!["All".into()],
             };
             let got = client.receive(&url, options).await?;
-            Ok(Value::Array(got.iter().map(message).collect()))
+            Ok((Value::Array(got.iter().map(message).collect()), exit::OK))
         }
         DlqCmd::Redrive(r) => redrive(client, r).await,
     }
 }
 
-async fn redrive(client: &Client, c: RedriveCmd) -> Result<Value, CliError> {
+/// How often `redrive start --wait` looks at the task.
+pub const REDRIVE_POLL_MS: u64 = 200;
+
+fn task_json(t: ListMessageMoveTasksResultEntry) -> Value {
+    json!({
+        "task_handle": t.task_handle,
+        "status": format!("{:?}", t.status).to_uppercase(),
+        "source_arn": t.source_arn,
+        "destination_arn": t.destination_arn,
+        "rate": t.max_number_of_messages_per_second,
+        "moved": t.approximate_number_of_messages_moved,
+        "to_move": t.approximate_number_of_messages_to_move,
+        "failure_reason": t.failure_reason,
+        "started_ms": t.started_timestamp,
+    })
+}
+
+/// The most recent move tasks of a source queue, newest first.
+async fn list_tasks(client: &Client, source_arn: &str, max: u32) -> Result<Vec<Value>, CliError> {
+    let r = ListMessageMoveTasksRequest {
+        source_arn: source_arn.to_string(),
+        max_results: Some(max),
+    };
+    match client.call(Request::ListMessageMoveTasks(r)).await? {
+        Response::ListMessageMoveTasks(r) => Ok(r.results.into_iter().map(task_json).collect()),
+        other => Err(CliError::server(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// `redrive start --wait`: polls the newest task of the source until it ends; progress on a
+/// terminal's stderr. A task that failed or was cancelled exits 1.
+async fn wait_for_task(client: &Client, source_arn: &str) -> Result<(Value, i32), CliError> {
+    use std::io::IsTerminal;
+    let progress = std::io::stderr().is_terminal();
+    loop {
+        let tasks = list_tasks(client, source_arn, 1).await?;
+        let Some(t) = tasks.into_iter().next() else {
+            return Err(CliError::server(
+                "the task vanished from ListMessageMoveTasks",
+            ));
+        };
+        let status = t["status"].as_str().unwrap_or("").to_string();
+        if progress {
+            eprint!(
+                "\rredrive {status}: {} of {} moved",
+                t["moved"], t["to_move"]
+            );
+        }
+        if status != "RUNNING" && status != "CANCELLING" {
+            if progress {
+                eprintln!();
+            }
+            let code = if status == "COMPLETED" {
+                exit::OK
+            } else {
+                exit::SERVER
+            };
+            return Ok((t, code));
+        }
+        tokio::time::sleep(Duration::from_millis(REDRIVE_POLL_MS)).await;
+    }
+}
+
+async fn redrive(client: &Client, c: RedriveCmd) -> Result<(Value, i32), CliError> {
     let unexpected = |r: Response| CliError::server(format!("unexpected answer {r:?}"));
     match c {
-        RedriveCmd::Start { queue, to, rate } => {
+        RedriveCmd::Start {
+            queue,
+            to,
+            rate,
+            wait,
+        } => {
             let source_arn = arn(client, &resolve(client, &queue).await?).await?;
             let destination_arn = match to {
                 Some(to) => Some(arn(client, &resolve(client, &to).await?).await?),
@@ -250,50 +319,39 @@ async fn redrive(client: &Client, c: RedriveCmd) -> Result<Value, CliError> {
                 destination_arn,
                 max_number_of_messages_per_second: rate,
             };
-            match client.call(Request::StartMessageMoveTask(r)).await? {
-                Response::StartMessageMoveTask(r) => {
-                    Ok(json!({"source_arn": source_arn, "task_handle": r.task_handle}))
-                }
-                other => Err(unexpected(other)),
+            let handle = match client.call(Request::StartMessageMoveTask(r)).await? {
+                Response::StartMessageMoveTask(r) => r.task_handle,
+                other => return Err(unexpected(other)),
+            };
+            if wait {
+                let (mut t, code) = wait_for_task(client, &source_arn).await?;
+                t["task_handle"] = Value::String(handle);
+                return Ok((t, code));
             }
+            Ok((
+                json!({"source_arn": source_arn, "task_handle": handle}),
+                exit::OK,
+            ))
         }
         RedriveCmd::List { queue, max } => {
             let source_arn = arn(client, &resolve(client, &queue).await?).await?;
-            let r = ListMessageMoveTasksRequest {
-                source_arn,
-                max_results: Some(max),
-            };
-            match client.call(Request::ListMessageMoveTasks(r)).await? {
-                Response::ListMessageMoveTasks(r) => Ok(Value::Array(
-                    r.results
-                        .into_iter()
-                        .map(|t| {
-                            json!({
-                                "task_handle": t.task_handle,
-                                "status": format!("{:?}", t.status).to_uppercase(),
-                                "source_arn": t.source_arn,
-                                "destination_arn": t.destination_arn,
-                                "rate": t.max_number_of_messages_per_second,
-                                "moved": t.approximate_number_of_messages_moved,
-                                "to_move": t.approximate_number_of_messages_to_move,
-                                "failure_reason": t.failure_reason,
-                                "started_ms": t.started_timestamp,
-                            })
-                        })
-                        .collect(),
-                )),
-                other => Err(unexpected(other)),
-            }
+            Ok((
+                Value::Array(list_tasks(client, &source_arn, max).await?),
+                exit::OK,
+            ))
         }
         RedriveCmd::Cancel { task_handle } => {
             let r = CancelMessageMoveTaskRequest {
                 task_handle: task_handle.clone(),
             };
             match client.call(Request::CancelMessageMoveTask(r)).await? {
-                Response::CancelMessageMoveTask(r) => Ok(json!({
-                    "task_handle": task_handle,
-                    "messages_moved": r.approximate_number_of_messages_moved,
-                })),
+                Response::CancelMessageMoveTask(r) => Ok((
+                    json!({
+                        "task_handle": task_handle,
+                        "messages_moved": r.approximate_number_of_messages_moved,
+                    }),
+                    exit::OK,
+                )),
                 other => Err(unexpected(other)),
             }
         }

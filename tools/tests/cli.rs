@@ -77,6 +77,20 @@ impl Broker {
         ok_json(&out, args)
     }
 
+    /// The broker's `/metrics` text.
+    fn metrics(&self) -> String {
+        use std::io::Read;
+        let addr = self.handle.as_ref().expect("running").config.metrics_addr;
+        let mut s = std::net::TcpStream::connect(addr).expect("connect metrics");
+        s.set_read_timeout(Some(CALL_TIMEOUT)).expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+            .expect("write");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("read");
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        text
+    }
+
     fn stop(&mut self) {
         if let Some(h) = self.handle.take() {
             h.shutdown();
@@ -385,6 +399,41 @@ fn data_plane_send_receive_delete() {
     assert_eq!(consumed[0]["deleted"], true);
     let d = describe(&b, "work");
     assert_eq!(d["ApproximateNumberOfMessages"], "0");
+
+    // The broker's metrics saw the CLI's native-protocol traffic.
+    let text = b.metrics();
+    let value = |prefix: &str, must: &[&str]| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix) && must.iter().all(|m| l.contains(m)))
+            .map(|l| {
+                l.rsplit(' ')
+                    .next()
+                    .expect("value")
+                    .parse::<f64>()
+                    .expect("number")
+            })
+            .sum()
+    };
+    let work = ["queue=\"work\""];
+    assert_eq!(value("sluice_queue_messages_sent_total{", &work), 7.0);
+    assert_eq!(value("sluice_queue_messages_deleted_total{", &work), 6.0);
+    assert!(value("sluice_queue_messages_received_total{", &work) >= 7.0);
+    let native = |action: &str| {
+        value(
+            "sluice_requests_total{",
+            &["frontend=\"native\"", &format!("action=\"{action}\"")],
+        )
+    };
+    // Two bodies, two lines, then 24 lines in 3 batches: exactly once each.
+    assert_eq!(native("SendMessageBatch"), 5.0);
+    assert!(native("SendMessage") >= 3.0);
+    assert!(native("DeleteMessage") >= 6.0);
+    assert!(
+        value(
+            "sluice_request_errors_total{",
+            &["code=\"ReceiptHandleIsInvalid\""]
+        ) >= 1.0
+    );
 }
 
 #[test]
@@ -445,6 +494,39 @@ fn dlq_sources_peek_and_redrive() {
     }
     assert_eq!(describe(&b, "live")["ApproximateNumberOfMessages"], "1");
     assert_eq!(describe(&b, "dead")["ApproximateNumberOfMessages"], "0");
+
+    // Again, to a named destination, waiting for the end.
+    b.json(&["queue", "create", "elsewhere"]);
+    b.json(&["send", "live", "poison 2"]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // The first message came back to `live` by the redrive: both go to the DLQ again.
+    while describe(&b, "dead")["ApproximateNumberOfMessages"] != "2" {
+        b.json(&["receive", "live", "--visibility", "0", "--max", "10"]);
+        assert!(
+            Instant::now() < deadline,
+            "the message did not reach the DLQ"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let done = b.json(&[
+        "dlq",
+        "redrive",
+        "start",
+        "dead",
+        "--to",
+        "elsewhere",
+        "--wait",
+    ]);
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["moved"], 2);
+    assert!(done["destination_arn"]
+        .as_str()
+        .expect("arn")
+        .ends_with(":elsewhere"));
+    assert_eq!(
+        describe(&b, "elsewhere")["ApproximateNumberOfMessages"],
+        "2"
+    );
 
     let cancel = b.run(&[
         "--output",

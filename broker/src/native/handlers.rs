@@ -157,23 +157,12 @@ pub struct Ctx {
 }
 
 /// Runs one request. `Hello` never reaches here (the connection handles it).
+/// (Counted for metrics by the connection, `native::dispatch`.)
 pub async fn handle(ctx: &Ctx, request: Request) -> Response {
-    let kind = request.kind();
-    let started = std::time::Instant::now();
-    let response = match dispatch(ctx, request).await {
+    match dispatch(ctx, request).await {
         Ok(r) => r,
         Err(f) => Response::Error(f.to_response()),
-    };
-    let error = match &response {
-        Response::Error(e) => Some(crate::metrics::ErrorKey::Native(e.code)),
-        _ => None,
-    };
-    crate::metrics::record_request(
-        crate::metrics::Action::Native(kind),
-        started.elapsed(),
-        error,
-    );
-    response
+    }
 }
 
 async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {

@@ -143,13 +143,38 @@ pub fn dump_text(segments: &Value) -> String {
     out
 }
 
-/// Walks one segment file. `records`: list each record; `values`: with a value preview.
+/// Which batches `log dump` lists (all are verified).
+#[derive(Debug, Clone, Copy)]
+pub struct Select {
+    /// List each batch's records.
+    pub records: bool,
+    /// With `records`: a preview of each value.
+    pub values: bool,
+    /// List batches that hold this offset or later ones.
+    pub from_offset: u64,
+    /// List at most this many batches in all.
+    pub max_batches: usize,
+}
+
+impl Select {
+    /// Summaries only: nothing listed.
+    const NONE: Select = Select {
+        records: false,
+        values: false,
+        from_offset: u64::MAX,
+        max_batches: 0,
+    };
+}
+
+/// Walks one segment file, verifying every batch and listing those `select` and `budget`
+/// (batches still to list) allow.
 pub fn walk(
     path: &Path,
     expected_base: Option<u64>,
-    records: bool,
-    values: bool,
+    select: Select,
+    budget: &mut usize,
 ) -> Result<SegmentReport, CliError> {
+    let (records, values) = (select.records, select.values);
     let bytes =
         std::fs::read(path).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
     let base = base_from_name(path);
@@ -163,6 +188,7 @@ pub fn walk(
         }
     }
     let mut batches = Vec::new();
+    let mut batch_count = 0usize;
     let mut positions = Vec::new();
     let mut pos = 0usize;
     let mut next = base.or(expected_base);
@@ -194,6 +220,7 @@ pub fn walk(
                 ));
             }
         }
+        let listed = *budget > 0 && h.last_offset() >= select.from_offset;
         let mut b = json!({
             "position": pos,
             "base_offset": h.base_offset,
@@ -205,7 +232,7 @@ pub fn walk(
             "control": h.is_control(),
             "checksum": format!("{:016x}", h.checksum),
         });
-        if records {
+        if listed && records {
             let list: Vec<Value> = view
                 .records()
                 .map(|r| match r {
@@ -226,8 +253,12 @@ pub fn walk(
                 .collect();
             b["record_list"] = Value::Array(list);
         }
-        batches.push(b);
+        if listed {
+            batches.push(b);
+            *budget -= 1;
+        }
         positions.push((pos, h.base_offset));
+        batch_count += 1;
         next = Some(h.next_offset());
         pos += h.batch_len as usize;
         data_end = pos;
@@ -267,7 +298,7 @@ pub fn walk(
         "base_offset": base,
         "file_bytes": bytes.len(),
         "data_bytes": data_end,
-        "batches": batches.len(),
+        "batches": batch_count,
         "next_offset": next,
         "index_entries": index_entries,
         "batch_list": batches,
@@ -282,14 +313,15 @@ pub fn walk(
     })
 }
 
-/// `log dump`: every segment's batches (and records, with `records`).
-pub fn dump(path: &Path, records: bool, values: bool) -> Result<(Value, bool), CliError> {
+/// `log dump`: every segment's summary and the batches `select` asks for.
+pub fn dump(path: &Path, select: Select) -> Result<(Value, bool), CliError> {
     let mut out = Vec::new();
     let mut corrupt = false;
+    let mut budget = select.max_batches;
     for log in logs(path)? {
         let mut expected = None;
         for seg in log {
-            let r = walk(&seg, expected, records, values)?;
+            let r = walk(&seg, expected, select, &mut budget)?;
             corrupt |= !r.errors.is_empty();
             expected = Some(r.next_offset);
             out.push(r.json);
@@ -312,7 +344,7 @@ pub fn verify(path: &Path) -> Result<(Value, bool), CliError> {
     for log in logs {
         let mut expected = None;
         for seg in log {
-            let r = walk(&seg, expected, false, false)?;
+            let r = walk(&seg, expected, Select::NONE, &mut 0)?;
             corrupt |= !r.errors.is_empty();
             expected = Some(r.next_offset);
             done += 1;

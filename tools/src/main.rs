@@ -251,6 +251,12 @@ enum LogCmd {
         /// With --records: show the start of each value.
         #[arg(long, requires = "records")]
         values: bool,
+        /// List only batches holding this offset or later ones (every batch is still checked).
+        #[arg(long, default_value_t = 0)]
+        from_offset: u64,
+        /// List at most this many batches.
+        #[arg(long, default_value_t = usize::MAX)]
+        max_batches: usize,
     },
     /// Check every batch (header, xxh3 checksum, record structure, offset continuity) and the
     /// offset indexes; exit code 4 if anything is corrupt. DIR: a data dir or partition dir.
@@ -282,8 +288,16 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             path,
             records,
             values,
+            from_offset,
+            max_batches,
         }) => {
-            let (v, corrupt) = logtool::dump(&path, records, values)?;
+            let select = logtool::Select {
+                records,
+                values,
+                from_offset,
+                max_batches,
+            };
+            let (v, corrupt) = logtool::dump(&path, select)?;
             match format {
                 Format::Json => output::print(format, &v),
                 Format::Table => print!("{}", logtool::dump_text(&v)),

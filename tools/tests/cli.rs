@@ -683,6 +683,36 @@ fn log_dump_and_verify_offline() {
     assert!(first["size_bytes"].as_u64().expect("size") > 56);
     assert!(first["first_timestamp_ms"].as_i64().expect("ts") > 0);
     assert!(first["record_list"][0]["value_bytes"].as_u64().expect("n") > 0);
+    let total = dump[0]["batches"].as_u64().expect("n");
+    let some = ok_json(
+        &sluice(
+            &[
+                "--output",
+                "json",
+                "log",
+                "dump",
+                seg_s,
+                "--from-offset",
+                "1",
+                "--max-batches",
+                "1",
+            ],
+            None,
+        ),
+        &["dump range"],
+    );
+    let listed = some[0]["batch_list"].as_array().expect("array");
+    let later = dump[0]["batch_list"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter(|b| b["last_offset"].as_u64().expect("offset") >= 1)
+        .count();
+    assert_eq!(listed.len(), later.min(1), "{some}");
+    assert_eq!(some[0]["batches"], total, "every batch is still walked");
+    if let Some(b) = listed.first() {
+        assert!(b["last_offset"].as_u64().expect("offset") >= 1);
+    }
     let text = sluice(&["log", "dump", seg_s], None);
     assert!(String::from_utf8_lossy(&text.stdout).contains("batch position=0 offsets=0..="));
 

@@ -1686,7 +1686,12 @@ async fn find_valid_batch_from<T: File>(file: &T, from: u64, file_size: u64) -> 
                 }
             }
         }
-        pos += (data.len() - BATCH_HEADER_BYTES) as u64;
+        if pos + data.len() as u64 >= file_size {
+            return None; // scanned to the end of the file
+        }
+        // The next piece overlaps this one by a header, so a magic across the seam is found;
+        // it always advances (a piece is far longer than a header).
+        pos += (data.len() - BATCH_HEADER_BYTES).max(1) as u64;
     }
     None
 }

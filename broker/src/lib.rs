@@ -14,3 +14,4 @@ pub mod quic;
 pub mod runtime;
 pub mod server;
 pub mod shard;
+pub mod stream;

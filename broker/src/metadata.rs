@@ -54,6 +54,26 @@ pub enum MetaRecord {
         id: u64,
         at_ms: u64,
     },
+    /// A stream topic (`crate::stream`); ids are the topic catalog's own.
+    TopicCreated {
+        v: u32,
+        id: u64,
+        tenant: String,
+        name: String,
+        partitions: u32,
+        #[serde(default)]
+        retention_ms: Option<u64>,
+        #[serde(default)]
+        retention_bytes: Option<u64>,
+        #[serde(default)]
+        segment_bytes: Option<u64>,
+        at_ms: u64,
+    },
+    TopicDeleted {
+        v: u32,
+        id: u64,
+        at_ms: u64,
+    },
 }
 
 impl MetaRecord {
@@ -67,7 +87,9 @@ impl MetaRecord {
             MetaRecord::QueueCreated { v, .. }
             | MetaRecord::AttributesSet { v, .. }
             | MetaRecord::TagsSet { v, .. }
-            | MetaRecord::QueueDeleted { v, .. } => *v,
+            | MetaRecord::QueueDeleted { v, .. }
+            | MetaRecord::TopicCreated { v, .. }
+            | MetaRecord::TopicDeleted { v, .. } => *v,
         };
         if v != META_FORMAT_VERSION {
             return Err(format!("unsupported metadata record version {v}"));
@@ -350,6 +372,8 @@ impl Catalog {
                     self.deleted.insert(key, *at_ms);
                 }
             }
+            // Topics are the stream catalog's (`crate::stream::catalog`).
+            MetaRecord::TopicCreated { .. } | MetaRecord::TopicDeleted { .. } => {}
         }
         Ok(())
     }

@@ -50,6 +50,8 @@ pub enum ShardRequest {
     MoveTask(move_task::MoveTaskOp),
     /// A metrics scrape: this shard's counters and partitions.
     Metrics,
+    /// Topics, topic partitions and consumer groups (`crate::stream`).
+    Stream(crate::stream::StreamOp),
 }
 
 #[derive(Debug)]
@@ -89,6 +91,7 @@ pub enum ShardResponse {
     Applied(ServiceResult<()>),
     MoveTask(ServiceResult<move_task::MoveTaskReply>),
     Metrics(Box<crate::metrics::ShardSnapshot>),
+    Stream(crate::stream::StreamResult<crate::stream::StreamReply>),
 }
 
 #[derive(Debug)]
@@ -121,6 +124,8 @@ pub struct Shard {
     round_robin: Cell<u64>,
     /// Shard 0 only: message move tasks.
     move_tasks: RefCell<move_task::MoveTasks>,
+    /// Topics and consumer groups (`crate::stream`).
+    pub(crate) streams: crate::stream::ShardStreams,
     this: Weak<Shard>,
 }
 
@@ -160,6 +165,7 @@ impl Shard {
             ready: Cell::new(false),
             round_robin: Cell::new(id as u64),
             move_tasks: RefCell::new(move_task::MoveTasks::default()),
+            streams: Default::default(),
             this: this.clone(),
         });
         if let Some(mut r) = receivers {
@@ -188,6 +194,7 @@ impl Shard {
                 }
             }
             *shard.meta_log.borrow_mut() = Some(Rc::new(log));
+            shard.streams_start().await?;
             tracing::info!(records = records.len(), "metadata loaded");
             shard.broadcast_meta(records).await?;
         }
@@ -198,7 +205,40 @@ impl Shard {
         self.ready.get()
     }
 
-    fn owner(&self, queue_id: u64, partition: u32) -> usize {
+    pub(crate) fn weak(&self) -> Weak<Shard> {
+        self.this.clone()
+    }
+
+    pub(crate) fn fs(&self) -> &DmaFs {
+        &self.fs
+    }
+
+    /// Serialises metadata changes (shard 0).
+    pub(crate) async fn meta_serial(&self) -> futures::lock::MutexGuard<'_, ()> {
+        self.meta_lock.lock().await
+    }
+
+    /// On shard 0, under [`Shard::meta_serial`]: makes a record durable, then applies it on
+    /// every shard.
+    pub(crate) async fn persist_meta(&self, record: MetaRecord) -> ServiceResult<()> {
+        let log = self
+            .meta_log
+            .borrow()
+            .clone()
+            .ok_or(ServiceError::Unavailable("metadata not loaded"))?;
+        let mut b = sluice_storage::BatchBuilder::new();
+        b.push_parts(
+            runtime::now_ms() as i64,
+            None,
+            &record.encode(),
+            std::iter::empty(),
+        );
+        log.append(b.finish().expect("one record")).await?;
+        self.broadcast_meta(vec![record]).await
+    }
+
+    /// The shard owning partition `partition` of queue or topic `id`.
+    pub(crate) fn owner(&self, queue_id: u64, partition: u32) -> usize {
         ((queue_id + u64::from(partition)) % self.shards as u64) as usize
     }
 
@@ -224,7 +264,7 @@ impl Shard {
     }
 
     /// Sends a request to shard `to` (or runs it here) and waits for the response.
-    async fn request(&self, to: usize, req: ShardRequest) -> ShardResponse {
+    pub(crate) async fn request(&self, to: usize, req: ShardRequest) -> ShardResponse {
         if to == self.id {
             let me = self.this.upgrade().expect("shard alive while serving");
             return Box::pin(me.handle(req)).await;
@@ -292,6 +332,7 @@ impl Shard {
                 ShardResponse::Applied(self.apply_meta(records).await)
             }
             ShardRequest::MoveTask(op) => ShardResponse::MoveTask(self.move_task_op(op).await),
+            ShardRequest::Stream(op) => ShardResponse::Stream(self.stream_handle(op).await),
             ShardRequest::Metrics => {
                 let parts = self
                     .partitions
@@ -357,7 +398,9 @@ impl Shard {
             MetaRecord::QueueCreated { id, .. }
             | MetaRecord::AttributesSet { id, .. }
             | MetaRecord::TagsSet { id, .. }
-            | MetaRecord::QueueDeleted { id, .. } => *id,
+            | MetaRecord::QueueDeleted { id, .. }
+            | MetaRecord::TopicCreated { id, .. }
+            | MetaRecord::TopicDeleted { id, .. } => *id,
         };
         let log = self
             .meta_log
@@ -466,6 +509,7 @@ impl Shard {
                 }
             }
         }
+        self.streams_apply_meta(&records).await?;
         self.ready.set(true);
         Ok(())
     }
@@ -575,6 +619,7 @@ impl Shard {
                 tracing::warn!(error = %e, "closing a partition");
             }
         }
+        self.streams_shutdown().await;
         let meta = self.meta_log.borrow_mut().take();
         if let Some(m) = meta {
             let _ = m.close().await;

@@ -3,6 +3,7 @@
 //! Markdown report under `perf/results/`.
 
 mod fio;
+mod http_vs_quic;
 mod queue_bench;
 mod storage_bench;
 
@@ -56,6 +57,19 @@ enum Cmd {
         limit: Option<usize>,
         #[arg(long)]
         no_fio: bool,
+        #[arg(long, default_value = "perf/results")]
+        out: PathBuf,
+    },
+    /// SendMessageBatch → ReceiveMessage → DeleteMessageBatch (10 × 2 KiB) through the SQS HTTP
+    /// API and through the native QUIC protocol (SDK), against one in-process broker, same run.
+    HttpVsQuic {
+        #[arg(long, default_value = "perf/work/http-vs-quic")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Concurrent workers per path.
+        #[arg(long, default_value_t = 32)]
+        workers: usize,
         #[arg(long, default_value = "perf/results")]
         out: PathBuf,
     },
@@ -181,7 +195,58 @@ fn main() {
             });
             write_results(&out, "queue", json, &report);
         }
+        Cmd::HttpVsQuic {
+            dir,
+            seconds,
+            workers,
+            out,
+        } => {
+            std::fs::create_dir_all(&out).expect("create results dir");
+            let results = http_vs_quic::run(&dir, workers, seconds);
+            let report = render_http_vs_quic(&results);
+            println!("{report}");
+            let json = serde_json::json!({
+                "kind": "http-vs-quic",
+                "unix_time": stamp(),
+                "machine": machine(),
+                "results": results,
+            });
+            write_results(&out, "http-vs-quic", json, &report);
+        }
     }
+}
+
+fn render_http_vs_quic(results: &[http_vs_quic::PathResult]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "## SQS HTTP vs native QUIC: batch send → receive → delete\n"
+    );
+    let _ = writeln!(
+        s,
+        "Machine: {}. Batches of 10 × 2 KiB; one in-process broker; every ack after the \
+         fdatasync covering it (group commit). Clients on a one-thread tokio runtime in the same \
+         process.\n",
+        machine()
+    );
+    if let [http, quic] = results {
+        let _ = writeln!(
+            s,
+            "HTTP / QUIC throughput: **{:.0}%** (target >= 50%)\n",
+            100.0 * http.messages_per_s / quic.messages_per_s
+        );
+    }
+    let _ = writeln!(s, "| path | workers | messages/s | MB/s |");
+    let _ = writeln!(s, "|---|---|---|---|");
+    for r in results {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.1} |",
+            r.path, r.workers, r.messages_per_s, r.mb_per_s
+        );
+    }
+    s
 }
 
 fn render_queue(floor: Option<&fio::FioResult>, results: &[queue_bench::QueueResult]) -> String {

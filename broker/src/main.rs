@@ -12,8 +12,9 @@ struct Args {
     /// Where queues, logs, keys and certificates live.
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "sluice-data")]
     data_dir: PathBuf,
-    /// Shards (one executor thread each); default: one per available core.
-    #[arg(long, env = "SLUICE_SHARDS")]
+    /// Shards (one executor thread each); default: one per available core. `--cores` is the
+    /// same flag.
+    #[arg(long, visible_alias = "cores", env = "SLUICE_SHARDS")]
     shards: Option<usize>,
     /// Pin shards to these CPUs (comma-separated); default: not pinned.
     #[arg(long, env = "SLUICE_CPUS", value_delimiter = ',')]

@@ -46,6 +46,7 @@ mod connection;
 mod consumer;
 mod error;
 mod producer;
+pub mod stream;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -57,6 +58,7 @@ pub use consumer::ConsumeOptions;
 pub use error::{Error, Result};
 pub use producer::{OutgoingMessage, Producer, ProducerOptions};
 pub use sluice_wire::ErrorCode;
+pub use stream::{ConsumedRecord, GroupConsumer, GroupConsumerOptions, Seek, TopicProducer};
 pub use tls::{ClientIdentity, Trust, ALPN};
 
 /// The protocol's message types (SQS member names), as the broker sends and receives them.
@@ -233,6 +235,7 @@ impl Client {
                 Request::ReceiveMessage(r) => {
                     Duration::from_secs(u64::from(r.wait_time_seconds.unwrap_or(20)))
                 }
+                Request::Fetch(r) => Duration::from_millis(u64::from(r.wait_ms)),
                 _ => Duration::ZERO,
             };
         let mut backoff = self.inner.options.retry_backoff;
@@ -508,7 +511,7 @@ impl Client {
     }
 }
 
-fn unexpected<T>(r: Response) -> Result<T> {
+pub(crate) fn unexpected<T>(r: Response) -> Result<T> {
     Err(Error::Protocol(format!("unexpected answer {:?}", r.kind())))
 }
 

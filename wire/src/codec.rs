@@ -224,6 +224,17 @@ messages! {
         DeleteMessageBatch(DeleteMessageBatchRequest),
         ChangeMessageVisibility(ChangeMessageVisibilityRequest),
         ChangeMessageVisibilityBatch(ChangeMessageVisibilityBatchRequest),
+        CreateTopic(CreateTopicRequest),
+        DeleteTopic(DeleteTopicRequest),
+        DescribeTopic(DescribeTopicRequest),
+        Produce(ProduceRequest),
+        Fetch(FetchRequest),
+        ListOffsets(ListOffsetsRequest),
+        JoinGroup(JoinGroupRequest),
+        Heartbeat(HeartbeatRequest),
+        LeaveGroup(LeaveGroupRequest),
+        CommitOffsets(CommitOffsetsRequest),
+        FetchCommitted(FetchCommittedRequest),
     }
     responses {
         Error(ErrorResponse) = Error,
@@ -249,6 +260,17 @@ messages! {
         DeleteMessageBatch(DeleteMessageBatchResult) = DeleteMessageBatchResult,
         ChangeMessageVisibility(ChangeMessageVisibilityResult) = ChangeMessageVisibilityResult,
         ChangeMessageVisibilityBatch(ChangeMessageVisibilityBatchResult) = ChangeMessageVisibilityBatchResult,
+        CreateTopic(CreateTopicResult) = CreateTopicResult,
+        DeleteTopic(DeleteTopicResult) = DeleteTopicResult,
+        DescribeTopic(DescribeTopicResult) = DescribeTopicResult,
+        Produce(ProduceResult) = ProduceResult,
+        Fetch(FetchResult) = FetchResult,
+        ListOffsets(ListOffsetsResult) = ListOffsetsResult,
+        JoinGroup(JoinGroupResult) = JoinGroupResult,
+        Heartbeat(HeartbeatResult) = HeartbeatResult,
+        LeaveGroup(LeaveGroupResult) = LeaveGroupResult,
+        CommitOffsets(CommitOffsetsResult) = CommitOffsetsResult,
+        FetchCommitted(FetchCommittedResult) = FetchCommittedResult,
     }
 }
 
@@ -506,6 +528,17 @@ mod tests {
             Request::DeleteMessageBatch(Default::default()),
             Request::ChangeMessageVisibility(Default::default()),
             Request::ChangeMessageVisibilityBatch(Default::default()),
+            Request::CreateTopic(Default::default()),
+            Request::DeleteTopic(Default::default()),
+            Request::DescribeTopic(Default::default()),
+            Request::Produce(Default::default()),
+            Request::Fetch(Default::default()),
+            Request::ListOffsets(Default::default()),
+            Request::JoinGroup(Default::default()),
+            Request::Heartbeat(Default::default()),
+            Request::LeaveGroup(Default::default()),
+            Request::CommitOffsets(Default::default()),
+            Request::FetchCommitted(Default::default()),
         ]
         .iter()
         .map(Request::kind)
@@ -516,7 +549,7 @@ mod tests {
             .collect();
         assert_eq!(kinds, requests);
         let responses = FrameKind::ALL.iter().filter(|k| k.is_response()).count();
-        assert_eq!(responses, 23);
+        assert_eq!(responses, 34);
     }
 
     #[test]

@@ -547,7 +547,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_answered_and_the_stream_goes_on() {
-        let mut stream = encode_frame(0x0301, 41, b"produce", Checksum::None).expect("fits");
+        let mut stream = encode_frame(0x03FF, 41, b"produce", Checksum::None).expect("fits");
         stream.extend(encode_frame(0x7FFF, 42, b"", Checksum::Xxh3).expect("fits"));
         stream.extend(
             encode_request(
@@ -564,7 +564,7 @@ mod tests {
             errors,
             vec![
                 DecodeError::UnknownKind {
-                    kind: 0x0301,
+                    kind: 0x03FF,
                     request_id: 41
                 },
                 DecodeError::UnknownKind {
@@ -576,7 +576,7 @@ mod tests {
         assert!(!errors[0].is_fatal());
         let answer = errors[0].to_error_response();
         assert_eq!(answer.error_code(), ErrorCode::UnknownFrameKind);
-        assert!(answer.message.contains("0x0301"));
+        assert!(answer.message.contains("0x03ff"));
         assert_eq!(frames.len(), 1);
         assert_eq!(frames[0].request_id(), 43);
     }

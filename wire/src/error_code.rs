@@ -5,7 +5,7 @@
 //! `Error` frame, so nothing is lost).
 //!
 //! Ranges: 1-19 the queue engine's errors (1:1 with `broker::engine::EngineError`), 20-29 queue
-//! metadata, 30-39 security and throttling, 40-49 KMS, 50-59 server faults, 100-119 the native
+//! metadata, 30-39 security and throttling, 40-49 KMS, 50-59 server faults, 60-69 streams, 100-119 the native
 //! protocol itself (never produced by the SQS HTTP API).
 //!
 //! Two SQS names exist for most errors (see `reference/sqs-api-model.json`): the Smithy shape
@@ -68,6 +68,22 @@ pub enum ErrorCode {
     InternalFailure = 50,
     ServiceUnavailable = 51,
 
+    // Streams (no SQS counterpart; their SQS-shaped names are their own).
+    /// The topic does not exist.
+    UnknownTopic = 60,
+    /// A topic with this name exists with another configuration.
+    TopicExists = 61,
+    /// The offset is not in the partition (below its start or past its end).
+    OffsetOutOfRange = 62,
+    /// A record batch failed verification.
+    InvalidBatch = 63,
+    /// Not a member of the group (expired or left): join again.
+    UnknownMember = 64,
+    /// The group rebalanced since this generation.
+    StaleGeneration = 65,
+    /// The partition is not assigned to this member.
+    PartitionNotAssigned = 66,
+
     // The native protocol. Their SQS faces are the nearest AWS codes, for the rare case one is
     // reported through an SQS-shaped surface (a CLI printing codes, per-entry batch results).
     /// The client's `Hello` range shares no version with the server's.
@@ -88,7 +104,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every assigned code (not `Unknown`), in numeric order.
-    pub const ALL: [ErrorCode; 40] = [
+    pub const ALL: [ErrorCode; 47] = [
         ErrorCode::InvalidAttributeName,
         ErrorCode::InvalidAttributeValue,
         ErrorCode::InvalidParameterValue,
@@ -122,6 +138,13 @@ impl ErrorCode {
         ErrorCode::KmsThrottled,
         ErrorCode::InternalFailure,
         ErrorCode::ServiceUnavailable,
+        ErrorCode::UnknownTopic,
+        ErrorCode::TopicExists,
+        ErrorCode::OffsetOutOfRange,
+        ErrorCode::InvalidBatch,
+        ErrorCode::UnknownMember,
+        ErrorCode::StaleGeneration,
+        ErrorCode::PartitionNotAssigned,
         ErrorCode::UnsupportedVersion,
         ErrorCode::UnknownFrameKind,
         ErrorCode::MalformedFrame,
@@ -275,6 +298,13 @@ impl ErrorCode {
             KmsThrottled => ("KMS.ThrottlingException", "KmsThrottled", 400),
             InternalFailure => ("InternalFailure", "InternalFailure", 500),
             ServiceUnavailable => ("ServiceUnavailable", "ServiceUnavailable", 503),
+            UnknownTopic => ("UnknownTopic", "UnknownTopic", 404),
+            TopicExists => ("TopicExists", "TopicExists", 400),
+            OffsetOutOfRange => ("OffsetOutOfRange", "OffsetOutOfRange", 400),
+            InvalidBatch => ("InvalidBatch", "InvalidBatch", 400),
+            UnknownMember => ("UnknownMember", "UnknownMember", 400),
+            StaleGeneration => ("StaleGeneration", "StaleGeneration", 400),
+            PartitionNotAssigned => ("PartitionNotAssigned", "PartitionNotAssigned", 400),
             // Native protocol: nearest AWS faces.
             UnsupportedVersion => (
                 "AWS.SimpleQueueService.UnsupportedOperation",
@@ -316,7 +346,8 @@ mod tests {
             assert!(seen.insert(c as u16), "{c:?} assigned twice");
             assert_eq!(ErrorCode::from_u16(c as u16), c);
         }
-        assert_eq!(seen.len(), 40);
+        assert_eq!(ErrorCode::UnknownTopic as u16, 60);
+        assert_eq!(seen.len(), 47);
     }
 
     #[test]

@@ -167,15 +167,41 @@ pub enum FrameKind {
     DeleteMessageBatchResult = 0x8205,
     ChangeMessageVisibilityResult = 0x8206,
     ChangeMessageVisibilityBatchResult = 0x8207,
+
+    // Streams (`KIND_RANGE_STREAMS`): topics, produce/fetch, consumer groups.
+    CreateTopic = 0x0301,
+    DeleteTopic = 0x0302,
+    DescribeTopic = 0x0303,
+    Produce = 0x0304,
+    Fetch = 0x0305,
+    ListOffsets = 0x0306,
+    JoinGroup = 0x0307,
+    Heartbeat = 0x0308,
+    LeaveGroup = 0x0309,
+    CommitOffsets = 0x030A,
+    FetchCommitted = 0x030B,
+
+    CreateTopicResult = 0x8301,
+    DeleteTopicResult = 0x8302,
+    DescribeTopicResult = 0x8303,
+    ProduceResult = 0x8304,
+    FetchResult = 0x8305,
+    ListOffsetsResult = 0x8306,
+    JoinGroupResult = 0x8307,
+    HeartbeatResult = 0x8308,
+    LeaveGroupResult = 0x8309,
+    CommitOffsetsResult = 0x830A,
+    FetchCommittedResult = 0x830B,
 }
 
-/// Request-kind ranges reserved for later issues; documented so nobody reuses them.
+/// Request-kind ranges of subsystems (streams: 0x0301..=0x030B in use); documented so nobody
+/// reuses them.
 pub const KIND_RANGE_STREAMS: std::ops::RangeInclusive<u16> = 0x0300..=0x03FF;
 pub const KIND_RANGE_REPLICATION: std::ops::RangeInclusive<u16> = 0x0400..=0x04FF;
 
 impl FrameKind {
     /// Every kind, in numeric order of requests then responses (tests, docs, fuzzing).
-    pub const ALL: [FrameKind; 45] = [
+    pub const ALL: [FrameKind; 67] = [
         FrameKind::Hello,
         FrameKind::CreateQueue,
         FrameKind::DeleteQueue,
@@ -198,6 +224,17 @@ impl FrameKind {
         FrameKind::DeleteMessageBatch,
         FrameKind::ChangeMessageVisibility,
         FrameKind::ChangeMessageVisibilityBatch,
+        FrameKind::CreateTopic,
+        FrameKind::DeleteTopic,
+        FrameKind::DescribeTopic,
+        FrameKind::Produce,
+        FrameKind::Fetch,
+        FrameKind::ListOffsets,
+        FrameKind::JoinGroup,
+        FrameKind::Heartbeat,
+        FrameKind::LeaveGroup,
+        FrameKind::CommitOffsets,
+        FrameKind::FetchCommitted,
         FrameKind::Error,
         FrameKind::HelloOk,
         FrameKind::CreateQueueResult,
@@ -221,6 +258,17 @@ impl FrameKind {
         FrameKind::DeleteMessageBatchResult,
         FrameKind::ChangeMessageVisibilityResult,
         FrameKind::ChangeMessageVisibilityBatchResult,
+        FrameKind::CreateTopicResult,
+        FrameKind::DeleteTopicResult,
+        FrameKind::DescribeTopicResult,
+        FrameKind::ProduceResult,
+        FrameKind::FetchResult,
+        FrameKind::ListOffsetsResult,
+        FrameKind::JoinGroupResult,
+        FrameKind::HeartbeatResult,
+        FrameKind::LeaveGroupResult,
+        FrameKind::CommitOffsetsResult,
+        FrameKind::FetchCommittedResult,
     ];
 
     /// The kind with this number, or `None` for unassigned and reserved numbers.
@@ -398,7 +446,8 @@ mod tests {
                 assert!(k.response_kind().is_some(), "{k:?} has no response kind");
             }
         }
-        for raw in KIND_RANGE_STREAMS.chain(KIND_RANGE_REPLICATION) {
+        // Streams use 0x0301..=0x030B; the rest of their range and replication's stay free.
+        for raw in (0x030C..=*KIND_RANGE_STREAMS.end()).chain(KIND_RANGE_REPLICATION) {
             assert_eq!(FrameKind::from_u16(raw), None);
             assert_eq!(FrameKind::from_u16(raw | KIND_RESPONSE_BIT), None);
         }

@@ -541,3 +541,170 @@ impl MoveTaskStatus {
         }
     }
 }
+
+wire_types! {
+    // ---- Streams ----------------------------------------------------------------------------
+    //
+    // Topics are named per account like queues, by name (no URL: they have no SQS face).
+    // Records travel in the storage crate's record-batch format (`sluice_storage::batch`): the
+    // producer encodes and checksums a batch once, the broker verifies and stores those bytes,
+    // and fetch returns whole stored batches, concatenated.
+
+    #[derive(Debug, Default)]
+    pub struct CreateTopicRequest {
+        pub name: String,
+        pub partitions: u32,
+        pub retention_ms: Option<u64>,
+        pub retention_bytes: Option<u64>,
+        pub segment_bytes: Option<u64>,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct CreateTopicResult {
+        pub name: String,
+        pub partitions: u32,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct DeleteTopicRequest {
+        pub name: String,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct DeleteTopicResult {}
+
+    #[derive(Debug, Default)]
+    pub struct DescribeTopicRequest {
+        pub name: String,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct DescribeTopicResult {
+        pub name: String,
+        pub partitions: u32,
+        pub retention_ms: Option<u64>,
+        pub retention_bytes: Option<u64>,
+    }
+
+    /// One record batch. `partition: None`: the first record's key's partition
+    /// (`xxh3(key) % partitions`), or round robin for a keyless batch.
+    #[derive(Debug, Default)]
+    pub struct ProduceRequest {
+        pub topic: String,
+        pub partition: Option<u32>,
+        pub batch: Vec<u8>,
+    }
+
+    /// Answered after the batch's fdatasync.
+    #[derive(Debug, Default)]
+    pub struct ProduceResult {
+        pub partition: u32,
+        pub base_offset: u64,
+        pub last_offset: u64,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct FetchRequest {
+        pub topic: String,
+        pub partition: u32,
+        pub offset: u64,
+        pub max_bytes: u32,
+        pub max_records: u32,
+        /// Wait up to this long for data if there is none at `offset`.
+        pub wait_ms: u32,
+    }
+
+    /// Whole stored batches, concatenated; the first may start before the requested offset.
+    #[derive(Debug, Default)]
+    pub struct FetchResult {
+        pub batches: Vec<u8>,
+        pub start_offset: u64,
+        pub end_offset: u64,
+    }
+
+    /// `spec`: 0 earliest, 1 latest, 2 the first offset with a timestamp >= `timestamp_ms`.
+    #[derive(Debug, Default)]
+    pub struct ListOffsetsRequest {
+        pub topic: String,
+        pub partition: u32,
+        pub spec: u8,
+        pub timestamp_ms: i64,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct ListOffsetsResult {
+        pub offset: u64,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct TopicPartitionEntry {
+        pub topic: String,
+        pub partition: u32,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct JoinGroupRequest {
+        pub group: String,
+        pub member_id: Option<String>,
+        pub topics: Vec<String>,
+        pub session_timeout_ms: u64,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct JoinGroupResult {
+        pub member_id: String,
+        pub generation: u64,
+        pub assignment: Vec<TopicPartitionEntry>,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct HeartbeatRequest {
+        pub group: String,
+        pub member_id: String,
+    }
+
+    /// The current generation and the member's partitions in it.
+    #[derive(Debug, Default)]
+    pub struct HeartbeatResult {
+        pub generation: u64,
+        pub assignment: Vec<TopicPartitionEntry>,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct LeaveGroupRequest {
+        pub group: String,
+        pub member_id: String,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct LeaveGroupResult {}
+
+    /// `offset` is the next offset to read.
+    #[derive(Debug, Default)]
+    pub struct OffsetEntry {
+        pub topic: String,
+        pub partition: u32,
+        pub offset: u64,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct CommitOffsetsRequest {
+        pub group: String,
+        pub member_id: String,
+        pub generation: u64,
+        pub offsets: Vec<OffsetEntry>,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct CommitOffsetsResult {}
+
+    #[derive(Debug, Default)]
+    pub struct FetchCommittedRequest {
+        pub group: String,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct FetchCommittedResult {
+        pub offsets: Vec<OffsetEntry>,
+    }
+}

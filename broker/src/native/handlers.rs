@@ -174,6 +174,17 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
                 "Hello is allowed only as the first frame of a connection",
             ))
         }
+        r @ (Request::CreateTopic(_)
+        | Request::DeleteTopic(_)
+        | Request::DescribeTopic(_)
+        | Request::Produce(_)
+        | Request::Fetch(_)
+        | Request::ListOffsets(_)
+        | Request::JoinGroup(_)
+        | Request::Heartbeat(_)
+        | Request::LeaveGroup(_)
+        | Request::CommitOffsets(_)
+        | Request::FetchCommitted(_)) => return super::streams::dispatch(ctx, r).await,
         Request::CreateQueue(r) => {
             if r.queue_name.is_empty() {
                 return Err(Failure::missing("QueueName"));

@@ -45,6 +45,7 @@
 //! (`crate::quic::ShardEndpoint::shutdown`).
 
 pub mod handlers;
+pub mod streams;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;

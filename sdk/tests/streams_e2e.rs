@@ -1,0 +1,205 @@
+//! Streams through the SDK against an in-process broker over real QUIC on loopback: a keyed
+//! batching producer, two group consumers sharing a topic with commit after processing, a
+//! second group (fan-out), manual commit and seek, and typed errors.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_broker::config::BrokerConfig;
+use sluice_sdk::stream::partition_for_key;
+use sluice_sdk::types::*;
+use sluice_sdk::{
+    Client, ClientOptions, ErrorCode, GroupConsumer, GroupConsumerOptions, Seek, Trust,
+};
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// (partition, offset, value) of every record a group processed.
+type Seen = Arc<Mutex<Vec<(u32, u64, Vec<u8>)>>>;
+
+fn options() -> GroupConsumerOptions {
+    GroupConsumerOptions {
+        session_timeout: Duration::from_millis(1500),
+        max_records: 50,
+        max_bytes: 64 * 1024,
+        poll_wait: Duration::from_millis(20),
+    }
+}
+
+#[test]
+fn producer_and_group_consumers_over_quic() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    c.shards = 2;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    let handle = sluice_broker::server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    let addr = handle.quic_addr();
+    let cert = dir.path().join("quic-selfsigned-cert.pem");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        tokio::time::timeout(TEST_TIMEOUT, async move {
+            let client = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert)))
+                .await
+                .expect("connect");
+            let t = client
+                .create_topic(CreateTopicRequest {
+                    name: "events".into(),
+                    partitions: 3,
+                    ..Default::default()
+                })
+                .await
+                .expect("create");
+            assert_eq!(t.partitions, 3);
+            // Typed errors.
+            let e = client.describe_topic("nope").await.expect_err("no topic");
+            assert_eq!(e.code(), Some(ErrorCode::UnknownTopic));
+            let e = client
+                .produce_batch("events", Some(0), b"garbage".to_vec())
+                .await
+                .expect_err("bad batch");
+            assert_eq!(e.code(), Some(ErrorCode::InvalidBatch));
+            let e = client
+                .fetch("events", 0, 999, 1024, 10, Duration::ZERO)
+                .await
+                .expect_err("past the end");
+            assert_eq!(e.code(), Some(ErrorCode::OffsetOutOfRange));
+
+            // Two members of group "a" share the partitions; commit after processing.
+            const N: usize = 300;
+            let seen_a: Seen = Arc::default();
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut members = Vec::new();
+            for _ in 0..2 {
+                let (client, seen, stop) = (client.clone(), seen_a.clone(), stop.clone());
+                members.push(tokio::spawn(async move {
+                    let mut m = GroupConsumer::join(&client, "a", &["events"], options())
+                        .await
+                        .expect("join");
+                    m.run(
+                        |r| {
+                            seen.lock().expect("seen").push((
+                                r.partition,
+                                r.offset,
+                                r.value.clone(),
+                            ))
+                        },
+                        || stop.load(Ordering::SeqCst),
+                    )
+                    .await
+                    .expect("run");
+                    m.close().await.expect("leave");
+                }));
+            }
+            // Let both join (and the rebalance settle) before producing.
+            tokio::time::sleep(Duration::from_millis(800)).await;
+
+            let mut p = client.topic_producer("events").await.expect("producer");
+            for i in 0..N {
+                let key = format!("user-{}", i % 7);
+                p.send(Some(key.as_bytes()), format!("{key}:{i}").as_bytes())
+                    .await
+                    .expect("send");
+                if i % 50 == 49 {
+                    p.flush().await.expect("flush");
+                }
+            }
+            p.flush().await.expect("flush");
+
+            // Each key's records are in one partition, in send order.
+            for k in 0..7 {
+                let key = format!("user-{k}");
+                let part = partition_for_key(key.as_bytes(), 3);
+                let (recs, _) = client
+                    .fetch("events", part, 0, 1 << 20, 10_000, Duration::ZERO)
+                    .await
+                    .expect("fetch");
+                let mine: Vec<usize> = recs
+                    .iter()
+                    .filter(|r| r.key.as_deref() == Some(key.as_bytes()))
+                    .map(|r| {
+                        let v = String::from_utf8(r.value.clone()).expect("utf8");
+                        v.rsplit(':').next().expect("n").parse().expect("n")
+                    })
+                    .collect();
+                let expected: Vec<usize> = (0..N).filter(|i| i % 7 == k).collect();
+                assert_eq!(mine, expected, "{key} in order");
+            }
+
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let distinct: BTreeSet<(u32, u64)> = seen_a
+                    .lock()
+                    .expect("seen")
+                    .iter()
+                    .map(|(p, o, _)| (*p, *o))
+                    .collect();
+                if distinct.len() >= N {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "group a read {}",
+                    distinct.len()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            stop.store(true, Ordering::SeqCst);
+            for m in members {
+                m.await.expect("member");
+            }
+            // Per partition, the group saw the offsets in order.
+            let mut by_p: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+            for (p, o, _) in seen_a.lock().expect("seen").iter() {
+                by_p.entry(*p).or_default().push(*o);
+            }
+            for offsets in by_p.values() {
+                let mut sorted = offsets.clone();
+                sorted.dedup();
+                assert!(
+                    sorted.windows(2).all(|w| w[0] < w[1]),
+                    "in order: {offsets:?}"
+                );
+            }
+            let committed = client.fetch_committed("a").await.expect("committed");
+            let total: u64 = committed.values().sum();
+            assert_eq!(total, N as u64, "everything committed: {committed:?}");
+
+            // Group "b" (fan-out): a single member with manual commit and seek.
+            let mut b = GroupConsumer::join(&client, "b", &["events"], options())
+                .await
+                .expect("join b");
+            assert_eq!(b.assignment().len(), 3);
+            let mut got = 0;
+            while got < N {
+                got += b.poll().await.expect("poll").len();
+            }
+            assert_eq!(got, N, "group b sees every record once too");
+            b.commit().await.expect("commit");
+            // Seek back by timestamp on partition 0 and read it again.
+            let first = client
+                .list_offset("events", 0, Seek::Timestamp(0))
+                .await
+                .expect("seek");
+            assert_eq!(first, 0);
+            b.seek("events", 0, first);
+            let again = b.poll().await.expect("poll");
+            assert!(again.iter().any(|r| r.partition == 0 && r.offset == 0));
+            b.close().await.expect("leave");
+            client.delete_topic("events").await.expect("delete");
+            let e = client.describe_topic("events").await.expect_err("deleted");
+            assert_eq!(e.code(), Some(ErrorCode::UnknownTopic));
+        })
+        .await
+        .expect("test finished in time");
+    });
+    handle.shutdown();
+}

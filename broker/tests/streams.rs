@@ -837,3 +837,127 @@ fn restart_keeps_topics_data_and_group_commits() {
     });
     b.shutdown();
 }
+
+// ---------------------------------------------------------------- the unified model
+
+#[test]
+fn a_queue_read_as_a_stream_sees_every_message_and_leaves_leases_alone() {
+    use sluice_broker::engine::{ReceiveRequest, SendRequest};
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let b = start(tmp.path());
+    b.run_on(1, |s| async move {
+        let q = s
+            .create_queue(T, "work", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("queue");
+        for i in 0..10 {
+            s.send(
+                &q,
+                SendRequest {
+                    body: format!("m{i}"),
+                    attributes: Vec::new(),
+                    delay_s: None,
+                    group_id: None,
+                    dedup_id: None,
+                },
+            )
+            .await
+            .expect("send");
+        }
+        let leased = s
+            .receive(
+                &q,
+                ReceiveRequest {
+                    max_messages: 3,
+                    visibility_timeout_s: Some(60),
+                    attempt_id: None,
+                },
+                0,
+            )
+            .await
+            .expect("receive");
+        assert_eq!(leased.len(), 3);
+        let before = s.queue_counters(&q).await.expect("counters");
+        let mut bodies = Vec::new();
+        let mut next = vec![0u64; q.partitions as usize];
+        for p in 0..q.partitions {
+            let f = s
+                .fetch_queue_stream(
+                    &q,
+                    p,
+                    FetchRequest {
+                        offset: 0,
+                        max_bytes: 1 << 20,
+                        max_records: 100,
+                        wait_ms: 0,
+                    },
+                )
+                .await
+                .expect("stream read");
+            let offsets: Vec<u64> = f.records.iter().map(|r| r.offset).collect();
+            assert!(offsets.windows(2).all(|w| w[0] < w[1]), "in log order");
+            bodies.extend(
+                f.records
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.record.value).expect("utf8")),
+            );
+            next[p as usize] = f.next_offset;
+        }
+        bodies.sort();
+        let mut expected: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+        expected.sort();
+        assert_eq!(bodies, expected, "every message, leased or not");
+        let after = s.queue_counters(&q).await.expect("counters");
+        assert_eq!(
+            (before.visible, before.in_flight),
+            (after.visible, after.in_flight),
+            "reading the log touched no lease"
+        );
+        assert_eq!((after.visible, after.in_flight), (7, 3));
+        // A long-polling stream read at the end wakes on the next send.
+        let (s2, q2) = (s.clone(), q.clone());
+        sluice_broker::runtime::spawn(async move {
+            sluice_broker::runtime::sleep(Duration::from_millis(200)).await;
+            s2.send(
+                &q2,
+                SendRequest {
+                    body: "late".into(),
+                    attributes: Vec::new(),
+                    delay_s: None,
+                    group_id: None,
+                    dedup_id: None,
+                },
+            )
+            .await
+            .expect("send");
+        });
+        let started = Instant::now();
+        let waits = (0..q.partitions).map(|p| {
+            let (s, q) = (s.clone(), q.clone());
+            let at = next[p as usize];
+            Box::pin(async move {
+                s.fetch_queue_stream(
+                    &q,
+                    p,
+                    FetchRequest {
+                        offset: at,
+                        max_bytes: 1 << 20,
+                        max_records: 10,
+                        wait_ms: 5_000,
+                    },
+                )
+                .await
+                .expect("long poll")
+            })
+        });
+        let (got, _, _) = futures::future::select_all(waits).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "woken by the send"
+        );
+        assert_eq!(got.records.len(), 1);
+        assert_eq!(got.records[0].record.value, b"late");
+    });
+    b.shutdown();
+}

@@ -209,6 +209,11 @@ impl Shard {
         self.this.clone()
     }
 
+    /// A queue partition this shard owns (for reading its log as a stream).
+    pub(crate) fn queue_partition(&self, queue_id: u64, p: u32) -> Option<Rc<PartitionActor>> {
+        self.partitions.borrow().get(&(queue_id, p)).cloned()
+    }
+
     pub(crate) fn fs(&self) -> &DmaFs {
         &self.fs
     }

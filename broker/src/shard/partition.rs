@@ -158,7 +158,8 @@ impl PartitionActor {
         Ok(())
     }
 
-    fn log(&self) -> Rc<Log<DmaFs>> {
+    /// The current log (swapped when the partition rebuilds: take it per use).
+    pub(crate) fn log(&self) -> Rc<Log<DmaFs>> {
         self.log.borrow().clone()
     }
 
@@ -300,6 +301,20 @@ impl PartitionActor {
             }
             self.ready.listen_until(deadline_ms).await;
         }
+    }
+
+    /// Waits for the next readiness notification (a send, among others) or the deadline,
+    /// whatever is deliverable now: for readers of the log as a stream
+    /// (`crate::stream::queue_view`), which must not spin while messages sit visible.
+    pub(crate) async fn wait_notified(&self, deadline_ms: u64) -> ServiceResult<bool> {
+        if self.waiters.get() >= WAITERS_PER_PARTITION_MAX {
+            return Err(ServiceError::Throttled(
+                "too many long polls parked on this partition",
+            ));
+        }
+        self.waiters.set(self.waiters.get() + 1);
+        let _guard = WaiterGuard(&self.waiters);
+        Ok(self.ready.listen_until(deadline_ms).await)
     }
 
     pub fn counters(&self) -> Counters {

@@ -6,6 +6,7 @@
 //! | `catalog.rs` | topic definitions (sans-I/O), applied from the metadata log on every shard |
 //! | `partition.rs` | one topic partition on its owning shard: log, append wake-ups, retention |
 //! | `group.rs` | consumer groups as a sans-I/O state machine: members, generations, assignment, commits |
+//! | `queue_view.rs` | a queue partition's messages read as a stream, without touching leases |
 //! | `coordinator.rs` | the group coordinator on shard 0: the groups log and session expiry |
 //! | `mod.rs` | errors, mesh messages, and the service API on [`Shard`] the front ends call |
 //!
@@ -19,6 +20,7 @@ pub mod catalog;
 pub mod coordinator;
 pub mod group;
 pub mod partition;
+pub mod queue_view;
 
 pub use catalog::{TopicCatalog, TopicConfig, TopicMeta};
 pub use group::{Assignment, GroupDescription, TopicPartition};
@@ -234,6 +236,15 @@ pub enum StreamOp {
     Describe {
         group: String,
     },
+    /// Read a queue partition's messages as a stream (`queue_view`).
+    FetchQueue {
+        queue_id: u64,
+        partition: u32,
+        offset: u64,
+        max_bytes: usize,
+        max_records: u32,
+        deadline_ms: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -246,6 +257,7 @@ pub enum StreamReply {
     Done,
     Committed(BTreeMap<TopicPartition, u64>),
     Described(Option<GroupDescription>),
+    QueueFetched(queue_view::QueueFetch),
 }
 
 /// A shard's stream state.
@@ -519,6 +531,21 @@ impl Shard {
             StreamOp::Committed { group } => Ok(StreamReply::Committed(
                 self.coordinator()?.committed(&group),
             )),
+            StreamOp::FetchQueue {
+                queue_id,
+                partition,
+                offset,
+                max_bytes,
+                max_records,
+                deadline_ms,
+            } => {
+                let actor = self.queue_partition(queue_id, partition).ok_or_else(|| {
+                    StreamError::Unavailable("queue partition not open here".into())
+                })?;
+                Ok(StreamReply::QueueFetched(
+                    queue_view::fetch(&actor, offset, max_bytes, max_records, deadline_ms).await?,
+                ))
+            }
             StreamOp::Describe { group } => {
                 Ok(StreamReply::Described(self.coordinator()?.describe(&group)))
             }
@@ -877,6 +904,35 @@ impl Shard {
             });
         }
         Ok(out)
+    }
+
+    /// Reads a queue partition's messages as a stream from `req.offset` (read-only: no lease,
+    /// receive count or visibility changes). Continue at the reply's `next_offset`.
+    pub async fn fetch_queue_stream(
+        &self,
+        q: &crate::metadata::QueueMeta,
+        partition: u32,
+        req: FetchRequest,
+    ) -> StreamResult<queue_view::QueueFetch> {
+        self.check_stream_ready()?;
+        if partition >= q.partitions {
+            return Err(StreamError::UnknownPartition {
+                partition,
+                partitions: q.partitions,
+            });
+        }
+        let op = StreamOp::FetchQueue {
+            queue_id: q.id,
+            partition,
+            offset: req.offset,
+            max_bytes: req.max_bytes.clamp(1, FETCH_BYTES_MAX),
+            max_records: req.max_records.max(1),
+            deadline_ms: runtime::now_ms() + req.wait_ms.min(FETCH_WAIT_MS_MAX),
+        };
+        match self.stream_request(self.owner(q.id, partition), op).await? {
+            StreamReply::QueueFetched(f) => Ok(f),
+            other => Err(StreamError::Internal(format!("unexpected {other:?}"))),
+        }
     }
 
     #[doc(hidden)]

@@ -1,0 +1,101 @@
+//! The unified model: a queue partition read as a stream. A queue partition's log holds the
+//! engine's records; its `Sent` records are the messages, in send order, at log offsets. This
+//! reads the log directly — never through the engine — so no lease, receive count or
+//! visibility changes: replay, audit and analytics beside the queue's consumers.
+//!
+//! What a reader sees is what the queue's log still keeps: the queue's compaction deletes
+//! segments whose messages are all deleted, like retention does for topics
+//! (`OffsetOutOfRange`, then resume at the earliest offset).
+
+use super::{FetchedRecord, StreamError, StreamResult};
+use crate::engine::{Record as EngineRecord, RecordKind};
+use crate::runtime;
+use crate::shard::partition::PartitionActor;
+use sluice_storage::Record;
+
+/// Messages of a queue partition, read as a stream.
+#[derive(Debug, Clone, Default)]
+pub struct QueueFetch {
+    pub records: Vec<FetchedRecord>,
+    /// Where the next fetch starts (past engine records that are not messages).
+    pub next_offset: u64,
+    pub start_offset: u64,
+    pub end_offset: u64,
+}
+
+/// Reads `Sent` records of a queue partition from `offset`, waiting until `deadline_ms` for a
+/// new one (woken by the partition's readiness event, which a send notifies). The reply's
+/// records are rebuilt from the engine records (key = message group id, value = body,
+/// timestamp = the send's, a `message-id` header).
+pub async fn fetch(
+    actor: &PartitionActor,
+    offset: u64,
+    max_bytes: usize,
+    max_records: u32,
+    deadline_ms: u64,
+) -> StreamResult<QueueFetch> {
+    let mut at = offset;
+    loop {
+        let log = actor.log();
+        let (start, end) = (log.start_offset(), log.end_offset());
+        if at < start || at > end {
+            return Err(StreamError::OffsetOutOfRange {
+                offset: at,
+                start,
+                end,
+            });
+        }
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        while at < log.end_offset() && out.len() < max_records as usize && bytes < max_bytes {
+            let batches = log.read(at, max_bytes.saturating_sub(bytes).max(1)).await?;
+            if batches.is_empty() {
+                break;
+            }
+            for b in &batches {
+                for r in b.view().records() {
+                    let r = r.map_err(|e| StreamError::Internal(e.to_string()))?;
+                    if r.offset < at {
+                        continue;
+                    }
+                    let rec = EngineRecord::decode(r.value).map_err(|e| {
+                        StreamError::Internal(format!("engine record at {}: {e}", r.offset))
+                    })?;
+                    if let RecordKind::Sent(s) = rec.kind {
+                        if out.len() < max_records as usize {
+                            bytes += s.payload.body.len();
+                            out.push(FetchedRecord {
+                                offset: r.offset,
+                                record: Record {
+                                    timestamp_ms: rec.at_ms as i64,
+                                    key: s.payload.group_id.as_ref().map(|g| g.as_bytes().to_vec()),
+                                    value: s.payload.body.as_bytes().to_vec(),
+                                    headers: vec![(
+                                        b"message-id".to_vec(),
+                                        s.message_id.to_string().into_bytes(),
+                                    )],
+                                },
+                            });
+                        }
+                    }
+                }
+                at = b.header.next_offset();
+                if out.len() >= max_records as usize {
+                    // The next fetch starts after the last record handed out.
+                    at = out.last().map_or(at, |r| r.offset + 1);
+                    break;
+                }
+            }
+        }
+        if !out.is_empty() || runtime::now_ms() >= deadline_ms {
+            return Ok(QueueFetch {
+                records: out,
+                next_offset: at,
+                start_offset: log.start_offset(),
+                end_offset: log.end_offset(),
+            });
+        }
+        // Nothing new but engine records: park until the next send (or the deadline).
+        actor.wait_notified(deadline_ms).await?;
+    }
+}

@@ -12,6 +12,13 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
+/// After this many commit records, the coordinator restates every committed offset (as commit
+/// records) and deletes the log segments wholly below the restatement: the groups log stays
+/// bounded by the state, not by the number of commits ever made.
+pub const SNAPSHOT_EVERY_RECORDS: usize = 10_000;
+/// Offsets per restatement batch (bounds one batch's size).
+const SNAPSHOT_RECORDS_PER_BATCH: usize = 1_000;
+
 /// Session expiry is checked this often.
 pub const EXPIRY_CHECK_INTERVAL_MS: u64 = 50;
 const REPLAY_READ_BYTES: usize = 1 << 20;
@@ -22,6 +29,18 @@ pub struct Coordinator {
     log: Rc<Log<DmaFs>>,
     groups: RefCell<Groups>,
     closed: Cell<bool>,
+    records_since_snapshot: Cell<usize>,
+    snapshot_every: usize,
+    snapshotting: Cell<bool>,
+}
+
+/// The groups log: small segments, so that restated history can be deleted soon.
+fn groups_log_config() -> sluice_storage::LogConfig {
+    const MIB: u64 = 1024 * 1024;
+    sluice_storage::LogConfig {
+        segment_bytes_max: 4 * MIB,
+        ..crate::config::meta_log_config()
+    }
 }
 
 impl Coordinator {
@@ -32,7 +51,24 @@ impl Coordinator {
         dir: PathBuf,
         partitions: Rc<PartitionsOf>,
     ) -> StreamResult<Rc<Coordinator>> {
-        let log = Log::open(fs, dir, crate::config::meta_log_config()).await?;
+        Self::open_with(
+            fs,
+            dir,
+            partitions,
+            SNAPSHOT_EVERY_RECORDS,
+            groups_log_config(),
+        )
+        .await
+    }
+
+    pub async fn open_with(
+        fs: DmaFs,
+        dir: PathBuf,
+        partitions: Rc<PartitionsOf>,
+        snapshot_every: usize,
+        log_config: sluice_storage::LogConfig,
+    ) -> StreamResult<Rc<Coordinator>> {
+        let log = Log::open(fs, dir, log_config).await?;
         let mut groups = Groups::new(runtime::now_ms());
         let mut at = log.start_offset();
         let mut n = 0usize;
@@ -51,6 +87,9 @@ impl Coordinator {
             log: Rc::new(log),
             groups: RefCell::new(groups),
             closed: Cell::new(false),
+            records_since_snapshot: Cell::new(n),
+            snapshot_every: snapshot_every.max(1),
+            snapshotting: Cell::new(false),
         });
         let weak = Rc::downgrade(&c);
         runtime::spawn(async move {
@@ -134,7 +173,54 @@ impl Coordinator {
             }
         }
         self.log.durable(ticket).await?;
+        self.records_since_snapshot
+            .set(self.records_since_snapshot.get() + records.len());
+        if self.records_since_snapshot.get() >= self.snapshot_every && !self.snapshotting.get() {
+            self.snapshotting.set(true);
+            let r = self.snapshot().await;
+            self.snapshotting.set(false);
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "restating consumer group offsets");
+            }
+        }
         Ok(())
+    }
+
+    /// Restates every committed offset at the end of the log — staged with no await in
+    /// between, so later commits land after it — and, once durable, deletes the segments that
+    /// lie wholly below it (nothing there is needed to rebuild the state).
+    async fn snapshot(&self) -> StreamResult<()> {
+        let records = self.groups.borrow().restatement(runtime::now_ms());
+        let now = runtime::now_ms() as i64;
+        let mut tickets = Vec::new();
+        for chunk in records.chunks(SNAPSHOT_RECORDS_PER_BATCH) {
+            let mut b = BatchBuilder::new();
+            for r in chunk {
+                b.push_parts(now, None, &r.encode(), std::iter::empty());
+            }
+            if let Some(bytes) = b.finish() {
+                tickets.push(self.log.stage_batch(bytes)?);
+            }
+        }
+        let Some(first) = tickets.first().map(|t| t.info.base_offset) else {
+            return Ok(());
+        };
+        for t in tickets {
+            self.log.durable(t).await?;
+        }
+        self.records_since_snapshot.set(0);
+        let out = self.log.delete_segments_below(first).await?;
+        tracing::info!(
+            offsets = records.len(),
+            segments_deleted = out.segments_deleted,
+            "consumer group offsets restated"
+        );
+        Ok(())
+    }
+
+    /// Segments of the groups log (tests of its bound).
+    pub fn log_segments(&self) -> usize {
+        self.log.segments().len()
     }
 
     pub fn describe(&self, group: &str) -> Option<super::group::GroupDescription> {
@@ -148,5 +234,54 @@ impl Coordinator {
     pub async fn close(&self) {
         self.closed.set(true);
         let _ = self.log.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restatements_keep_the_groups_log_bounded_and_replay_to_the_same_offsets() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path().to_path_buf();
+        sluice_storage::rt::run("groups-log-test", move || async move {
+            let fs = DmaFs::new(&root).await.expect("fs");
+            let config = sluice_storage::LogConfig {
+                segment_bytes_max: 16 * 1024,
+                prealloc_chunk_bytes: 16 * 1024,
+                batch_bytes_max: 16 * 1024,
+                write_buffer_bytes_max: 64 * 1024,
+                ..groups_log_config()
+            };
+            let parts: Rc<PartitionsOf> = Rc::new(|t: &str| (t == "t/x").then_some(4));
+            let dir = root.join("groups");
+            let c =
+                Coordinator::open_with(fs.clone(), dir.clone(), parts.clone(), 100, config.clone())
+                    .await
+                    .expect("open");
+            let a = c
+                .join("t/g", None, vec!["t/x".into()], 60_000, &*parts)
+                .expect("join");
+            let mut max_segments = 0;
+            for i in 0..1500u64 {
+                let p = (i % 4) as u32;
+                c.commit("t/g", &a.member_id, a.generation, &[(("t/x".into(), p), i)])
+                    .await
+                    .expect("commit");
+                max_segments = max_segments.max(c.log_segments());
+            }
+            // ~1500 commits of ~150 bytes would fill ~14 segments of 16 KiB.
+            assert!(max_segments <= 5, "segments peaked at {max_segments}");
+            let before = c.committed("t/g");
+            c.close().await;
+            let again = Coordinator::open_with(fs, dir, parts, 100, config)
+                .await
+                .expect("reopen");
+            assert_eq!(again.committed("t/g"), before);
+            assert_eq!(before.get(&("t/x".to_string(), 3)), Some(&1499));
+            again.close().await;
+        })
+        .expect("executor");
     }
 }

@@ -306,6 +306,27 @@ impl Groups {
         Ok(out)
     }
 
+    /// Every committed offset as commit records (with its group's generation): replaying them
+    /// alone rebuilds the committed state.
+    pub fn restatement(&self, now_ms: u64) -> Vec<GroupRecord> {
+        self.groups
+            .iter()
+            .flat_map(|(name, g)| {
+                g.committed
+                    .iter()
+                    .map(move |((topic, partition), offset)| GroupRecord::Commit {
+                        v: GROUP_RECORD_VERSION,
+                        group: name.clone(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: *offset,
+                        generation: g.generation,
+                        at_ms: now_ms,
+                    })
+            })
+            .collect()
+    }
+
     pub fn committed(&self, group: &str) -> BTreeMap<TopicPartition, u64> {
         self.groups
             .get(group)

@@ -176,6 +176,17 @@ impl Client {
         }
     }
 
+    /// Per partition the group committed on: (topic, partition, lag = latest - committed).
+    pub async fn group_lag(&self, group: &str) -> Result<Vec<wire::PartitionLagEntry>> {
+        let r = wire::GroupLagRequest {
+            group: group.into(),
+        };
+        match self.call(Request::GroupLag(r)).await? {
+            Response::GroupLag(r) => Ok(r.partitions),
+            other => unexpected(other),
+        }
+    }
+
     /// A keyed, batching producer for `topic`.
     pub async fn topic_producer(&self, topic: &str) -> Result<TopicProducer> {
         let d = self.describe_topic(topic).await?;

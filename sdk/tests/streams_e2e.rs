@@ -172,6 +172,18 @@ fn producer_and_group_consumers_over_quic() {
             let committed = client.fetch_committed("a").await.expect("committed");
             let total: u64 = committed.values().sum();
             assert_eq!(total, N as u64, "everything committed: {committed:?}");
+            let lag = client.group_lag("a").await.expect("lag");
+            assert_eq!(lag.len(), 3);
+            assert!(lag.iter().all(|l| l.lag == 0), "{lag:?}");
+            let mut p2 = client.topic_producer("events").await.expect("producer");
+            for i in 0..5 {
+                p2.send(None, format!("extra {i}").as_bytes())
+                    .await
+                    .expect("send");
+            }
+            p2.flush().await.expect("flush");
+            let lag = client.group_lag("a").await.expect("lag");
+            assert_eq!(lag.iter().map(|l| l.lag).sum::<u64>(), 5, "{lag:?}");
 
             // Group "b" (fan-out): a single member with manual commit and seek.
             let mut b = GroupConsumer::join(&client, "b", &["events"], options())
@@ -179,10 +191,10 @@ fn producer_and_group_consumers_over_quic() {
                 .expect("join b");
             assert_eq!(b.assignment().len(), 3);
             let mut got = 0;
-            while got < N {
+            while got < N + 5 {
                 got += b.poll().await.expect("poll").len();
             }
-            assert_eq!(got, N, "group b sees every record once too");
+            assert_eq!(got, N + 5, "group b sees every record once too");
             b.commit().await.expect("commit");
             // Seek back by timestamp on partition 0 and read it again.
             let first = client

@@ -235,6 +235,7 @@ messages! {
         LeaveGroup(LeaveGroupRequest),
         CommitOffsets(CommitOffsetsRequest),
         FetchCommitted(FetchCommittedRequest),
+        GroupLag(GroupLagRequest),
     }
     responses {
         Error(ErrorResponse) = Error,
@@ -271,6 +272,7 @@ messages! {
         LeaveGroup(LeaveGroupResult) = LeaveGroupResult,
         CommitOffsets(CommitOffsetsResult) = CommitOffsetsResult,
         FetchCommitted(FetchCommittedResult) = FetchCommittedResult,
+        GroupLag(GroupLagResult) = GroupLagResult,
     }
 }
 
@@ -539,6 +541,7 @@ mod tests {
             Request::LeaveGroup(Default::default()),
             Request::CommitOffsets(Default::default()),
             Request::FetchCommitted(Default::default()),
+            Request::GroupLag(Default::default()),
         ]
         .iter()
         .map(Request::kind)
@@ -549,7 +552,7 @@ mod tests {
             .collect();
         assert_eq!(kinds, requests);
         let responses = FrameKind::ALL.iter().filter(|k| k.is_response()).count();
-        assert_eq!(responses, 34);
+        assert_eq!(responses, 35);
     }
 
     #[test]

@@ -180,6 +180,7 @@ pub enum FrameKind {
     LeaveGroup = 0x0309,
     CommitOffsets = 0x030A,
     FetchCommitted = 0x030B,
+    GroupLag = 0x030C,
 
     CreateTopicResult = 0x8301,
     DeleteTopicResult = 0x8302,
@@ -192,16 +193,17 @@ pub enum FrameKind {
     LeaveGroupResult = 0x8309,
     CommitOffsetsResult = 0x830A,
     FetchCommittedResult = 0x830B,
+    GroupLagResult = 0x830C,
 }
 
-/// Request-kind ranges of subsystems (streams: 0x0301..=0x030B in use); documented so nobody
+/// Request-kind ranges of subsystems (streams: 0x0301..=0x030C in use); documented so nobody
 /// reuses them.
 pub const KIND_RANGE_STREAMS: std::ops::RangeInclusive<u16> = 0x0300..=0x03FF;
 pub const KIND_RANGE_REPLICATION: std::ops::RangeInclusive<u16> = 0x0400..=0x04FF;
 
 impl FrameKind {
     /// Every kind, in numeric order of requests then responses (tests, docs, fuzzing).
-    pub const ALL: [FrameKind; 67] = [
+    pub const ALL: [FrameKind; 69] = [
         FrameKind::Hello,
         FrameKind::CreateQueue,
         FrameKind::DeleteQueue,
@@ -235,6 +237,7 @@ impl FrameKind {
         FrameKind::LeaveGroup,
         FrameKind::CommitOffsets,
         FrameKind::FetchCommitted,
+        FrameKind::GroupLag,
         FrameKind::Error,
         FrameKind::HelloOk,
         FrameKind::CreateQueueResult,
@@ -269,6 +272,7 @@ impl FrameKind {
         FrameKind::LeaveGroupResult,
         FrameKind::CommitOffsetsResult,
         FrameKind::FetchCommittedResult,
+        FrameKind::GroupLagResult,
     ];
 
     /// The kind with this number, or `None` for unassigned and reserved numbers.
@@ -446,8 +450,8 @@ mod tests {
                 assert!(k.response_kind().is_some(), "{k:?} has no response kind");
             }
         }
-        // Streams use 0x0301..=0x030B; the rest of their range and replication's stay free.
-        for raw in (0x030C..=*KIND_RANGE_STREAMS.end()).chain(KIND_RANGE_REPLICATION) {
+        // Streams use 0x0301..=0x030C; the rest of their range and replication's stay free.
+        for raw in (0x030D..=*KIND_RANGE_STREAMS.end()).chain(KIND_RANGE_REPLICATION) {
             assert_eq!(FrameKind::from_u16(raw), None);
             assert_eq!(FrameKind::from_u16(raw | KIND_RESPONSE_BIT), None);
         }

@@ -707,4 +707,24 @@ wire_types! {
     pub struct FetchCommittedResult {
         pub offsets: Vec<OffsetEntry>,
     }
+
+    /// Per partition a group committed on: latest offset minus committed (for operators).
+    #[derive(Debug, Default)]
+    pub struct GroupLagRequest {
+        pub group: String,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct PartitionLagEntry {
+        pub topic: String,
+        pub partition: u32,
+        pub committed: u64,
+        pub latest: u64,
+        pub lag: u64,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct GroupLagResult {
+        pub partitions: Vec<PartitionLagEntry>,
+    }
 }

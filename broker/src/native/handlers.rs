@@ -184,7 +184,8 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
         | Request::Heartbeat(_)
         | Request::LeaveGroup(_)
         | Request::CommitOffsets(_)
-        | Request::FetchCommitted(_)) => return super::streams::dispatch(ctx, r).await,
+        | Request::FetchCommitted(_)
+        | Request::GroupLag(_)) => return super::streams::dispatch(ctx, r).await,
         Request::CreateQueue(r) => {
             if r.queue_name.is_empty() {
                 return Err(Failure::missing("QueueName"));

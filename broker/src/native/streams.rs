@@ -178,6 +178,20 @@ pub async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response, Failure> 
                     .collect(),
             })
         }
+        Request::GroupLag(r) => Response::GroupLag(wire::GroupLagResult {
+            partitions: s
+                .group_lag(account, &r.group)
+                .await?
+                .into_iter()
+                .map(|l| wire::PartitionLagEntry {
+                    topic: l.topic,
+                    partition: l.partition,
+                    committed: l.committed,
+                    latest: l.latest,
+                    lag: l.lag,
+                })
+                .collect(),
+        }),
         other => {
             return Err(Failure::new(
                 ErrorCode::InternalFailure,

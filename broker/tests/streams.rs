@@ -959,5 +959,50 @@ fn a_queue_read_as_a_stream_sees_every_message_and_leaves_leases_alone() {
         assert_eq!(got.records.len(), 1);
         assert_eq!(got.records[0].record.value, b"late");
     });
+    // A consumer group reads the queue as a stream (`queue:<name>`), commits, and has no lag.
+    b.run_on(0, |s| async move {
+        let q = s.queue(T, "work").expect("queue");
+        let topic = "queue:work".to_string();
+        let a = s
+            .join_group(T, "audit", None, std::slice::from_ref(&topic), 10_000)
+            .await
+            .expect("join a queue");
+        assert_eq!(a.partitions.len(), q.partitions as usize);
+        let mut bodies = Vec::new();
+        for (_, p) in &a.partitions {
+            let f = s
+                .fetch_queue_stream(
+                    &q,
+                    *p,
+                    FetchRequest {
+                        offset: 0,
+                        max_bytes: 1 << 20,
+                        max_records: 100,
+                        wait_ms: 0,
+                    },
+                )
+                .await
+                .expect("read");
+            bodies.extend(f.records.iter().map(|r| r.record.value.clone()));
+            s.commit_offsets(
+                T,
+                "audit",
+                &a.member_id,
+                a.generation,
+                &[(topic.clone(), *p, f.next_offset)],
+            )
+            .await
+            .expect("commit");
+        }
+        assert_eq!(bodies.len(), 11, "every message of the queue, once");
+        let lag = s.group_lag(T, "audit").await.expect("lag");
+        assert_eq!(lag.len(), q.partitions as usize);
+        assert!(lag.iter().all(|l| l.lag == 0), "{lag:?}");
+        assert!(matches!(
+            s.join_group(T, "audit", None, &["queue:nope".to_string()], 10_000)
+                .await,
+            Err(StreamError::UnknownTopic(_))
+        ));
+    });
     b.shutdown();
 }

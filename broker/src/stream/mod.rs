@@ -36,6 +36,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// A group member subscribes to a queue (read as a stream, `Shard::fetch_queue_stream`) by
+/// naming `queue:<queue name>` among its topics; commits name the same.
+pub const QUEUE_TOPIC_PREFIX: &str = "queue:";
+
 /// The most bytes one fetch returns (at least one batch is always returned if there is one).
 pub const FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// The longest a fetch may wait for data.
@@ -289,6 +293,10 @@ impl Shard {
         Rc::new(move |qualified: &str| {
             let s = weak.upgrade()?;
             let (tenant, name) = qualified.split_once('/')?;
+            // `queue:<name>`: a queue's partitions, read as streams (`queue_view`).
+            if let Some(queue) = name.strip_prefix(QUEUE_TOPIC_PREFIX) {
+                return s.queue(tenant, queue).ok().map(|q| q.partitions);
+            }
             let t = s.streams.catalog.borrow().lookup(tenant, name).ok()?;
             Some(t.partitions())
         })
@@ -888,13 +896,33 @@ impl Shard {
         let committed = self.committed_offsets(tenant, group).await?;
         let mut out = Vec::with_capacity(committed.len());
         for ((topic, partition), c) in committed {
-            let Ok(t) = self.topic(tenant, &topic) else {
-                continue; // deleted since
+            let latest = if let Some(queue) = topic.strip_prefix(QUEUE_TOPIC_PREFIX) {
+                let Ok(q) = self.queue(tenant, queue) else {
+                    continue; // deleted since
+                };
+                if partition >= q.partitions {
+                    continue;
+                }
+                let req = FetchRequest {
+                    offset: 0,
+                    max_bytes: 1,
+                    max_records: 1,
+                    wait_ms: 0,
+                };
+                match self.fetch_queue_stream(&q, partition, req).await {
+                    Ok(f) => f.end_offset,
+                    Err(StreamError::OffsetOutOfRange { end, .. }) => end,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                let Ok(t) = self.topic(tenant, &topic) else {
+                    continue; // deleted since
+                };
+                if partition >= t.partitions() {
+                    continue;
+                }
+                self.list_offset(&t, partition, OffsetSpec::Latest).await?
             };
-            if partition >= t.partitions() {
-                continue;
-            }
-            let latest = self.list_offset(&t, partition, OffsetSpec::Latest).await?;
             out.push(PartitionLag {
                 topic,
                 partition,

@@ -684,6 +684,46 @@ pub fn validate_token(param: &str, s: &str) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// The queue attribute names of the model (`QueueAttributeName`).
+pub const QUEUE_ATTRIBUTE_NAMES: [&str; 22] = [
+    "All",
+    "Policy",
+    "VisibilityTimeout",
+    "MaximumMessageSize",
+    "MessageRetentionPeriod",
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "QueueArn",
+    "ApproximateNumberOfMessagesDelayed",
+    "DelaySeconds",
+    "ReceiveMessageWaitTimeSeconds",
+    "RedrivePolicy",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+    "RedriveAllowPolicy",
+    "SqsManagedSseEnabled",
+];
+
+/// The message system attribute names of the model (`MessageSystemAttributeName`).
+pub const MESSAGE_SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
+    "All",
+    "SenderId",
+    "SentTimestamp",
+    "ApproximateReceiveCount",
+    "ApproximateFirstReceiveTimestamp",
+    "SequenceNumber",
+    "MessageDeduplicationId",
+    "MessageGroupId",
+    "AWSTraceHeader",
+    "DeadLetterQueueSourceArn",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

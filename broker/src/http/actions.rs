@@ -6,8 +6,8 @@
 use super::auth::{valid_account, Caller};
 use super::protocol::{Out, Params, SqsError};
 use crate::engine::attributes::{
-    AttributeValue, MessageAttribute, QueueKind, DELAY_S_MAX, VISIBILITY_TIMEOUT_S_MAX,
-    WAIT_TIME_S_MAX,
+    AttributeValue, MessageAttribute, QueueKind, DELAY_S_MAX, MESSAGE_SYSTEM_ATTRIBUTE_NAMES,
+    QUEUE_ATTRIBUTE_NAMES, VISIBILITY_TIMEOUT_S_MAX, WAIT_TIME_S_MAX,
 };
 use crate::engine::md5::md5_of_attributes;
 use crate::engine::{BatchEntry, Delivered, ReceiveRequest, SendRequest, SentReply};
@@ -53,46 +53,6 @@ pub const ACTIONS: [&str; 23] = [
     "StartMessageMoveTask",
     "TagQueue",
     "UntagQueue",
-];
-
-/// The queue attribute names of the model (`QueueAttributeName`).
-const QUEUE_ATTRIBUTE_NAMES: [&str; 22] = [
-    "All",
-    "Policy",
-    "VisibilityTimeout",
-    "MaximumMessageSize",
-    "MessageRetentionPeriod",
-    "ApproximateNumberOfMessages",
-    "ApproximateNumberOfMessagesNotVisible",
-    "CreatedTimestamp",
-    "LastModifiedTimestamp",
-    "QueueArn",
-    "ApproximateNumberOfMessagesDelayed",
-    "DelaySeconds",
-    "ReceiveMessageWaitTimeSeconds",
-    "RedrivePolicy",
-    "FifoQueue",
-    "ContentBasedDeduplication",
-    "KmsMasterKeyId",
-    "KmsDataKeyReusePeriodSeconds",
-    "DeduplicationScope",
-    "FifoThroughputLimit",
-    "RedriveAllowPolicy",
-    "SqsManagedSseEnabled",
-];
-
-/// The message system attribute names of the model (`MessageSystemAttributeName`).
-const MESSAGE_SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
-    "All",
-    "SenderId",
-    "SentTimestamp",
-    "ApproximateReceiveCount",
-    "ApproximateFirstReceiveTimestamp",
-    "SequenceNumber",
-    "MessageDeduplicationId",
-    "MessageGroupId",
-    "AWSTraceHeader",
-    "DeadLetterQueueSourceArn",
 ];
 
 /// Who asks, and how to answer with URLs.

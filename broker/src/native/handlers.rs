@@ -18,8 +18,8 @@ use sluice_wire as wire;
 use sluice_wire::{ErrorCode, Request, Response};
 
 use crate::engine::attributes::{
-    AttributeValue, MessageAttribute, QueueKind, DELAY_S_MAX, VISIBILITY_TIMEOUT_S_MAX,
-    WAIT_TIME_S_MAX,
+    AttributeValue, MessageAttribute, QueueKind, DELAY_S_MAX, MESSAGE_SYSTEM_ATTRIBUTE_NAMES,
+    QUEUE_ATTRIBUTE_NAMES, VISIBILITY_TIMEOUT_S_MAX, WAIT_TIME_S_MAX,
 };
 use crate::engine::md5::md5_of_attributes;
 use crate::engine::{BatchEntry, Delivered, EngineError, ReceiveRequest, SendRequest, SentReply};
@@ -40,46 +40,6 @@ pub const LIST_RESULTS_MAX: u32 = 1_000;
 pub const MOVE_TASKS_LIST_MAX: u32 = 10;
 /// MaxNumberOfMessages of a ReceiveMessage: 1–10.
 pub const RECEIVE_MESSAGES_MAX: u32 = 10;
-
-/// The queue attribute names of the SQS model (`QueueAttributeName`).
-const QUEUE_ATTRIBUTE_NAMES: [&str; 22] = [
-    "All",
-    "Policy",
-    "VisibilityTimeout",
-    "MaximumMessageSize",
-    "MessageRetentionPeriod",
-    "ApproximateNumberOfMessages",
-    "ApproximateNumberOfMessagesNotVisible",
-    "CreatedTimestamp",
-    "LastModifiedTimestamp",
-    "QueueArn",
-    "ApproximateNumberOfMessagesDelayed",
-    "DelaySeconds",
-    "ReceiveMessageWaitTimeSeconds",
-    "RedrivePolicy",
-    "FifoQueue",
-    "ContentBasedDeduplication",
-    "KmsMasterKeyId",
-    "KmsDataKeyReusePeriodSeconds",
-    "DeduplicationScope",
-    "FifoThroughputLimit",
-    "RedriveAllowPolicy",
-    "SqsManagedSseEnabled",
-];
-
-/// The message system attribute names of the SQS model (`MessageSystemAttributeName`).
-const MESSAGE_SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
-    "All",
-    "SenderId",
-    "SentTimestamp",
-    "ApproximateReceiveCount",
-    "ApproximateFirstReceiveTimestamp",
-    "SequenceNumber",
-    "MessageDeduplicationId",
-    "MessageGroupId",
-    "AWSTraceHeader",
-    "DeadLetterQueueSourceArn",
-];
 
 /// An error answered as an `Error` frame (or a failed batch entry).
 #[derive(Debug, Clone, PartialEq, Eq)]

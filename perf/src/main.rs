@@ -6,6 +6,8 @@ mod fio;
 mod http_vs_quic;
 mod queue_bench;
 mod storage_bench;
+#[allow(dead_code)] // the load generator and the peer adapters are being built against it
+mod target;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -6,13 +6,14 @@
 use super::auth::{valid_account, Caller};
 use super::protocol::{Out, Params, SqsError};
 use crate::engine::attributes::{
-    AttributeValue, MessageAttribute, QueueKind, DELAY_S_MAX, MESSAGE_SYSTEM_ATTRIBUTE_NAMES,
-    QUEUE_ATTRIBUTE_NAMES, VISIBILITY_TIMEOUT_S_MAX, WAIT_TIME_S_MAX,
+    AttributeValue, MessageAttribute, DELAY_S_MAX, QUEUE_ATTRIBUTE_NAMES, VISIBILITY_TIMEOUT_S_MAX,
+    WAIT_TIME_S_MAX,
 };
 use crate::engine::md5::md5_of_attributes;
 use crate::engine::{BatchEntry, Delivered, ReceiveRequest, SendRequest, SentReply};
 use crate::metadata::QueueMeta;
 use crate::shard::move_task::{MoveTaskInfo, MOVE_RATE_MAX};
+use crate::shard::render::AttributeSelection;
 use crate::shard::Shard;
 use base64::Engine as _;
 use std::collections::{BTreeMap, HashSet};
@@ -659,41 +660,6 @@ async fn handle_batch(ctx: &Ctx<'_>, mut p: Params, change_visibility: bool) -> 
     Ok(Some(batch_result(xml, ok, failed)))
 }
 
-/// Which message attributes a ReceiveMessage asked for.
-enum AttrFilter {
-    All,
-    Some {
-        names: Vec<String>,
-        prefixes: Vec<String>,
-    },
-}
-
-impl AttrFilter {
-    fn new(list: Vec<String>) -> Self {
-        if list.iter().any(|n| n == "All" || n == ".*") {
-            return AttrFilter::All;
-        }
-        let (mut names, mut prefixes) = (Vec::new(), Vec::new());
-        for n in list {
-            match n.strip_suffix(".*") {
-                Some(pre) => prefixes.push(format!("{pre}.")),
-                None => names.push(n),
-            }
-        }
-        AttrFilter::Some { names, prefixes }
-    }
-
-    fn matches(&self, name: &str) -> bool {
-        match self {
-            AttrFilter::All => true,
-            AttrFilter::Some { names, prefixes } => {
-                names.iter().any(|n| n == name)
-                    || prefixes.iter().any(|p| name.starts_with(p.as_str()))
-            }
-        }
-    }
-}
-
 async fn receive_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
     let q = ctx.resolve(&mut p)?;
     let max = p
@@ -705,20 +671,14 @@ async fn receive_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
         .unwrap_or(q.parsed.wait_time_s);
     let mut system = p.str_list("AttributeNames")?;
     system.extend(p.str_list("MessageSystemAttributeNames")?);
-    for n in &system {
-        if !MESSAGE_SYSTEM_ATTRIBUTE_NAMES.contains(&n.as_str())
-            && !QUEUE_ATTRIBUTE_NAMES.contains(&n.as_str())
-        {
-            return Err(SqsError::new(
+    let sel =
+        AttributeSelection::new(system, p.str_list("MessageAttributeNames")?).map_err(|n| {
+            SqsError::new(
                 "InvalidAttributeName",
                 400,
                 format!("Unknown Attribute {n}."),
-            ));
-        }
-    }
-    let all_system = system.iter().any(|n| n == "All");
-    let want = |n: &str| all_system || system.iter().any(|w| w == n);
-    let filter = AttrFilter::new(p.str_list("MessageAttributeNames")?);
+            )
+        })?;
     let attempt_id = p.opt_str("ReceiveRequestAttemptId")?;
     let got = ctx
         .shard
@@ -734,7 +694,7 @@ async fn receive_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
         .await?;
     let mut messages = Vec::with_capacity(got.len());
     for d in got {
-        messages.push(message_out(ctx, &q, d, &want, &filter));
+        messages.push(message_out(ctx, &q, d, &sel));
     }
     if messages.is_empty() {
         return Ok(Some(Out::Struct(Vec::new())));
@@ -742,13 +702,7 @@ async fn receive_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
     Ok(Some(one_xml("Messages", "Message", Out::List(messages))))
 }
 
-fn message_out(
-    ctx: &Ctx<'_>,
-    q: &QueueMeta,
-    d: Delivered,
-    want: &dyn Fn(&str) -> bool,
-    filter: &AttrFilter,
-) -> Out {
+fn message_out(ctx: &Ctx<'_>, q: &QueueMeta, d: Delivered, sel: &AttributeSelection) -> Out {
     let payload = &d.payload;
     let mut m = vec![
         ("MessageId", "MessageId", s(d.message_id.to_string())),
@@ -760,45 +714,12 @@ fn message_out(
         ("MD5OfBody", "MD5OfBody", s(payload.md5_body.to_string())),
         ("Body", "Body", Out::Body(payload.clone())),
     ];
-    let mut sys: Vec<(String, Out)> = Vec::new();
-    let mut put = |name: &str, v: String| {
-        if want(name) {
-            sys.push((name.to_string(), s(v)));
-        }
-    };
-    put("SenderId", q.tenant.clone());
-    put("SentTimestamp", d.sent_ms.to_string());
-    put("ApproximateReceiveCount", d.receive_count.to_string());
-    put(
-        "ApproximateFirstReceiveTimestamp",
-        d.first_receive_ms.to_string(),
-    );
-    if let Some(n) = d.sequence_number {
-        put("SequenceNumber", format!("{n:020}"));
-    }
-    if q.kind == QueueKind::Fifo {
-        if let Some(id) = &payload.dedup_id {
-            put("MessageDeduplicationId", id.clone());
-        }
-    }
-    if let Some(g) = &payload.group_id {
-        put("MessageGroupId", g.clone());
-    }
-    if let Some(origin) = &d.dead_letter_source {
-        if want("DeadLetterQueueSourceArn") {
-            if let Some(src) = ctx
-                .shard
-                .dead_letter_sources(q)
-                .into_iter()
-                .find(|s| s.id == origin.queue_id)
-            {
-                put(
-                    "DeadLetterQueueSourceArn",
-                    src.arn(&ctx.shard.config.region),
-                );
-            }
-        }
-    }
+    let shown = ctx.shard.render_attributes(q, &d, sel);
+    let sys: Vec<(String, Out)> = shown
+        .system
+        .into_iter()
+        .map(|(name, v)| (name.to_string(), s(v)))
+        .collect();
     if !sys.is_empty() {
         m.push((
             "Attributes",
@@ -810,20 +731,9 @@ fn message_out(
             },
         ));
     }
-    let selected: Vec<&MessageAttribute> = payload
-        .attributes
-        .iter()
-        .filter(|a| filter.matches(&a.name))
-        .collect();
+    let selected = shown.message_attributes;
     if !selected.is_empty() {
-        // The digest covers the attributes returned, as the SDKs check it.
-        let md5 = if selected.len() == payload.attributes.len() {
-            payload.md5_attributes
-        } else {
-            let subset: Vec<MessageAttribute> = selected.iter().map(|a| (*a).clone()).collect();
-            md5_of_attributes(&subset)
-        };
-        if let Some(md5) = md5 {
+        if let Some(md5) = shown.md5_of_message_attributes {
             m.push((
                 "MD5OfMessageAttributes",
                 "MD5OfMessageAttributes",
@@ -833,8 +743,8 @@ fn message_out(
         let entries = selected
             .into_iter()
             .map(|a| {
-                let value = match &a.value {
-                    AttributeValue::String(v) => ("StringValue", "StringValue", s(v.clone())),
+                let value = match a.value {
+                    AttributeValue::String(v) => ("StringValue", "StringValue", s(v)),
                     AttributeValue::Binary(b) => (
                         "BinaryValue",
                         "BinaryValue",
@@ -842,11 +752,8 @@ fn message_out(
                     ),
                 };
                 (
-                    a.name.clone(),
-                    Out::Struct(vec![
-                        value,
-                        ("DataType", "DataType", s(a.data_type.clone())),
-                    ]),
+                    a.name,
+                    Out::Struct(vec![value, ("DataType", "DataType", s(a.data_type))]),
                 )
             })
             .collect();

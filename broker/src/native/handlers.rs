@@ -18,14 +18,15 @@ use sluice_wire as wire;
 use sluice_wire::{ErrorCode, Request, Response};
 
 use crate::engine::attributes::{
-    AttributeValue, MessageAttribute, QueueKind, DELAY_S_MAX, MESSAGE_SYSTEM_ATTRIBUTE_NAMES,
-    QUEUE_ATTRIBUTE_NAMES, VISIBILITY_TIMEOUT_S_MAX, WAIT_TIME_S_MAX,
+    AttributeValue, MessageAttribute, DELAY_S_MAX, QUEUE_ATTRIBUTE_NAMES, VISIBILITY_TIMEOUT_S_MAX,
+    WAIT_TIME_S_MAX,
 };
 use crate::engine::md5::md5_of_attributes;
 use crate::engine::{BatchEntry, Delivered, EngineError, ReceiveRequest, SendRequest, SentReply};
 use crate::error::ServiceError;
 use crate::metadata::QueueMeta;
 use crate::shard::move_task::{MoveTaskInfo, MoveTaskStatus, MOVE_RATE_MAX};
+use crate::shard::render::AttributeSelection;
 use crate::shard::Shard;
 
 /// Entries in one batch request (SQS: 10).
@@ -660,41 +661,6 @@ async fn send_message_batch(ctx: &Ctx, r: wire::SendMessageBatchRequest) -> Resu
     }))
 }
 
-/// Which message attributes a ReceiveMessage asked for.
-enum AttrFilter {
-    All,
-    Some {
-        names: Vec<String>,
-        prefixes: Vec<String>,
-    },
-}
-
-impl AttrFilter {
-    fn new(list: &[String]) -> Self {
-        if list.iter().any(|n| n == "All" || n == ".*") {
-            return AttrFilter::All;
-        }
-        let (mut names, mut prefixes) = (Vec::new(), Vec::new());
-        for n in list {
-            match n.strip_suffix(".*") {
-                Some(pre) => prefixes.push(format!("{pre}.")),
-                None => names.push(n.clone()),
-            }
-        }
-        AttrFilter::Some { names, prefixes }
-    }
-
-    fn matches(&self, name: &str) -> bool {
-        match self {
-            AttrFilter::All => true,
-            AttrFilter::Some { names, prefixes } => {
-                names.iter().any(|n| n == name)
-                    || prefixes.iter().any(|p| name.starts_with(p.as_str()))
-            }
-        }
-    }
-}
-
 async fn receive_message(ctx: &Ctx, r: wire::ReceiveMessageRequest) -> Result<Response> {
     let q = ctx.resolve(&r.queue_url)?;
     let max = r.max_number_of_messages.unwrap_or(1);
@@ -715,20 +681,13 @@ async fn receive_message(ctx: &Ctx, r: wire::ReceiveMessageRequest) -> Result<Re
         Some(w) => w,
         None => q.parsed.wait_time_s,
     };
-    let system = &r.message_system_attribute_names;
-    for n in system {
-        if !MESSAGE_SYSTEM_ATTRIBUTE_NAMES.contains(&n.as_str())
-            && !QUEUE_ATTRIBUTE_NAMES.contains(&n.as_str())
-        {
-            return Err(Failure::new(
+    let sel = AttributeSelection::new(r.message_system_attribute_names, r.message_attribute_names)
+        .map_err(|n| {
+            Failure::new(
                 ErrorCode::InvalidAttributeName,
                 format!("Unknown Attribute {n}."),
-            ));
-        }
-    }
-    let all_system = system.iter().any(|n| n == "All");
-    let want = |n: &str| all_system || system.iter().any(|w| w == n);
-    let filter = AttrFilter::new(&r.message_attribute_names);
+            )
+        })?;
     let got = ctx
         .shard
         .receive(
@@ -743,96 +702,45 @@ async fn receive_message(ctx: &Ctx, r: wire::ReceiveMessageRequest) -> Result<Re
         .await?;
     let messages = got
         .into_iter()
-        .map(|d| message_out(ctx, &q, d, &want, &filter))
+        .map(|d| message_out(ctx, &q, d, &sel))
         .collect();
     Ok(Response::ReceiveMessage(wire::ReceiveMessageResult {
         messages,
     }))
 }
 
-fn message_out(
-    ctx: &Ctx,
-    q: &QueueMeta,
-    d: Delivered,
-    want: &dyn Fn(&str) -> bool,
-    filter: &AttrFilter,
-) -> wire::Message {
-    let payload = &d.payload;
-    let mut attributes = wire::AttributeMap::new();
-    let mut put = |name: &str, v: String| {
-        if want(name) {
-            attributes.insert(name.to_string(), v);
-        }
-    };
-    put("SenderId", q.tenant.clone());
-    put("SentTimestamp", d.sent_ms.to_string());
-    put("ApproximateReceiveCount", d.receive_count.to_string());
-    put(
-        "ApproximateFirstReceiveTimestamp",
-        d.first_receive_ms.to_string(),
-    );
-    if let Some(n) = d.sequence_number {
-        put("SequenceNumber", format!("{n:020}"));
-    }
-    if q.kind == QueueKind::Fifo {
-        if let Some(id) = &payload.dedup_id {
-            put("MessageDeduplicationId", id.clone());
-        }
-    }
-    if let Some(g) = &payload.group_id {
-        put("MessageGroupId", g.clone());
-    }
-    if let Some(origin) = &d.dead_letter_source {
-        if want("DeadLetterQueueSourceArn") {
-            if let Some(src) = ctx
-                .shard
-                .dead_letter_sources(q)
-                .into_iter()
-                .find(|s| s.id == origin.queue_id)
-            {
-                put(
-                    "DeadLetterQueueSourceArn",
-                    src.arn(&ctx.shard.config.region),
-                );
-            }
-        }
-    }
-    let selected: Vec<&MessageAttribute> = payload
-        .attributes
-        .iter()
-        .filter(|a| filter.matches(&a.name))
+fn message_out(ctx: &Ctx, q: &QueueMeta, d: Delivered, sel: &AttributeSelection) -> wire::Message {
+    let shown = ctx.shard.render_attributes(q, &d, sel);
+    let attributes: wire::AttributeMap = shown
+        .system
+        .into_iter()
+        .map(|(name, v)| (name.to_string(), v))
         .collect();
-    // The digest covers the attributes returned, as the SDKs check it.
-    let md5_of_message_attributes = if selected.is_empty() {
-        None
-    } else if selected.len() == payload.attributes.len() {
-        payload.md5_attributes
-    } else {
-        let subset: Vec<MessageAttribute> = selected.iter().map(|a| (*a).clone()).collect();
-        md5_of_attributes(&subset)
-    };
-    let message_attributes = selected
+    let message_attributes = shown
+        .message_attributes
         .into_iter()
         .map(|a| {
+            let value = match a.value {
+                AttributeValue::String(s) => wire::AttributeValue::String(s),
+                AttributeValue::Binary(b) => wire::AttributeValue::Binary(b),
+            };
             (
-                a.name.clone(),
+                a.name,
                 wire::MessageAttributeValue {
-                    data_type: a.data_type.clone(),
-                    value: match &a.value {
-                        AttributeValue::String(s) => wire::AttributeValue::String(s.clone()),
-                        AttributeValue::Binary(b) => wire::AttributeValue::Binary(b.clone()),
-                    },
+                    data_type: a.data_type,
+                    value,
                 },
             )
         })
         .collect();
+    let payload = &d.payload;
     wire::Message {
         message_id: d.message_id.to_string(),
         receipt_handle: ctx.shard.receipt_handle(&d.receipt),
         md5_of_body: payload.md5_body.to_string(),
         body: payload.body.clone(),
         attributes,
-        md5_of_message_attributes: md5_of_message_attributes.map(|d| d.to_string()),
+        md5_of_message_attributes: shown.md5_of_message_attributes.map(|d| d.to_string()),
         message_attributes,
     }
 }

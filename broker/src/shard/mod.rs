@@ -8,6 +8,7 @@
 
 pub mod move_task;
 pub mod partition;
+pub mod render;
 
 use crate::config::BrokerConfig;
 use crate::engine::attributes::QueueKind;

@@ -2,6 +2,7 @@
 //! data in `./sluice-data`.
 
 use crate::engine::Limits;
+use crate::http::auth::AuthConfig;
 use crate::quic::tls::{ServerIdentity, ServerTlsOptions};
 use sluice_storage::LogConfig;
 use std::net::SocketAddr;
@@ -36,6 +37,9 @@ pub struct BrokerConfig {
     /// A QUIC connection with no traffic for this long is closed (the SDK sends keep-alives).
     pub quic_idle_timeout_ms: u64,
     pub metrics_addr: SocketAddr,
+    /// Who may call: SigV4 for the HTTP API and `AKID:SECRET` tokens for the native protocol,
+    /// from the same access keys. The embedded default accepts everyone (and says so loudly).
+    pub auth: AuthConfig,
 }
 
 /// Default idle timeout of a native-protocol connection.
@@ -134,6 +138,7 @@ impl BrokerConfig {
             },
             quic_idle_timeout_ms: QUIC_IDLE_TIMEOUT_MS_DEFAULT,
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
+            auth: AuthConfig::open(),
         })
     }
 }

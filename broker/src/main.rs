@@ -112,6 +112,13 @@ fn main() {
     config.quic_idle_timeout_ms = args.quic_idle_timeout_ms;
     config.metrics_addr = args.metrics_addr;
     config.region = args.region;
+    config.auth = match sluice_broker::http::auth::AuthConfig::from_env() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("sluiced: {e}");
+            std::process::exit(2);
+        }
+    };
     tracing::info!(
         data_dir = %config.data_dir.display(),
         shards = config.shards,

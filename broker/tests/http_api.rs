@@ -33,6 +33,8 @@ fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
     c.default_partitions = 2;
     c.http_addr = format!("127.0.0.1:{port}").parse().expect("addr");
     c.quic_addr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    // As sluiced does: authentication from SLUICE_AUTH / SLUICE_ACCESS_KEYS.
+    c.auth = sluice_broker::http::auth::AuthConfig::from_env().expect("auth settings");
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
     // Every shard binds its listener as it starts serving: wait until connections are accepted.

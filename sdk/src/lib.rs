@@ -93,6 +93,38 @@ pub struct ClientOptions {
     pub keep_alive: Duration,
     /// Reported to the broker in `Hello`.
     pub client_name: String,
+    /// An access key and its secret, for brokers that require authentication (the same keys
+    /// that sign SQS HTTP requests). Sent once per connection, inside TLS.
+    pub credentials: Option<Credentials>,
+}
+
+/// An access key id and its secret. `Debug` never prints the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+impl Credentials {
+    pub fn new(access_key_id: impl Into<String>, secret_access_key: impl Into<String>) -> Self {
+        Credentials {
+            access_key_id: access_key_id.into(),
+            secret_access_key: secret_access_key.into(),
+        }
+    }
+
+    fn token(&self) -> String {
+        format!("{}:{}", self.access_key_id, self.secret_access_key)
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .finish()
+    }
 }
 
 impl ClientOptions {
@@ -108,6 +140,7 @@ impl ClientOptions {
             retry_backoff: Duration::from_millis(50),
             keep_alive: Duration::from_secs(10),
             client_name: "sluice-sdk".into(),
+            credentials: None,
         }
     }
 }
@@ -207,7 +240,7 @@ impl Client {
             versions: sluice_wire::supported_versions(),
             client_name: o.client_name.clone(),
             client_version: env!("CARGO_PKG_VERSION").into(),
-            auth_token: None,
+            auth_token: o.credentials.as_ref().map(Credentials::token),
         };
         let c = tokio::time::timeout(
             o.connect_timeout,

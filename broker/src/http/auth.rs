@@ -7,7 +7,10 @@
 //! spaces, and the body's SHA-256 (`UNSIGNED-PAYLOAD` for presigned URLs). The signature is
 //! compared in constant time (`Mac::verify_slice`).
 //!
-//! Configuration comes from the environment until `BrokerConfig` grows fields for it:
+//! The same access keys authenticate the native QUIC protocol ([`AuthConfig::authenticate_token`]:
+//! the client's `Hello` carries `AKID:SECRET` inside TLS).
+//!
+//! Configuration is `BrokerConfig::auth`; `sluiced` fills it from the environment:
 //! `SLUICE_AUTH=sigv4|none` (default `none`: any signature, or none, is accepted — for local
 //! development, logged loudly at start-up) and `SLUICE_ACCESS_KEYS=AKID:SECRET[:ACCOUNT],…`
 //! (the account id is the tenant; default `000000000000`).
@@ -35,10 +38,29 @@ pub enum AuthMode {
     None,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Credential {
     pub secret: String,
     pub account: String,
+}
+
+/// Never prints the secret (configurations are logged).
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("secret", &"<redacted>")
+            .field("account", &self.account)
+            .finish()
+    }
+}
+
+/// Why a native client's token was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenRefused {
+    /// Authentication is on and the `Hello` carried no token.
+    Missing,
+    /// Not `AKID:SECRET`, an unknown key, or the wrong secret (not told apart, on purpose).
+    Invalid,
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +124,14 @@ pub fn parse_keys(s: &str) -> Result<HashMap<String, Credential>, String> {
     Ok(keys)
 }
 
+/// Equal in time that depends on the lengths only, not on where the first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// Account ids name tenants and appear in queue URLs: 1–64 ASCII alphanumerics, `-`, `_`.
 pub fn valid_account(a: &str) -> bool {
     !a.is_empty()
@@ -155,6 +185,25 @@ struct Signature<'a> {
 }
 
 impl AuthConfig {
+    /// The account of a native-protocol client from its `Hello` token (`AKID:SECRET`).
+    /// In `sigv4` mode a valid token is required; in `none` mode a token with a known key and
+    /// the right secret selects that key's account, anything else gets the default account.
+    /// The secret is compared in constant time.
+    pub fn authenticate_token(&self, token: Option<&str>) -> Result<String, TokenRefused> {
+        let known = token.and_then(|t| {
+            let (akid, secret) = t.split_once(':')?;
+            let cred = self.keys.get(akid)?;
+            constant_time_eq(cred.secret.as_bytes(), secret.as_bytes())
+                .then(|| cred.account.clone())
+        });
+        match (self.mode, known, token) {
+            (_, Some(account), _) => Ok(account),
+            (AuthMode::None, None, _) => Ok(DEFAULT_TENANT.to_string()),
+            (AuthMode::SigV4, None, None) => Err(TokenRefused::Missing),
+            (AuthMode::SigV4, None, Some(_)) => Err(TokenRefused::Invalid),
+        }
+    }
+
     pub fn authenticate(&self, r: &SignedRequest<'_>) -> Result<Caller, SqsError> {
         let sig = match parse(r) {
             Ok(Some(s)) => s,
@@ -488,6 +537,44 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn native_tokens_follow_the_mode() {
+        let keys = parse_keys("AKIDA:sa:111111111111").expect("keys");
+        let on = AuthConfig {
+            mode: AuthMode::SigV4,
+            keys: keys.clone(),
+        };
+        assert_eq!(
+            on.authenticate_token(Some("AKIDA:sa")).as_deref(),
+            Ok("111111111111")
+        );
+        assert_eq!(on.authenticate_token(None), Err(TokenRefused::Missing));
+        for bad in ["AKIDA:sb", "AKIDA:s", "AKIDA:saa", "AKIDB:sa", "AKIDA", ""] {
+            assert_eq!(
+                on.authenticate_token(Some(bad)),
+                Err(TokenRefused::Invalid),
+                "{bad}"
+            );
+        }
+        let off = AuthConfig {
+            mode: AuthMode::None,
+            keys,
+        };
+        assert_eq!(
+            off.authenticate_token(Some("AKIDA:sa")).as_deref(),
+            Ok("111111111111")
+        );
+        assert_eq!(off.authenticate_token(None).as_deref(), Ok(DEFAULT_TENANT));
+        assert_eq!(
+            off.authenticate_token(Some("AKIDA:wrong")).as_deref(),
+            Ok(DEFAULT_TENANT)
+        );
+        assert!(
+            !format!("{off:?}").contains("sa\""),
+            "secrets stay out of Debug"
+        );
+    }
 
     #[test]
     fn dates() {

@@ -54,9 +54,8 @@ const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 const XML_CONTENT_TYPE: &str = "text/xml";
 const TARGET_PREFIX: &str = "AmazonSQS.";
 
-/// The front end's settings. `BrokerConfig` has no fields for them yet, so they come from the
-/// environment: `SLUICE_AUTH`, `SLUICE_ACCESS_KEYS` (see [`auth`]),
-/// `SLUICE_HTTP_HEADER_TIMEOUT_MS`, `SLUICE_HTTP_BODY_TIMEOUT_MS`.
+/// The front end's settings: authentication from `BrokerConfig::auth` (see [`auth`]), the read
+/// timeouts from the environment (`SLUICE_HTTP_HEADER_TIMEOUT_MS`, `SLUICE_HTTP_BODY_TIMEOUT_MS`).
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     pub auth: AuthConfig,
@@ -65,7 +64,7 @@ pub struct HttpConfig {
 }
 
 impl HttpConfig {
-    pub fn from_env() -> Result<Self, String> {
+    pub fn new(auth: AuthConfig) -> Result<Self, String> {
         let ms = |var: &str, default: u64| -> Result<Duration, String> {
             match std::env::var(var) {
                 Ok(v) => v
@@ -76,7 +75,7 @@ impl HttpConfig {
             }
         };
         Ok(HttpConfig {
-            auth: AuthConfig::from_env()?,
+            auth,
             header_read_timeout: ms(
                 "SLUICE_HTTP_HEADER_TIMEOUT_MS",
                 HEADER_READ_TIMEOUT_MS_DEFAULT,
@@ -88,7 +87,7 @@ impl HttpConfig {
 
 /// Serves the SQS API on this shard until the executor stops. Spawned once per shard.
 pub async fn serve(shard: Rc<Shard>) {
-    let config = match HttpConfig::from_env() {
+    let config = match HttpConfig::new(shard.config.auth.clone()) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "SQS HTTP API not started: bad configuration");
@@ -97,9 +96,9 @@ pub async fn serve(shard: Rc<Shard>) {
     };
     if shard.id == 0 && config.auth.mode == AuthMode::None {
         tracing::warn!(
-            "SQS HTTP API: AUTHENTICATION IS OFF (SLUICE_AUTH=none): any request is accepted \
-             without checking its signature. Set SLUICE_AUTH=sigv4 and SLUICE_ACCESS_KEYS for \
-             anything but local development."
+            "SQS HTTP API and native protocol: AUTHENTICATION IS OFF (SLUICE_AUTH=none): any \
+             request is accepted without checking its signature or credentials. Set \
+             SLUICE_AUTH=sigv4 and SLUICE_ACCESS_KEYS for anything but local development."
         );
     }
     let addr = shard.config.http_addr;

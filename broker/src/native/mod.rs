@@ -66,6 +66,7 @@ use sluice_wire::{
 };
 
 use crate::config::BrokerConfig;
+use crate::http::auth::TokenRefused;
 use crate::metadata::DEFAULT_TENANT;
 use crate::quic::{tls, EndpointOptions, ShardEndpoint, StreamTracker};
 use crate::shard::Shard;
@@ -349,7 +350,29 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
         },
         Err(e) => Err(e.to_error_response()),
     };
-    let ok = match hello.and_then(|h| answer_hello(&h, &state.info, DEFAULT_TENANT)) {
+    let ok = match hello.and_then(|h| {
+        // The version first (a client that cannot speak ours learns that before anything),
+        // then who it is.
+        answer_hello(&h, &state.info, DEFAULT_TENANT)?;
+        let account = state
+            .shard
+            .config
+            .auth
+            .authenticate_token(h.auth_token.as_deref())
+            .map_err(|why| {
+                ErrorResponse::new(
+                    ErrorCode::AccessDenied,
+                    match why {
+                        TokenRefused::Missing => {
+                            "this broker requires authentication: connect with credentials \
+                             (an access key id and its secret)"
+                        }
+                        TokenRefused::Invalid => "the credentials were not accepted",
+                    },
+                )
+            })?;
+        answer_hello(&h, &state.info, &account)
+    }) {
         Ok(ok) => ok,
         Err(e) => {
             let code = e.error_code();

@@ -58,7 +58,9 @@ pub use consumer::ConsumeOptions;
 pub use error::{Error, Result};
 pub use producer::{OutgoingMessage, Producer, ProducerOptions};
 pub use sluice_wire::ErrorCode;
-pub use stream::{ConsumedRecord, GroupConsumer, GroupConsumerOptions, Seek, TopicProducer};
+pub use stream::{
+    ConsumedRecord, Fetched, GroupConsumer, GroupConsumerOptions, Seek, TopicProducer,
+};
 pub use tls::{ClientIdentity, Trust, ALPN};
 
 /// The protocol's message types (SQS member names), as the broker sends and receives them.

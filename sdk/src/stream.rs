@@ -21,6 +21,19 @@ pub struct ConsumedRecord {
     pub timestamp_ms: i64,
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
+    /// Record headers (a queue read as a stream carries each message's `message-id`).
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What one fetch returned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fetched {
+    pub records: Vec<ConsumedRecord>,
+    /// Where the next fetch of this partition starts: past the last record, or further when
+    /// the broker skipped what is not a record (a queue's own state changes).
+    pub next_offset: u64,
+    /// The partition's end (next offset to be written) when the broker answered.
+    pub end_offset: u64,
 }
 
 /// Where [`Client::list_offset`] looks.
@@ -46,13 +59,31 @@ fn now_ms() -> i64 {
 pub fn decode_batches(
     topic: &str,
     partition: u32,
-    mut bytes: &[u8],
+    bytes: &[u8],
     from: u64,
 ) -> Result<Vec<ConsumedRecord>> {
+    decode_fetched(topic, partition, bytes, from).map(|(records, _)| records)
+}
+
+/// Verified records of concatenated batches at or after `from`, and the offset after the last
+/// batch (at least `from`). Control batches (markers the broker adds) give no records but move
+/// that offset on.
+fn decode_fetched(
+    topic: &str,
+    partition: u32,
+    mut bytes: &[u8],
+    from: u64,
+) -> Result<(Vec<ConsumedRecord>, u64)> {
     let mut out = Vec::new();
+    let mut next = from;
     while !bytes.is_empty() {
         let v =
             BatchView::parse(bytes).map_err(|e| Error::Protocol(format!("fetched batch: {e}")))?;
+        bytes = &bytes[v.bytes.len()..];
+        next = next.max(v.header.next_offset());
+        if v.header.is_control() {
+            continue;
+        }
         for r in v.records() {
             let r = r.map_err(|e| Error::Protocol(format!("fetched record: {e}")))?;
             if r.offset >= from {
@@ -63,12 +94,12 @@ pub fn decode_batches(
                     timestamp_ms: r.timestamp_ms,
                     key: r.key.map(<[u8]>::to_vec),
                     value: r.value.to_vec(),
+                    headers: r.headers().map(|(k, v)| (k.to_vec(), v.to_vec())).collect(),
                 });
             }
         }
-        bytes = &bytes[v.bytes.len()..];
     }
-    Ok(out)
+    Ok((out, next))
 }
 
 impl Client {
@@ -118,6 +149,8 @@ impl Client {
 
     /// Records of `partition` from `offset` (bounded by `max_bytes`/`max_records`), waiting up
     /// to `wait` for data when there is none. Also returns the partition's end offset.
+    /// `topic` may name a queue as `queue:<name>`: its messages, read-only (see
+    /// [`Client::fetch_records`] for where to continue).
     pub async fn fetch(
         &self,
         topic: &str,
@@ -127,6 +160,45 @@ impl Client {
         max_records: u32,
         wait: Duration,
     ) -> Result<(Vec<ConsumedRecord>, u64)> {
+        let f = self
+            .fetch_records(topic, partition, offset, max_bytes, max_records, wait)
+            .await?;
+        Ok((f.records, f.end_offset))
+    }
+
+    /// Like [`Client::fetch`], with the offset to fetch next. A queue read as a stream
+    /// (`queue:<name>`) has its messages at sparse offsets: continue at `next_offset`, not at
+    /// the last record's offset + 1, or the broker re-reads the queue's state changes.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: sluice_sdk::Client) -> Result<(), sluice_sdk::Error> {
+    /// use std::time::Duration;
+    /// // Audit a queue's messages without taking leases or changing receive counts.
+    /// let mut at = client.list_offset("queue:orders", 0, sluice_sdk::Seek::Earliest).await?;
+    /// loop {
+    ///     let f = client
+    ///         .fetch_records("queue:orders", 0, at, 1 << 20, 500, Duration::from_secs(1))
+    ///         .await?;
+    ///     for r in &f.records {
+    ///         println!("{} {}", r.offset, String::from_utf8_lossy(&r.value));
+    ///     }
+    ///     if f.records.is_empty() && f.next_offset >= f.end_offset {
+    ///         break;
+    ///     }
+    ///     at = f.next_offset;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn fetch_records(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_records: u32,
+        wait: Duration,
+    ) -> Result<Fetched> {
         let r = wire::FetchRequest {
             topic: topic.into(),
             partition,
@@ -136,10 +208,14 @@ impl Client {
             wait_ms: wait.as_millis().min(u128::from(u32::MAX)) as u32,
         };
         match self.call(Request::Fetch(r)).await? {
-            Response::Fetch(f) => Ok((
-                decode_batches(topic, partition, &f.batches, offset)?,
-                f.end_offset,
-            )),
+            Response::Fetch(f) => {
+                let (records, next_offset) = decode_fetched(topic, partition, &f.batches, offset)?;
+                Ok(Fetched {
+                    records,
+                    next_offset,
+                    end_offset: f.end_offset,
+                })
+            }
             other => unexpected(other),
         }
     }
@@ -437,7 +513,7 @@ impl GroupConsumer {
             };
             let fetched = self
                 .client
-                .fetch(
+                .fetch_records(
                     &topic,
                     p,
                     pos,
@@ -446,8 +522,8 @@ impl GroupConsumer {
                     wait,
                 )
                 .await;
-            let recs = match fetched {
-                Ok((recs, _)) => recs,
+            let f = match fetched {
+                Ok(f) => f,
                 Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
                     // Retention removed what we had not read: go on from the earliest kept.
                     let start = self.client.list_offset(&topic, p, Seek::Earliest).await?;
@@ -456,9 +532,8 @@ impl GroupConsumer {
                 }
                 Err(e) => return Err(e),
             };
-            let next = recs.last().map_or(pos, |r| r.offset + 1);
-            self.positions.insert(key, next);
-            out.extend(recs);
+            self.positions.insert(key, f.next_offset.max(pos));
+            out.extend(f.records);
         }
         Ok(out)
     }

@@ -215,3 +215,131 @@ fn producer_and_group_consumers_over_quic() {
     });
     handle.shutdown();
 }
+
+/// A queue read as a stream over the wire (`queue:<name>`): every message in send order with
+/// its message id, continuing past the queue's own state changes, read by a group too, and
+/// the queue's consumers unaffected (no lease taken, nothing deleted).
+#[test]
+fn a_queue_is_read_as_a_stream_without_disturbing_its_consumers() {
+    const N: usize = 40;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    c.shards = 2;
+    c.default_partitions = 1;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    let handle = sluice_broker::server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    let addr = handle.quic_addr();
+    let cert = dir.path().join("quic-selfsigned-cert.pem");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        tokio::time::timeout(TEST_TIMEOUT, async move {
+            let client = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert)))
+                .await
+                .expect("connect");
+            let q = client.create_queue("orders").await.expect("create");
+            let mut ids = Vec::new();
+            for i in 0..N {
+                let sent = client.send(&q, &format!("m{i}")).await.expect("send");
+                ids.push(sent.message_id);
+                if i % 4 == 3 {
+                    // Queue consumers at work: receives and deletes are log records too.
+                    let got = client
+                        .receive(&q, sluice_sdk::ReceiveOptions::long_poll(2, 0))
+                        .await
+                        .expect("receive");
+                    for m in got {
+                        client.delete(&q, &m.receipt_handle).await.expect("delete");
+                    }
+                }
+            }
+            let visible_before = client
+                .get_queue_attributes(&q, &["ApproximateNumberOfMessages"])
+                .await
+                .expect("attributes");
+
+            // Offsets: the earliest is 0, the latest past every record.
+            let topic = "queue:orders";
+            let earliest = client
+                .list_offset(topic, 0, Seek::Earliest)
+                .await
+                .expect("earliest");
+            let latest = client
+                .list_offset(topic, 0, Seek::Latest)
+                .await
+                .expect("latest");
+            assert_eq!(earliest, 0);
+            assert!(latest >= N as u64, "{latest}");
+
+            // Page through with small pages: all N in send order, ids in the headers.
+            let mut at = earliest;
+            let mut bodies = Vec::new();
+            let mut seen_ids = Vec::new();
+            loop {
+                let f = client
+                    .fetch_records(topic, 0, at, 1 << 20, 7, Duration::from_millis(50))
+                    .await
+                    .expect("fetch");
+                assert!(f.next_offset >= at, "moves forward");
+                for r in &f.records {
+                    bodies.push(String::from_utf8(r.value.clone()).expect("utf-8"));
+                    let id = r
+                        .headers
+                        .iter()
+                        .find(|(k, _)| k.as_slice() == b"message-id")
+                        .map(|(_, v)| String::from_utf8(v.clone()).expect("utf-8"))
+                        .expect("message-id header");
+                    seen_ids.push(id);
+                }
+                if f.records.is_empty() {
+                    assert_eq!(f.next_offset, f.end_offset, "an empty page ends at the end");
+                    break;
+                }
+                at = f.next_offset;
+            }
+            let want: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
+            assert_eq!(bodies, want);
+            assert_eq!(seen_ids, ids);
+
+            // A consumer group over the queue sees every message once, commits, lag 0.
+            let mut g = GroupConsumer::join(&client, "audit", &[topic], options())
+                .await
+                .expect("join");
+            let mut got = Vec::new();
+            for _ in 0..200 {
+                got.extend(g.poll().await.expect("poll"));
+                if got.len() >= N {
+                    break;
+                }
+            }
+            assert_eq!(got.len(), N);
+            g.commit().await.expect("commit");
+            let lag = client.group_lag("audit").await.expect("lag");
+            assert!(lag.iter().all(|l| l.lag == 0), "{lag:?}");
+            g.close().await.expect("close");
+
+            // The queue's consumers see the same queue as before: reading took no lease.
+            let visible_after = client
+                .get_queue_attributes(&q, &["ApproximateNumberOfMessages"])
+                .await
+                .expect("attributes");
+            assert_eq!(visible_before, visible_after);
+
+            // An unknown queue is a typed error.
+            let e = client
+                .fetch_records("queue:nope", 0, 0, 1024, 1, Duration::ZERO)
+                .await
+                .expect_err("unknown queue");
+            assert_eq!(e.code(), Some(ErrorCode::QueueDoesNotExist), "{e:?}");
+        })
+        .await
+        .expect("test finished in time");
+    });
+    handle.shutdown();
+}

@@ -74,13 +74,20 @@ impl Record {
 }
 
 /// Encodes records into one batch.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BatchBuilder {
     buf: Vec<u8>,
     count: u32,
     first_ts: i64,
     max_ts: i64,
     attributes: u16,
+}
+
+impl Default for BatchBuilder {
+    /// The same as [`BatchBuilder::new`] (room for the header included).
+    fn default() -> Self {
+        BatchBuilder::new()
+    }
 }
 
 impl BatchBuilder {
@@ -566,6 +573,19 @@ mod tests {
                 for r in v.records() { let _ = r.map(|r| r.headers().count()); }
             }
         }
+    }
+
+    #[test]
+    fn a_default_builder_builds_the_same_valid_batch_as_new() {
+        let r = Record::new(3, b"x".to_vec());
+        let mut a = BatchBuilder::default();
+        a.push(&r);
+        let mut b = BatchBuilder::new();
+        b.push(&r);
+        let (a, b) = (a.finish().expect("one"), b.finish().expect("one"));
+        assert_eq!(a, b);
+        let view = BatchView::parse(&a).expect("valid");
+        view.validate_records().expect("valid records");
     }
 
     #[test]

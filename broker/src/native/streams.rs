@@ -2,7 +2,9 @@
 //! offsets and consumer groups, over the `Shard` stream service API (`crate::stream`).
 
 use super::handlers::{Ctx, Failure};
-use crate::stream::{FetchRequest, OffsetSpec, StreamError, TopicConfig};
+use crate::stream::{
+    queue_view, FetchRequest, OffsetSpec, StreamError, TopicConfig, QUEUE_TOPIC_PREFIX,
+};
 use sluice_wire::{self as wire, ErrorCode, Request, Response};
 
 impl From<StreamError> for Failure {
@@ -86,21 +88,26 @@ pub async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response, Failure> 
             })
         }
         Request::Fetch(r) => {
-            let t = s.topic(account, &r.topic)?;
             // The answer must fit a frame: stay well below the wire's limit.
             let max_bytes = (r.max_bytes as usize).min(wire::frame::FRAME_BYTES_MAX / 2);
-            let f = s
-                .fetch(
-                    &t,
-                    r.partition,
-                    FetchRequest {
-                        offset: r.offset,
-                        max_bytes,
-                        max_records: r.max_records,
-                        wait_ms: u64::from(r.wait_ms),
-                    },
-                )
-                .await?;
+            let req = FetchRequest {
+                offset: r.offset,
+                max_bytes,
+                max_records: r.max_records,
+                wait_ms: u64::from(r.wait_ms),
+            };
+            if let Some(queue) = r.topic.strip_prefix(QUEUE_TOPIC_PREFIX) {
+                // A queue read as a stream: read-only, leases untouched.
+                let q = s.queue(account, queue)?;
+                let f = s.fetch_queue_stream(&q, r.partition, req).await?;
+                return Ok(Response::Fetch(wire::FetchResult {
+                    batches: queue_view::encode_for_wire(&f, r.offset),
+                    start_offset: f.start_offset,
+                    end_offset: f.end_offset,
+                }));
+            }
+            let t = s.topic(account, &r.topic)?;
+            let f = s.fetch(&t, r.partition, req).await?;
             let mut batches = Vec::with_capacity(f.batches.iter().map(|b| b.len()).sum());
             for b in &f.batches {
                 batches.extend_from_slice(b);
@@ -112,7 +119,6 @@ pub async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response, Failure> 
             })
         }
         Request::ListOffsets(r) => {
-            let t = s.topic(account, &r.topic)?;
             let spec = match r.spec {
                 0 => OffsetSpec::Earliest,
                 1 => OffsetSpec::Latest,
@@ -124,9 +130,17 @@ pub async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response, Failure> 
                     ))
                 }
             };
-            Response::ListOffsets(wire::ListOffsetsResult {
-                offset: s.list_offset(&t, r.partition, spec).await?,
-            })
+            let offset = match r.topic.strip_prefix(QUEUE_TOPIC_PREFIX) {
+                Some(queue) => {
+                    let q = s.queue(account, queue)?;
+                    s.list_queue_offset(&q, r.partition, spec).await?
+                }
+                None => {
+                    let t = s.topic(account, &r.topic)?;
+                    s.list_offset(&t, r.partition, spec).await?
+                }
+            };
+            Response::ListOffsets(wire::ListOffsetsResult { offset })
         }
         Request::JoinGroup(r) => {
             let a = s

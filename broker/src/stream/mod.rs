@@ -240,6 +240,12 @@ pub enum StreamOp {
     Describe {
         group: String,
     },
+    /// Where a queue partition's stream starts, ends, or reaches a time (`queue_view`).
+    ListQueueOffset {
+        queue_id: u64,
+        partition: u32,
+        spec: OffsetSpec,
+    },
     /// Read a queue partition's messages as a stream (`queue_view`).
     FetchQueue {
         queue_id: u64,
@@ -552,6 +558,18 @@ impl Shard {
                 })?;
                 Ok(StreamReply::QueueFetched(
                     queue_view::fetch(&actor, offset, max_bytes, max_records, deadline_ms).await?,
+                ))
+            }
+            StreamOp::ListQueueOffset {
+                queue_id,
+                partition,
+                spec,
+            } => {
+                let actor = self.queue_partition(queue_id, partition).ok_or_else(|| {
+                    StreamError::Unavailable("queue partition not open here".into())
+                })?;
+                Ok(StreamReply::Offset(
+                    queue_view::list_offset(&actor, spec).await?,
                 ))
             }
             StreamOp::Describe { group } => {
@@ -959,6 +977,32 @@ impl Shard {
         };
         match self.stream_request(self.owner(q.id, partition), op).await? {
             StreamReply::QueueFetched(f) => Ok(f),
+            other => Err(StreamError::Internal(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// The earliest, the latest (next) offset of a queue partition read as a stream, or the
+    /// first offset at or after a timestamp.
+    pub async fn list_queue_offset(
+        &self,
+        q: &crate::metadata::QueueMeta,
+        partition: u32,
+        spec: OffsetSpec,
+    ) -> StreamResult<u64> {
+        self.check_stream_ready()?;
+        if partition >= q.partitions {
+            return Err(StreamError::UnknownPartition {
+                partition,
+                partitions: q.partitions,
+            });
+        }
+        let op = StreamOp::ListQueueOffset {
+            queue_id: q.id,
+            partition,
+            spec,
+        };
+        match self.stream_request(self.owner(q.id, partition), op).await? {
+            StreamReply::Offset(o) => Ok(o),
             other => Err(StreamError::Internal(format!("unexpected {other:?}"))),
         }
     }

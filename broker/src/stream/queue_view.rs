@@ -7,7 +7,7 @@
 //! segments whose messages are all deleted, like retention does for topics
 //! (`OffsetOutOfRange`, then resume at the earliest offset).
 
-use super::{FetchedRecord, StreamError, StreamResult};
+use super::{FetchedRecord, OffsetSpec, StreamError, StreamResult};
 use crate::engine::{Record as EngineRecord, RecordKind};
 use crate::runtime;
 use crate::shard::partition::PartitionActor;
@@ -98,4 +98,43 @@ pub async fn fetch(
         // Nothing new but engine records: park until the next send (or the deadline).
         actor.wait_notified(deadline_ms).await?;
     }
+}
+
+/// The first offset of what the partition's log keeps, its end, or the first offset whose
+/// batch time is at or after a timestamp (the end if none is).
+pub async fn list_offset(actor: &PartitionActor, spec: OffsetSpec) -> StreamResult<u64> {
+    let log = actor.log();
+    Ok(match spec {
+        OffsetSpec::Earliest => log.start_offset(),
+        OffsetSpec::Latest => log.end_offset(),
+        OffsetSpec::Timestamp(ts) => log
+            .offset_for_timestamp(ts)
+            .await?
+            .unwrap_or_else(|| log.end_offset()),
+    })
+}
+
+/// A fetched queue stream as wire bytes: a queue partition's messages sit at sparse log
+/// offsets (the engine's other records are between them) and a batch's offsets are dense, so
+/// each message travels as a one-record batch at its own offset. When the reply stops past
+/// the last message (engine records only), a control batch at `next_offset - 1` with one empty
+/// record says where the next fetch starts; readers skip control records.
+pub fn encode_for_wire(f: &QueueFetch, requested: u64) -> Vec<u8> {
+    use sluice_storage::batch::{encode, set_base_offset, BatchBuilder};
+    let mut out = Vec::new();
+    for r in &f.records {
+        let mut b = encode(std::slice::from_ref(&r.record)).expect("one record");
+        set_base_offset(&mut b, r.offset);
+        out.extend_from_slice(&b);
+    }
+    let covered = f.records.last().map_or(requested, |r| r.offset + 1);
+    if f.next_offset > covered {
+        let mut marker = BatchBuilder::new().control();
+        let at_ms = f.records.last().map_or(0, |r| r.record.timestamp_ms);
+        marker.push(&Record::new(at_ms, Vec::new()));
+        let mut b = marker.finish().expect("one record");
+        set_base_offset(&mut b, f.next_offset - 1);
+        out.extend_from_slice(&b);
+    }
+    out
 }

@@ -73,8 +73,26 @@ fn main() {
             }
         }
 
-        // The floor: 2 KiB echo round trips over plain quinn at the same rate.
+        // A round trip that touches no disk: a receive from an empty queue (no wait). This is
+        // the protocol's own cost beside the echo floor.
+        let empty = client.create_queue("bench-empty").await.expect("queue");
+        let mut empty_us = Histogram::<u64>::new(3).expect("histogram");
+        let end = Instant::now() + Duration::from_secs_f64(seconds);
+        while Instant::now() < end {
+            tick.tick().await;
+            let t = Instant::now();
+            let got = client
+                .receive(&empty, ReceiveOptions::long_poll(1, 0))
+                .await
+                .expect("receive");
+            empty_us.record(t.elapsed().as_micros() as u64).expect("record");
+            assert!(got.is_empty());
+        }
+
+        // The floors: 2 KiB echo round trips over plain quinn at the same rate, and a 4 KiB
+        // write + fdatasync on the broker's disk at the same rate.
         let echo_us = echo_floor(&echo_dir, seconds, &body).await;
+        let sync_us = fdatasync_floor(&echo_dir, seconds);
 
         // Throughput: WORKERS tasks each looping send → receive → delete on one connection.
         let end = Instant::now() + Duration::from_secs_f64(seconds);
@@ -112,6 +130,8 @@ fn main() {
         println!("|---|---|---|---|---|");
         for (name, h) in [
             ("quinn echo floor (2 KiB)", &echo_us),
+            ("disk floor: 4 KiB write + fdatasync", &sync_us),
+            ("receive from an empty queue (no disk)", &empty_us),
             ("send round trip", &send_us),
             ("receive round trip", &recv_us),
         ] {
@@ -123,13 +143,52 @@ fn main() {
                 h.len()
             );
         }
+        let p50 = |h: &Histogram<u64>| h.value_at_quantile(0.5).max(1) as f64;
         println!(
-            "\nsend p50 / echo p50 = {:.2} (a send includes the fsync before its ack)",
-            send_us.value_at_quantile(0.5) as f64 / echo_us.value_at_quantile(0.5).max(1) as f64
+            "\nempty receive p50 / echo p50 = {:.2} (the protocol without the disk)",
+            p50(&empty_us) / p50(&echo_us)
+        );
+        println!(
+            "send p50 / echo p50 = {:.2}; send p50 / (echo + fdatasync) p50 = {:.2} (a send \
+             includes the fsync before its ack)",
+            p50(&send_us) / p50(&echo_us),
+            p50(&send_us) / (p50(&echo_us) + p50(&sync_us))
         );
         println!("\n| workers | send→receive→delete cycles/s |\n|---|---|\n| {WORKERS} | {rate:.0} |");
     });
     broker.shutdown();
+}
+
+/// 4 KiB `write` + `fdatasync` of a preallocated file in `dir` (the broker's disk), at
+/// [`LATENCY_RATE_PER_S`] for `seconds`: what one durable acknowledgement costs at least.
+fn fdatasync_floor(dir: &std::path::Path, seconds: f64) -> Histogram<u64> {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut h = Histogram::<u64>::new(3).expect("histogram");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(dir.join("fdatasync-floor"))
+        .expect("open");
+    let block = [7u8; 4096];
+    for _ in 0..256 {
+        f.write_all(&block).expect("prefill");
+    }
+    f.sync_all().expect("sync");
+    let period = Duration::from_micros(1_000_000 / LATENCY_RATE_PER_S);
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut i = 0u64;
+    while Instant::now() < end {
+        let t = Instant::now();
+        f.seek(SeekFrom::Start((i % 256) * 4096)).expect("seek");
+        f.write_all(&block).expect("write");
+        f.sync_data().expect("fdatasync");
+        h.record(t.elapsed().as_micros() as u64).expect("record");
+        i += 1;
+        std::thread::sleep(period.saturating_sub(t.elapsed()));
+    }
+    h
 }
 
 /// Round trips of `body` over a plain quinn echo server (its own tokio thread), at

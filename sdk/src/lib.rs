@@ -46,6 +46,7 @@ mod connection;
 mod consumer;
 mod error;
 mod producer;
+mod publisher;
 pub mod stream;
 mod tls;
 
@@ -57,6 +58,7 @@ use std::time::Duration;
 pub use consumer::ConsumeOptions;
 pub use error::{Error, Result};
 pub use producer::{OutgoingMessage, Producer, ProducerOptions};
+pub use publisher::{PublishAck, Published, TopicPublisher, TopicPublisherOptions};
 pub use sluice_wire::ErrorCode;
 pub use stream::{
     ConsumedRecord, Fetched, GroupConsumer, GroupConsumerOptions, Seek, TopicProducer,

@@ -21,7 +21,9 @@ pub struct ProducerOptions {
     pub linger: Duration,
     /// Entries per batch, 1–10. Default 10.
     pub batch_entries: usize,
-    /// Batches in flight at once. Default 16.
+    /// Batches in flight at once. Default 16. A FIFO queue (URL ending `.fifo`) always has
+    /// one: two batches in flight could be applied out of order, and a message group's order
+    /// is the promise of a FIFO queue.
     pub batches_in_flight: usize,
     /// Messages waiting to be batched before `send` waits (back-pressure). Default 10,000.
     pub queue_capacity: usize,
@@ -123,7 +125,12 @@ async fn batcher(
     mut rx: mpsc::Receiver<Pending>,
 ) {
     let entries_max = options.batch_entries.clamp(1, PRODUCER_BATCH_ENTRIES_MAX);
-    let permits = Arc::new(Semaphore::new(options.batches_in_flight.max(1)));
+    let in_flight = if queue_url.ends_with(".fifo") {
+        1
+    } else {
+        options.batches_in_flight.max(1)
+    };
+    let permits = Arc::new(Semaphore::new(in_flight));
     let mut carry: Option<Pending> = None;
     loop {
         let first = match carry.take() {

@@ -49,7 +49,7 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
     (xxhash_rust::xxh3::xxh3_64(key) % u64::from(partitions.max(1))) as u32
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -264,6 +264,21 @@ impl Client {
     }
 
     /// A keyed, batching producer for `topic`.
+    /// A lingering, batching publisher for `topic` (see [`crate::TopicPublisher`]).
+    pub async fn topic_publisher(
+        &self,
+        topic: &str,
+        options: crate::TopicPublisherOptions,
+    ) -> Result<crate::TopicPublisher> {
+        let d = self.describe_topic(topic).await?;
+        Ok(crate::TopicPublisher::start(
+            self.clone(),
+            topic.to_string(),
+            d.partitions,
+            options,
+        ))
+    }
+
     pub async fn topic_producer(&self, topic: &str) -> Result<TopicProducer> {
         let d = self.describe_topic(topic).await?;
         Ok(TopicProducer {
@@ -280,7 +295,9 @@ impl Client {
 
 /// Buffers records per partition (keyed: `xxh3(key) % partitions`; keyless: round robin) and
 /// sends each partition's records as one batch when the buffer fills or on [`flush`]. Within a
-/// partition, records keep the order they were pushed in.
+/// partition, records keep the order they were pushed in. Nothing is sent until the buffer
+/// fills or you flush: for a producer that sends on its own after a linger time, with an
+/// answer per record, use [`crate::TopicPublisher`].
 ///
 /// [`flush`]: TopicProducer::flush
 pub struct TopicProducer {

@@ -4,6 +4,8 @@
 
 mod fio;
 mod http_vs_quic;
+#[allow(dead_code)] // called by the load generator's scenario runner (being built)
+mod peers;
 mod queue_bench;
 mod storage_bench;
 #[allow(dead_code)] // the load generator and the peer adapters are being built against it

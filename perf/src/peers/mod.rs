@@ -63,7 +63,9 @@ mod tests {
 
     use super::*;
     use crate::target::{AckToken, Conn, OutMsg, Shape};
+    use std::cell::RefCell;
     use std::collections::HashSet;
+    use std::rc::Rc;
     use std::time::{Duration, Instant};
 
     const MESSAGES: usize = 1_000;
@@ -98,6 +100,7 @@ mod tests {
             assert!(target.supports(&topic), "{peer} supports topics");
             cycle(&*target, "perf-topic", &topic).await;
             assert!(!target.supports(&Shape::Fifo { groups: 4 }));
+            concurrent(&*target, "perf-concurrent").await;
         });
         drop(rt);
         let stopping = Instant::now();
@@ -152,6 +155,82 @@ mod tests {
         target.teardown(name, shape).await.expect("teardown");
     }
 
+    /// Closed loop through a standard queue: PRODUCERS and CONSUMERS tasks per connection on
+    /// two connections (tasks share a connection, as the generator's do), 2 KiB bodies in
+    /// batches of 10, each consumer acking what it receives. Checks every message arrived at
+    /// least once and prints the end-to-end rate: a sanity figure, not a benchmark (debug
+    /// client, shared cores).
+    async fn concurrent(target: &dyn Target, name: &str) {
+        const CONNS: usize = 2;
+        const PRODUCERS: usize = 4;
+        const CONSUMERS: usize = 4;
+        const TOTAL: usize = 20_000;
+        let shape = Shape::Standard;
+        target.setup(name, &shape).await.expect("setup");
+        let mut conns = Vec::new();
+        for _ in 0..CONNS {
+            conns.push(Rc::new(target.connect().await.expect("connect")));
+        }
+        let per_producer = TOTAL / (CONNS * PRODUCERS);
+        let seen = Rc::new(RefCell::new(HashSet::new()));
+        let started = Instant::now();
+        let deadline = started + DEADLINE;
+        let mut tasks = Vec::new();
+        for (c, conn) in conns.iter().enumerate() {
+            for p in 0..PRODUCERS {
+                let conn = conn.clone();
+                let name = name.to_string();
+                tasks.push(tokio::task::spawn_local(async move {
+                    let first = (c * PRODUCERS + p) * per_producer;
+                    for batch in (0..per_producer).step_by(BATCH) {
+                        let msgs: Vec<OutMsg> = (0..BATCH)
+                            .map(|i| {
+                                let mut body = format!("{:08}", first + batch + i).into_bytes();
+                                body.resize(BODY_BYTES, b'.');
+                                OutMsg { body, group: None }
+                            })
+                            .collect();
+                        conn.send(&name, &msgs).await.expect("send");
+                    }
+                }));
+            }
+            for _ in 0..CONSUMERS {
+                let conn = conn.clone();
+                let name = name.to_string();
+                let seen = seen.clone();
+                tasks.push(tokio::task::spawn_local(async move {
+                    while seen.borrow().len() < TOTAL && Instant::now() < deadline {
+                        let got = conn
+                            .receive(&name, 0, BATCH, Duration::from_millis(200))
+                            .await
+                            .expect("receive");
+                        let mut acks = Vec::with_capacity(got.len());
+                        for m in got {
+                            let n = String::from_utf8_lossy(&m.body[..8]).into_owned();
+                            seen.borrow_mut().insert(n);
+                            acks.push(m.ack);
+                        }
+                        if !acks.is_empty() {
+                            conn.ack(&name, 0, acks).await.expect("ack");
+                        }
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        let took = started.elapsed();
+        assert_eq!(seen.borrow().len(), TOTAL, "every message received");
+        eprintln!(
+            "  {name}: {TOTAL} x {BODY_BYTES} B, {CONNS} conns x ({PRODUCERS} producers + \
+             {CONSUMERS} consumers), batch {BATCH}: send+receive+ack {:.0} msg/s",
+            TOTAL as f64 / took.as_secs_f64()
+        );
+        drop(conns);
+        target.teardown(name, &shape).await.expect("teardown");
+    }
+
     async fn drain(conn: &dyn Conn, name: &str, group: u32, want: usize) -> HashSet<String> {
         let deadline = Instant::now() + DEADLINE;
         let mut seen = HashSet::new();
@@ -201,6 +280,12 @@ mod tests {
     #[ignore = "needs perf/scripts/install-peers.sh"]
     fn redis_everysec_carries_messages() {
         run("redis-everysec");
+    }
+
+    #[test]
+    fn missing_server_binary_names_the_install_script() {
+        let err = process::find_binary(&["sluice-perf-no-such-server"]).expect_err("missing");
+        assert!(err.0.contains("perf/scripts/install-peers.sh"), "{err}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 need=()
+command -v kill >/dev/null 2>&1 || need+=(procps)   # the suite stops peers with kill(1)
 command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 { command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; } \

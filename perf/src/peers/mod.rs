@@ -101,6 +101,7 @@ mod tests {
             cycle(&*target, "perf-topic", &topic).await;
             assert!(!target.supports(&Shape::Fifo { groups: 4 }));
             concurrent(&*target, "perf-concurrent").await;
+            recreate(&*target, "perf-recreate").await;
         });
         drop(rt);
         let stopping = Instant::now();
@@ -229,6 +230,49 @@ mod tests {
         );
         drop(conns);
         target.teardown(name, &shape).await.expect("teardown");
+    }
+
+    /// A connection that consumed from a queue keeps working after the queue is torn down and
+    /// set up again (the generator may reuse connections across cases): a receive may fail
+    /// once while the adapter notices, then the new queue's messages arrive.
+    async fn recreate(target: &dyn Target, name: &str) {
+        let conn = target.connect().await.expect("connect");
+        let msgs: Vec<OutMsg> = (0..BATCH)
+            .map(|i| OutMsg {
+                body: format!("{i:08}").into_bytes(),
+                group: None,
+            })
+            .collect();
+        for round in 0..2 {
+            target.setup(name, &Shape::Standard).await.expect("setup");
+            conn.send(name, &msgs).await.expect("send");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut got = 0;
+            let mut failures = 0;
+            while got < BATCH {
+                assert!(Instant::now() < deadline, "round {round}: {got} of {BATCH}");
+                match conn
+                    .receive(name, 0, BATCH, Duration::from_millis(500))
+                    .await
+                {
+                    Ok(ms) => {
+                        got += ms.len();
+                        let acks = ms.into_iter().map(|m| m.ack).collect();
+                        conn.ack(name, 0, acks).await.expect("ack");
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        eprintln!("  {name} round {round}: receive failed once: {e}");
+                        assert!(failures <= 2, "round {round}: keeps failing");
+                    }
+                }
+            }
+            target
+                .teardown(name, &Shape::Standard)
+                .await
+                .expect("teardown");
+        }
+        eprintln!("  {name}: a connection outlives teardown + setup of its queue");
     }
 
     async fn drain(conn: &dyn Conn, name: &str, group: u32, want: usize) -> HashSet<String> {

@@ -174,6 +174,12 @@ impl NatsConn {
     }
 }
 
+impl NatsConn {
+    async fn forget(&self, name: &str, group: u32) {
+        self.pulls.lock().await.remove(&(name.to_string(), group));
+    }
+}
+
 fn in_msg(m: jetstream::Message) -> Result<InMsg, TargetError> {
     let reply = m
         .message
@@ -218,17 +224,38 @@ impl Conn for NatsConn {
             let pull = self.pull(name, group).await?;
             let mut pull = pull.lock().await;
             let mut out = Vec::new();
-            match tokio::time::timeout(wait, pull.next()).await {
+            let first = match tokio::time::timeout(wait, pull.next()).await {
                 Err(_) => return Ok(out),
-                Ok(None) => return Err(TargetError("nats: pull subscription ended".into())),
-                Ok(Some(m)) => out.push(in_msg(m.map_err(|e| err("pull", e))?)?),
-            }
-            // Then whatever has already arrived, without waiting.
-            while out.len() < max {
-                match pull.next().now_or_never() {
-                    Some(Some(Ok(m))) => out.push(in_msg(m)?),
-                    Some(Some(Err(e))) => return Err(err("pull", e)),
-                    _ => break,
+                Ok(first) => first,
+            };
+            let mut next = Some(first);
+            while let Some(item) = next.take() {
+                match item {
+                    Some(Ok(m)) => out.push(in_msg(m)?),
+                    Some(Err(e)) => {
+                        // A consumer deleted by a teardown (or a stream that ended) cannot
+                        // deliver again: forget it, so a later setup of the same name works on
+                        // this connection. Other errors (a missed heartbeat) are transient.
+                        use async_nats::jetstream::consumer::pull::MessagesErrorKind as Kind;
+                        if matches!(e.kind(), Kind::ConsumerDeleted | Kind::NoResponders) {
+                            self.forget(name, group).await;
+                        }
+                        if out.is_empty() {
+                            return Err(err("pull", e));
+                        }
+                        break;
+                    }
+                    None => {
+                        self.forget(name, group).await;
+                        if out.is_empty() {
+                            return Err(TargetError("nats: pull subscription ended".into()));
+                        }
+                        break;
+                    }
+                }
+                if out.len() < max {
+                    // Then whatever has already arrived, without waiting.
+                    next = pull.next().now_or_never();
                 }
             }
             Ok(out)

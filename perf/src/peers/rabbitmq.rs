@@ -328,6 +328,15 @@ impl RabbitConn {
     }
 }
 
+impl RabbitConn {
+    async fn forget(&self, name: &str, group: u32) {
+        self.consumers
+            .lock()
+            .await
+            .remove(&(name.to_string(), group));
+    }
+}
+
 fn in_msg(d: lapin::message::Delivery) -> InMsg {
     InMsg {
         ack: AckToken::Number(d.delivery_tag),
@@ -375,16 +384,28 @@ impl Conn for RabbitConn {
             let consuming = self.consuming(name, group).await?;
             let mut consumer = consuming.consumer.lock().await;
             let mut out = Vec::new();
-            match tokio::time::timeout(wait, consumer.next()).await {
+            let first = match tokio::time::timeout(wait, consumer.next()).await {
                 Err(_) => return Ok(out),
-                Ok(None) => return Err(TargetError("rabbitmq: consumer cancelled".into())),
-                Ok(Some(d)) => out.push(in_msg(d.map_err(|e| err("delivery", e))?)),
-            }
-            while out.len() < max {
-                match consumer.next().now_or_never() {
-                    Some(Some(Ok(d))) => out.push(in_msg(d)),
-                    Some(Some(Err(e))) => return Err(err("delivery", e)),
-                    _ => break,
+                Ok(first) => first,
+            };
+            let mut next = Some(first);
+            while let Some(item) = next.take() {
+                match item {
+                    Some(Ok(d)) => out.push(in_msg(d)),
+                    // Cancelled (the queue was deleted by a teardown) or its channel failed:
+                    // forget this consumer so a later setup of the same name works on this
+                    // connection; what was received but not acked is requeued by the broker.
+                    Some(Err(e)) => {
+                        self.forget(name, group).await;
+                        return Err(err("delivery", e));
+                    }
+                    None => {
+                        self.forget(name, group).await;
+                        return Err(TargetError("rabbitmq: consumer cancelled".into()));
+                    }
+                }
+                if out.len() < max {
+                    next = consumer.next().now_or_never();
                 }
             }
             Ok(out)

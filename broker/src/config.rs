@@ -34,6 +34,14 @@ pub struct BrokerConfig {
     /// The QUIC front end's certificate (self-signed in the data dir by default), and the CA
     /// that client certificates must chain to for mutual TLS.
     pub quic_tls: ServerTlsOptions,
+    /// Each shard's own QUIC endpoint, besides the shared `quic_addr`: clients that route
+    /// requests to the core owning their partition connect there (`GetRouting`). `Some(0)`
+    /// (the default): ports picked at start, on `quic_addr`'s IP; `Some(base)`: shard i on
+    /// `base + i`; `None`: no per-shard endpoints (everything through `quic_addr`).
+    pub quic_shard_port_base: Option<u16>,
+    /// The per-shard addresses in use, filled in by `server::start` (read them from
+    /// `BrokerHandle::config`).
+    pub quic_shard_addrs: Vec<SocketAddr>,
     /// A QUIC connection with no traffic for this long is closed (the SDK sends keep-alives).
     pub quic_idle_timeout_ms: u64,
     pub metrics_addr: SocketAddr,
@@ -136,6 +144,8 @@ impl BrokerConfig {
                 },
                 client_ca_path: None,
             },
+            quic_shard_port_base: Some(0),
+            quic_shard_addrs: Vec::new(),
             quic_idle_timeout_ms: QUIC_IDLE_TIMEOUT_MS_DEFAULT,
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
             auth: AuthConfig::open(),

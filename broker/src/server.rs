@@ -23,8 +23,9 @@ pub struct BrokerHandle {
     controls: Vec<mpsc::UnboundedSender<Control>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     ready: std::sync::Mutex<std::sync::mpsc::Receiver<Result<usize, String>>>,
-    /// Holds the QUIC port picked for `quic_addr` port 0 until every shard has bound it.
-    quic_port_reservation: std::sync::Mutex<Option<std::net::UdpSocket>>,
+    /// Holds the QUIC ports picked at start (`quic_addr` port 0, the per-shard endpoints)
+    /// until every shard has bound its own.
+    quic_port_reservation: std::sync::Mutex<Vec<std::net::UdpSocket>>,
     pub config: Arc<BrokerConfig>,
 }
 
@@ -38,12 +39,10 @@ impl BrokerHandle {
                 .map_err(|_| "a shard exited during start-up".to_string())??;
         }
         // Every shard's endpoint is in the SO_REUSEPORT group now; the placeholder leaves it.
-        drop(
-            self.quic_port_reservation
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        self.quic_port_reservation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         Ok(())
     }
 
@@ -87,13 +86,28 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
     if config.quic_enabled {
         crate::native::prepare(&config)?;
     }
-    let quic_port_reservation = if config.quic_enabled && config.quic_addr.port() == 0 {
+    let mut quic_port_reservation = Vec::new();
+    if config.quic_enabled && config.quic_addr.port() == 0 {
         let (socket, addr) = crate::native::reserve_port(config.quic_addr)?;
         config.quic_addr = addr;
-        Some(socket)
-    } else {
-        None
-    };
+        quic_port_reservation.push(socket);
+    }
+    config.quic_shard_addrs.clear();
+    if let (true, Some(base)) = (config.quic_enabled, config.quic_shard_port_base) {
+        for i in 0..config.shards.max(1) {
+            let port = if base == 0 {
+                0
+            } else {
+                u16::try_from(usize::from(base) + i).map_err(|_| {
+                    std::io::Error::other(format!("QUIC shard port {base} + {i} exceeds 65535"))
+                })?
+            };
+            let want = std::net::SocketAddr::new(config.quic_addr.ip(), port);
+            let (socket, addr) = crate::native::reserve_port(want)?;
+            config.quic_shard_addrs.push(addr);
+            quic_port_reservation.push(socket);
+        }
+    }
     let started = std::time::Instant::now();
     // Bound before the shards start, so that port 0 is resolved in the shared config.
     let mut metrics_listener = crate::metrics::serve::bind(config.metrics_addr);

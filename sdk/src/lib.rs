@@ -47,6 +47,7 @@ mod consumer;
 mod error;
 mod producer;
 mod publisher;
+mod routing;
 pub mod stream;
 mod tls;
 
@@ -97,6 +98,10 @@ pub struct ClientOptions {
     pub keep_alive: Duration,
     /// Reported to the broker in `Hello`.
     pub client_name: String,
+    /// Send requests that name a partition (produce, fetch) straight to the broker core that
+    /// owns it, over a connection to that core's own endpoint (saves a hop inside the
+    /// broker). Default true; falls back to the shared connection when not possible.
+    pub route_to_owner: bool,
     /// An access key and its secret, for brokers that require authentication (the same keys
     /// that sign SQS HTTP requests). Sent once per connection, inside TLS.
     pub credentials: Option<Credentials>,
@@ -145,6 +150,7 @@ impl ClientOptions {
             keep_alive: Duration::from_secs(10),
             client_name: "sluice-sdk".into(),
             credentials: None,
+            route_to_owner: true,
         }
     }
 }
@@ -187,6 +193,7 @@ struct Inner {
     endpoint: quinn::Endpoint,
     config: quinn::ClientConfig,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    routes: tokio::sync::Mutex<routing::Routes>,
 }
 
 impl Client {
@@ -210,6 +217,7 @@ impl Client {
                 endpoint,
                 config,
                 connection: tokio::sync::Mutex::new(None),
+                routes: tokio::sync::Mutex::new(Default::default()),
             }),
         };
         client.connection().await?;
@@ -226,6 +234,11 @@ impl Client {
     pub async fn close(&self) {
         if let Some(c) = self.inner.connection.lock().await.take() {
             c.close();
+        }
+        // The connections to the broker's cores (routing) close too; they have none of their own.
+        let routed = std::mem::take(&mut *self.inner.routes.lock().await);
+        for c in routed.into_clients() {
+            Box::pin(c.close()).await;
         }
         // Let the close frame reach the broker instead of leaving it to the idle timeout.
         let _ = tokio::time::timeout(Duration::from_secs(1), self.inner.endpoint.wait_idle()).await;

@@ -141,9 +141,20 @@ impl Client {
             partition,
             batch,
         };
-        match self.call(Request::Produce(r)).await? {
-            Response::Produce(r) => Ok(r),
-            other => unexpected(other),
+        let via = match partition {
+            Some(p) => self.owner_of(topic, p).await,
+            None => self.clone(),
+        };
+        match via.call(Request::Produce(r)).await {
+            Ok(Response::Produce(r)) => Ok(r),
+            Ok(other) => unexpected(other),
+            Err(e) => {
+                if e.code() == Some(ErrorCode::UnknownTopic) {
+                    // A topic deleted and made anew has new placements.
+                    self.forget_routes().await;
+                }
+                Err(e)
+            }
         }
     }
 
@@ -207,8 +218,9 @@ impl Client {
             max_records,
             wait_ms: wait.as_millis().min(u128::from(u32::MAX)) as u32,
         };
-        match self.call(Request::Fetch(r)).await? {
-            Response::Fetch(f) => {
+        let via = self.owner_of(topic, partition).await;
+        match via.call(Request::Fetch(r)).await {
+            Ok(Response::Fetch(f)) => {
                 let (records, next_offset) = decode_fetched(topic, partition, &f.batches, offset)?;
                 Ok(Fetched {
                     records,
@@ -216,7 +228,16 @@ impl Client {
                     end_offset: f.end_offset,
                 })
             }
-            other => unexpected(other),
+            Ok(other) => unexpected(other),
+            Err(e) => {
+                if matches!(
+                    e.code(),
+                    Some(ErrorCode::UnknownTopic | ErrorCode::QueueDoesNotExist)
+                ) {
+                    self.forget_routes().await;
+                }
+                Err(e)
+            }
         }
     }
 

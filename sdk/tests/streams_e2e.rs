@@ -450,3 +450,119 @@ fn topic_publisher_batches_with_linger_and_answers_each_record() {
     });
     handle.shutdown();
 }
+
+/// Routing to the owning core: the broker gives each core its own endpoint and says which
+/// core owns each partition; the SDK sends produce and fetch there, so every request is
+/// counted on the owner's shard (none is forwarded), and with routing off they land wherever
+/// the shared endpoint put the connection.
+#[test]
+fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    c.shards = 2;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    let handle = sluice_broker::server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    let addr = handle.quic_addr();
+    let metrics = handle.config.metrics_addr;
+    assert_eq!(
+        handle.config.quic_shard_addrs.len(),
+        2,
+        "one endpoint per core"
+    );
+    let cert = dir.path().join("quic-selfsigned-cert.pem");
+    // Native requests counted per (shard, action), from /metrics.
+    let counted = move |action: &str| -> Vec<u64> {
+        let mut s = std::net::TcpStream::connect(metrics).expect("metrics");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("write");
+        let mut body = String::new();
+        s.read_to_string(&mut body).expect("read");
+        (0..2)
+            .map(|shard| {
+                body.lines()
+                    .find(|l| {
+                        l.starts_with("sluice_requests_total{")
+                            && l.contains(&format!("shard=\"{shard}\""))
+                            && l.contains("frontend=\"native\"")
+                            && l.contains(&format!("action=\"{action}\""))
+                    })
+                    .and_then(|l| l.rsplit(' ').next())
+                    .map_or(0, |v| v.parse().expect("a count"))
+            })
+            .collect()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let routing = rt.block_on(async move {
+        tokio::time::timeout(TEST_TIMEOUT, async move {
+            let client = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert.clone())))
+                .await
+                .expect("connect");
+            client
+                .create_topic(CreateTopicRequest {
+                    name: "routed".into(),
+                    partitions: 4,
+                    ..Default::default()
+                })
+                .await
+                .expect("create");
+            let routing = match client
+                .call(Request::GetRouting(GetRoutingRequest {
+                    topic: "routed".into(),
+                }))
+                .await
+                .expect("routing")
+            {
+                Response::GetRouting(r) => r,
+                other => panic!("unexpected {other:?}"),
+            };
+            assert_eq!(routing.shard_addrs.len(), 2);
+            assert_eq!(routing.partition_shards.len(), 4);
+            // 5 produces and 3 fetches per partition, all routed.
+            for p in 0..4 {
+                for i in 0..5 {
+                    let batch =
+                        sluice_storage::batch::encode(&[sluice_storage::batch::Record::new(
+                            i,
+                            format!("p{p}-{i}").into_bytes(),
+                        )])
+                        .expect("batch");
+                    client
+                        .produce_batch("routed", Some(p), batch)
+                        .await
+                        .expect("produce");
+                }
+                for _ in 0..3 {
+                    let (recs, _) = client
+                        .fetch("routed", p, 0, 1 << 20, 100, Duration::ZERO)
+                        .await
+                        .expect("fetch");
+                    assert_eq!(recs.len(), 5);
+                }
+            }
+            client.close().await;
+            routing
+        })
+        .await
+        .expect("test finished in time")
+    });
+    let owned = |shard: u32| {
+        routing
+            .partition_shards
+            .iter()
+            .filter(|s| **s == shard)
+            .count() as u64
+    };
+    assert_eq!(counted("Produce"), vec![5 * owned(0), 5 * owned(1)]);
+    assert_eq!(counted("Fetch"), vec![3 * owned(0), 3 * owned(1)]);
+    handle.shutdown();
+}

@@ -203,6 +203,7 @@ macro_rules! messages {
 messages! {
     requests {
         Hello(Hello),
+        GetRouting(GetRoutingRequest),
         CreateQueue(CreateQueueRequest),
         DeleteQueue(DeleteQueueRequest),
         GetQueueUrl(GetQueueUrlRequest),
@@ -240,6 +241,7 @@ messages! {
     responses {
         Error(ErrorResponse) = Error,
         HelloOk(HelloOk) = HelloOk,
+        GetRouting(GetRoutingResult) = GetRoutingResult,
         CreateQueue(CreateQueueResult) = CreateQueueResult,
         DeleteQueue(DeleteQueueResult) = DeleteQueueResult,
         GetQueueUrl(GetQueueUrlResult) = GetQueueUrlResult,
@@ -403,6 +405,7 @@ mod tests {
 
     round_trips! {
         hello: Request::Hello(Hello);
+        get_routing: Request::GetRouting(GetRoutingRequest);
         create_queue: Request::CreateQueue(CreateQueueRequest);
         delete_queue: Request::DeleteQueue(DeleteQueueRequest);
         get_queue_url: Request::GetQueueUrl(GetQueueUrlRequest);
@@ -430,6 +433,7 @@ mod tests {
 
         error_response: Response::Error(ErrorResponse);
         hello_ok: Response::HelloOk(HelloOk);
+        get_routing_result: Response::GetRouting(GetRoutingResult);
         create_queue_result: Response::CreateQueue(CreateQueueResult);
         delete_queue_result: Response::DeleteQueue(DeleteQueueResult);
         get_queue_url_result: Response::GetQueueUrl(GetQueueUrlResult);
@@ -509,6 +513,7 @@ mod tests {
         // The enums cover every kind: build each variant from Default and compare kinds.
         let kinds: Vec<FrameKind> = [
             Request::Hello(Default::default()),
+            Request::GetRouting(Default::default()),
             Request::CreateQueue(Default::default()),
             Request::DeleteQueue(Default::default()),
             Request::GetQueueUrl(Default::default()),
@@ -552,7 +557,7 @@ mod tests {
             .collect();
         assert_eq!(kinds, requests);
         let responses = FrameKind::ALL.iter().filter(|k| k.is_response()).count();
-        assert_eq!(responses, 35);
+        assert_eq!(responses, 36);
     }
 
     #[test]

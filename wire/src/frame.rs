@@ -106,7 +106,7 @@ pub const KIND_RESPONSE_BIT: u16 = 0x8000;
 /// | range         | use                                                                   |
 /// |---------------|-----------------------------------------------------------------------|
 /// | 0x0000        | invalid as a request; its response form 0x8000 is `Error`             |
-/// | 0x0001-0x00FF | connection control (`Hello` = 0x0001)                                  |
+/// | 0x0001-0x00FF | connection control (`Hello` = 0x0001, `GetRouting` = 0x0002)           |
 /// | 0x0100-0x01FF | SQS queue administration                                               |
 /// | 0x0200-0x02FF | SQS message operations                                                 |
 /// | 0x0300-0x03FF | reserved: streams (produce, fetch, list offsets, offset commit/fetch, consumer groups, topics) |
@@ -120,6 +120,8 @@ pub const KIND_RESPONSE_BIT: u16 = 0x8000;
 pub enum FrameKind {
     Hello = 0x0001,
     HelloOk = 0x8001,
+    GetRouting = 0x0002,
+    GetRoutingResult = 0x8002,
     Error = 0x8000,
 
     CreateQueue = 0x0101,
@@ -203,8 +205,9 @@ pub const KIND_RANGE_REPLICATION: std::ops::RangeInclusive<u16> = 0x0400..=0x04F
 
 impl FrameKind {
     /// Every kind, in numeric order of requests then responses (tests, docs, fuzzing).
-    pub const ALL: [FrameKind; 69] = [
+    pub const ALL: [FrameKind; 71] = [
         FrameKind::Hello,
+        FrameKind::GetRouting,
         FrameKind::CreateQueue,
         FrameKind::DeleteQueue,
         FrameKind::GetQueueUrl,
@@ -240,6 +243,7 @@ impl FrameKind {
         FrameKind::GroupLag,
         FrameKind::Error,
         FrameKind::HelloOk,
+        FrameKind::GetRoutingResult,
         FrameKind::CreateQueueResult,
         FrameKind::DeleteQueueResult,
         FrameKind::GetQueueUrlResult,

@@ -82,6 +82,23 @@ wire_types! {
         pub in_flight_requests_max: u32,
     }
 
+    /// Where to send requests so that they run on the core that owns their partition: every
+    /// shard's own address, and, for `topic` (a topic name, or `queue:<name>`; empty for none),
+    /// the shard that owns each partition.
+    #[derive(Debug, Default)]
+    pub struct GetRoutingRequest {
+        pub topic: String,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct GetRoutingResult {
+        /// Per shard, `ip:port` of its own endpoint (empty when it has none: send everything
+        /// to the address you connected to).
+        pub shard_addrs: Vec<String>,
+        /// Per partition of the topic asked about, the index of its shard in `shard_addrs`.
+        pub partition_shards: Vec<u32>,
+    }
+
     /// The generic error response: answers any request, or request id 0 for errors that are
     /// about the connection (bad `Hello`, a frame that could not be delimited).
     #[derive(Debug, Default)]

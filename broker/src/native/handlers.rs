@@ -110,8 +110,8 @@ type Result<T> = std::result::Result<T, Failure>;
 /// Who asks, and how queue URLs are spelled in answers.
 pub struct Ctx {
     pub shard: Rc<Shard>,
-    /// The account of the connection (from `Hello`; the default account until native
-    /// authentication exists).
+    /// The account of the connection (from its `Hello` credentials; the default account when
+    /// authentication is off and none were given).
     pub account: String,
     /// `host:port` written into queue URLs: the HTTP API's address, so a URL works with both.
     pub url_host: String,
@@ -146,7 +146,8 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
         | Request::LeaveGroup(_)
         | Request::CommitOffsets(_)
         | Request::FetchCommitted(_)
-        | Request::GroupLag(_)) => return super::streams::dispatch(ctx, r).await,
+        | Request::GroupLag(_)
+        | Request::GetRouting(_)) => return super::streams::dispatch(ctx, r).await,
         Request::CreateQueue(r) => {
             if r.queue_name.is_empty() {
                 return Err(Failure::missing("QueueName"));

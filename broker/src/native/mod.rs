@@ -149,7 +149,10 @@ fn server_config(config: &BrokerConfig) -> Result<quinn::ServerConfig, String> {
 
 /// One shard's native front end.
 pub struct NativeFrontEnd {
+    /// The shared endpoint (`quic_addr`, SO_REUSEPORT over the shards).
     endpoint: Rc<ShardEndpoint>,
+    /// This shard's own endpoint (`quic_shard_addrs[shard]`), if configured.
+    direct: Option<Rc<ShardEndpoint>>,
     /// Fired (dropped) at shutdown: every stream stops reading.
     drain: RefCell<Option<oneshot::Sender<()>>>,
 }
@@ -158,8 +161,10 @@ pub struct NativeFrontEnd {
 type DrainSignal = futures::future::Shared<oneshot::Receiver<()>>;
 
 impl NativeFrontEnd {
-    /// Binds the shard's endpoint (synchronously, so the port is served once the shard reports
-    /// ready) and spawns its accept loop. `None` when disabled or when binding failed (logged).
+    /// Binds the shard's endpoints (synchronously, so the ports are served once the shard
+    /// reports ready) and spawns their accept loops. `None` when disabled or when binding the
+    /// shared endpoint failed (logged); a per-shard endpoint that fails to bind is logged and
+    /// left out (clients then send everything through the shared one).
     pub fn start(shard: Rc<Shard>) -> Option<NativeFrontEnd> {
         let config = shard.config.clone();
         if !config.quic_enabled {
@@ -173,14 +178,30 @@ impl NativeFrontEnd {
                 return None;
             }
         };
-        let endpoint = match ShardEndpoint::bind(addr, server, EndpointOptions::default()) {
+        let endpoint = match ShardEndpoint::bind(addr, server.clone(), EndpointOptions::default()) {
             Ok(ep) => Rc::new(ep),
             Err(e) => {
                 tracing::error!(shard = shard.id, %addr, error = %e, "native QUIC API: bind failed");
                 return None;
             }
         };
-        tracing::info!(shard = shard.id, %addr, "native QUIC API listening");
+        let direct =
+            config.quic_shard_addrs.get(shard.id).and_then(|a| {
+                match ShardEndpoint::bind(*a, server, EndpointOptions::default()) {
+                    Ok(ep) => Some(Rc::new(ep)),
+                    Err(e) => {
+                        tracing::error!(shard = shard.id, addr = %a, error = %e,
+                        "native QUIC API: the shard's own endpoint did not bind");
+                        None
+                    }
+                }
+            });
+        tracing::info!(
+            shard = shard.id,
+            %addr,
+            direct = ?config.quic_shard_addrs.get(shard.id),
+            "native QUIC API listening"
+        );
         let (drain_tx, drain_rx) = oneshot::channel();
         let state = Rc::new(ShardState {
             drain: drain_rx.shared(),
@@ -192,15 +213,17 @@ impl NativeFrontEnd {
             shard,
             connections: Cell::new(0),
         });
-        let ep = endpoint.clone();
-        glommio::spawn_local(accept_loop(ep, state)).detach();
+        for ep in std::iter::once(&endpoint).chain(direct.as_ref()) {
+            glommio::spawn_local(accept_loop(ep.clone(), state.clone())).detach();
+        }
         Some(NativeFrontEnd {
             endpoint,
+            direct,
             drain: RefCell::new(Some(drain_tx)),
         })
     }
 
-    /// The bound address.
+    /// The bound address of the shared endpoint.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.endpoint.local_addr()
     }
@@ -208,11 +231,15 @@ impl NativeFrontEnd {
     /// Stops accepting, lets in-flight streams finish (up to [`SHUTDOWN_GRACE_MS`]), closes.
     pub async fn shutdown(&self) {
         drop(self.drain.borrow_mut().take());
-        let report = self
-            .endpoint
-            .shutdown(Duration::from_millis(SHUTDOWN_GRACE_MS))
-            .await;
-        tracing::info!(?report, "native QUIC API stopped");
+        let grace = Duration::from_millis(SHUTDOWN_GRACE_MS);
+        let (report, direct) = futures::future::join(self.endpoint.shutdown(grace), async {
+            match &self.direct {
+                Some(d) => Some(d.shutdown(grace).await),
+                None => None,
+            }
+        })
+        .await;
+        tracing::info!(?report, ?direct, "native QUIC API stopped");
     }
 }
 

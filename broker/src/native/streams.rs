@@ -192,6 +192,27 @@ pub async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response, Failure> 
                     .collect(),
             })
         }
+        Request::GetRouting(r) => {
+            let shard_addrs = s
+                .config
+                .quic_shard_addrs
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let (id, partitions) = if r.topic.is_empty() {
+                (0, 0)
+            } else if let Some(queue) = r.topic.strip_prefix(QUEUE_TOPIC_PREFIX) {
+                let q = s.queue(account, queue)?;
+                (q.id, q.partitions)
+            } else {
+                let t = s.topic(account, &r.topic)?;
+                (t.id, t.partitions())
+            };
+            Response::GetRouting(wire::GetRoutingResult {
+                shard_addrs,
+                partition_shards: (0..partitions).map(|p| s.owner(id, p) as u32).collect(),
+            })
+        }
         Request::GroupLag(r) => Response::GroupLag(wire::GroupLagResult {
             partitions: s
                 .group_lag(account, &r.group)

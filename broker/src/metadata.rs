@@ -146,6 +146,13 @@ impl QueueMeta {
             (self.modified_ms / 1000).to_string(),
         );
         m.insert("SqsManagedSseEnabled".into(), "false".into());
+        if a.stream_retention_s > 0 {
+            // Sluice's own attribute: shown once set, so a plain SQS queue looks like one.
+            m.insert(
+                "StreamRetentionPeriod".into(),
+                a.stream_retention_s.to_string(),
+            );
+        }
         if self.kind == QueueKind::Fifo {
             m.insert("FifoQueue".into(), "true".into());
             m.insert(

@@ -470,6 +470,105 @@ fn deleted_messages_give_their_space_back_and_a_live_one_pins_it() {
     b.shutdown();
 }
 
+/// StreamRetentionPeriod keeps deleted messages for readers of the queue as a stream:
+/// compaction leaves the young segments alone while it is set, and frees them once it is 0.
+#[test]
+fn stream_retention_keeps_deleted_messages_for_stream_readers() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut c = BrokerConfig::embedded(tmp.path().to_path_buf()).expect("config");
+    c.shards = 2;
+    c.default_partitions = 1;
+    c.log.segment_bytes_max = 128 * 1024;
+    c.log.prealloc_chunk_bytes = 64 * 1024;
+    c.log.batch_bytes_max = 64 * 1024;
+    c.log.write_buffer_bytes_max = 64 * 1024;
+    c.limits.checkpoint_interval_records = 50;
+    let b = server::start(c).expect("start");
+    b.wait_ready().expect("ready");
+    let body = "x".repeat(1024);
+    b.run_on(0, move |s| async move {
+        let mut attrs = BTreeMap::new();
+        attrs.insert("StreamRetentionPeriod".to_string(), "3600".to_string());
+        assert_eq!(
+            err(s
+                .create_queue(
+                    T,
+                    "bad",
+                    {
+                        let mut a = BTreeMap::new();
+                        a.insert("StreamRetentionPeriod".to_string(), "1209601".to_string());
+                        a
+                    },
+                    BTreeMap::new()
+                )
+                .await),
+            "InvalidAttributeValue"
+        );
+        s.create_queue(T, "audited", attrs, BTreeMap::new())
+            .await
+            .expect("create");
+        let q = s.queue(T, "audited").expect("queue");
+        assert_eq!(
+            q.static_attributes("us-east-1")
+                .get("StreamRetentionPeriod")
+                .map(String::as_str),
+            Some("3600")
+        );
+        for round in 0..60 {
+            for i in 0..10 {
+                s.send(&q, send(&format!("{round}-{i}-{body}")))
+                    .await
+                    .expect("send");
+            }
+            let got = s.receive(&q, recv(10, None), 0).await.expect("receive");
+            for d in got {
+                let h = s.receipt_handle(&d.receipt);
+                s.delete_message(&q, &h).await.expect("delete");
+            }
+        }
+        let written = log_files(&s.config.data_dir, q.id);
+        assert!(written.len() >= 4, "several segments: {written:?}");
+        // Past several compaction intervals, with the partition busy: nothing goes.
+        for _ in 0..3 {
+            glommio::timer::sleep(Duration::from_millis(1100)).await;
+            s.send(&q, send("later")).await.expect("send");
+        }
+        assert_eq!(log_files(&s.config.data_dir, q.id).len(), written.len());
+        // A stream reader still finds the first deleted message at offset 0's segment.
+        let f = s
+            .fetch_queue_stream(
+                &q,
+                0,
+                sluice_broker::stream::FetchRequest {
+                    offset: 0,
+                    max_bytes: 1 << 20,
+                    max_records: 1,
+                    wait_ms: 0,
+                },
+            )
+            .await
+            .expect("fetch");
+        assert_eq!(f.start_offset, 0);
+        assert!(f.records[0].record.value.starts_with(b"0-0-"));
+        // Off again: compaction frees the deleted messages' segments.
+        let mut off = BTreeMap::new();
+        off.insert("StreamRetentionPeriod".to_string(), "0".to_string());
+        s.set_queue_attributes(&q, off).await.expect("set");
+        let q = s.queue(T, "audited").expect("queue");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            glommio::timer::sleep(Duration::from_millis(1100)).await;
+            s.send(&q, send("later")).await.expect("send");
+            if log_files(&s.config.data_dir, q.id).len() <= 2 {
+                return;
+            }
+        }
+        panic!("no compaction: {:?}", log_files(&s.config.data_dir, q.id));
+    });
+    b.shutdown();
+}
+
 /// The SQS code of a refused request.
 fn err<T: std::fmt::Debug>(r: Result<T, ServiceError>) -> &'static str {
     r.expect_err("refused").info().code

@@ -103,6 +103,10 @@ pub struct QueueAttributes {
     pub content_based_dedup: bool,
     pub dedup_scope: DedupScope,
     pub fifo_throughput_limit: FifoThroughputLimit,
+    /// Sluice's own: how long the queue's log keeps deleted messages for readers of the queue
+    /// as a stream (`queue:<name>`), in seconds; 0 (the default): compaction frees them as
+    /// soon as it can. Bounded like MessageRetentionPeriod.
+    pub stream_retention_s: u32,
 }
 
 impl QueueAttributes {
@@ -119,6 +123,7 @@ impl QueueAttributes {
             content_based_dedup: false,
             dedup_scope: DedupScope::Queue,
             fifo_throughput_limit: FifoThroughputLimit::PerQueue,
+            stream_retention_s: 0,
         }
     }
 
@@ -154,6 +159,9 @@ impl QueueAttributes {
                 self.retention_s = parse_range(name, value, RETENTION_S_MIN, RETENTION_S_MAX)?
             }
             "DelaySeconds" => self.delay_s = parse_range(name, value, 0, DELAY_S_MAX)?,
+            "StreamRetentionPeriod" => {
+                self.stream_retention_s = parse_range(name, value, 0, RETENTION_S_MAX)?
+            }
             "ReceiveMessageWaitTimeSeconds" => {
                 self.wait_time_s = parse_range(name, value, 0, WAIT_TIME_S_MAX)?
             }
@@ -685,7 +693,7 @@ pub fn validate_token(param: &str, s: &str) -> Result<(), EngineError> {
 }
 
 /// The queue attribute names of the model (`QueueAttributeName`).
-pub const QUEUE_ATTRIBUTE_NAMES: [&str; 22] = [
+pub const QUEUE_ATTRIBUTE_NAMES: [&str; 23] = [
     "All",
     "Policy",
     "VisibilityTimeout",
@@ -708,6 +716,8 @@ pub const QUEUE_ATTRIBUTE_NAMES: [&str; 22] = [
     "FifoThroughputLimit",
     "RedriveAllowPolicy",
     "SqsManagedSseEnabled",
+    // Sluice's own (not in SQS): see `QueueAttributes::stream_retention_s`.
+    "StreamRetentionPeriod",
 ];
 
 /// The message system attribute names of the model (`MessageSystemAttributeName`).

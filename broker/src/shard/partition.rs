@@ -237,7 +237,8 @@ impl PartitionActor {
 
     /// At most once per [`COMPACTION_INTERVAL_MS`], in the background: deletes the sealed
     /// segments wholly below the engine's compaction floor, so the space of deleted and expired
-    /// messages comes back. The floor is a checkpoint offset; only a durable one counts (below
+    /// messages comes back — except those with records younger than the queue's
+    /// `StreamRetentionPeriod` (kept for readers of the queue as a stream). The floor is a checkpoint offset; only a durable one counts (below
     /// `end_offset`), so that a crash cannot leave a log that starts without its checkpoint.
     fn maybe_compact(&self, now: u64) {
         if self.compacting.get() || now < self.compacted_ms.get() + COMPACTION_INTERVAL_MS {
@@ -248,7 +249,20 @@ impl PartitionActor {
             return;
         };
         let log = self.log();
-        let floor = self.engine.borrow().compaction_floor();
+        let mut floor = self.engine.borrow().compaction_floor();
+        // Stream readers of the queue keep what is younger than StreamRetentionPeriod: nothing
+        // from the first segment holding a record that recent on is deleted.
+        let keep_s = self.config.borrow().attributes.stream_retention_s;
+        if keep_s > 0 {
+            let cutoff = now.saturating_sub(u64::from(keep_s) * 1000) as i64;
+            if let Some(young) = log
+                .segments()
+                .iter()
+                .find(|s| s.max_timestamp_ms.is_none_or(|t| t >= cutoff))
+            {
+                floor = floor.min(young.base_offset);
+            }
+        }
         let first_sealed_end = log
             .segments()
             .first()

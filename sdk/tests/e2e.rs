@@ -854,6 +854,21 @@ fn native_requests_and_errors_are_counted_in_metrics() {
     );
 }
 
+/// A broker of its own for a test that needs another configuration: one shard (the memlock
+/// budget), loopback ports picked at start, `tweak` applied last.
+fn one_shard_broker(data: &std::path::Path, tweak: impl FnOnce(&mut BrokerConfig)) -> BrokerHandle {
+    let mut c = BrokerConfig::embedded(data.to_path_buf()).expect("config");
+    c.shards = 1;
+    c.default_partitions = 1;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    tweak(&mut c);
+    let handle = sluice_broker::server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    handle
+}
+
 #[test]
 fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -876,15 +891,7 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
     std::fs::write(&key_path, client_key.serialize_pem()).expect("write");
 
     let data = dir.path().join("data");
-    let mut c = BrokerConfig::embedded(data.clone()).expect("config");
-    c.shards = 1;
-    c.default_partitions = 1;
-    c.http_addr = "127.0.0.1:0".parse().expect("addr");
-    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
-    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-    c.quic_tls.client_ca_path = Some(ca_path);
-    let handle = sluice_broker::server::start(c).expect("start");
-    handle.wait_ready().expect("ready");
+    let handle = one_shard_broker(&data, |c| c.quic_tls.client_ca_path = Some(ca_path));
     let addr = handle.quic_addr();
     let trust = Trust::PemFile(data.join("quic-selfsigned-cert.pem"));
     run(async move {
@@ -915,19 +922,15 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
 fn access_keys_authenticate_native_clients_and_select_their_account() {
     use sluice_broker::http::auth::{parse_keys, AuthConfig, AuthMode};
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
-    c.shards = 1;
-    c.default_partitions = 1;
-    c.http_addr = "127.0.0.1:0".parse().expect("addr");
-    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
-    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-    c.auth = AuthConfig {
-        mode: AuthMode::SigV4,
-        keys: parse_keys("AKIDALPHA:alpha-secret:111111111111,AKIDBETA:beta-secret:222222222222")
+    let handle = one_shard_broker(dir.path(), |c| {
+        c.auth = AuthConfig {
+            mode: AuthMode::SigV4,
+            keys: parse_keys(
+                "AKIDALPHA:alpha-secret:111111111111,AKIDBETA:beta-secret:222222222222",
+            )
             .expect("keys"),
-    };
-    let handle = sluice_broker::server::start(c).expect("start");
-    handle.wait_ready().expect("ready");
+        }
+    });
     let addr = handle.quic_addr();
     let trust = Trust::PemFile(dir.path().join("quic-selfsigned-cert.pem"));
     run(async move {

@@ -28,6 +28,53 @@ fn options() -> GroupConsumerOptions {
     }
 }
 
+/// An in-process broker with two shards for one test (`partitions`: of a new queue; default
+/// one per shard), and a bounded way to run a client against it.
+struct TestBroker {
+    handle: sluice_broker::server::BrokerHandle,
+    dir: tempfile::TempDir,
+}
+
+impl TestBroker {
+    fn start(partitions: Option<u32>) -> TestBroker {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+        c.shards = 2;
+        c.default_partitions = partitions.unwrap_or(2);
+        c.http_addr = "127.0.0.1:0".parse().expect("addr");
+        c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+        c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        let handle = sluice_broker::server::start(c).expect("start");
+        handle.wait_ready().expect("ready");
+        TestBroker { handle, dir }
+    }
+
+    /// Runs `body` with a connected client on a two-thread runtime, within [`TEST_TIMEOUT`].
+    fn run<T, Fut: std::future::Future<Output = T>>(&self, body: impl FnOnce(Client) -> Fut) -> T {
+        let addr = self.handle.quic_addr();
+        let trust = Trust::PemFile(self.dir.path().join("quic-selfsigned-cert.pem"));
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async move {
+                tokio::time::timeout(TEST_TIMEOUT, async move {
+                    let client = Client::connect(addr, ClientOptions::new(trust))
+                        .await
+                        .expect("connect");
+                    body(client).await
+                })
+                .await
+                .expect("test finished in time")
+            })
+    }
+
+    fn shutdown(self) {
+        self.handle.shutdown();
+    }
+}
+
 #[test]
 fn producer_and_group_consumers_over_quic() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -222,126 +269,104 @@ fn producer_and_group_consumers_over_quic() {
 #[test]
 fn a_queue_is_read_as_a_stream_without_disturbing_its_consumers() {
     const N: usize = 40;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
-    c.shards = 2;
-    c.default_partitions = 1;
-    c.http_addr = "127.0.0.1:0".parse().expect("addr");
-    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
-    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-    let handle = sluice_broker::server::start(c).expect("start");
-    handle.wait_ready().expect("ready");
-    let addr = handle.quic_addr();
-    let cert = dir.path().join("quic-selfsigned-cert.pem");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async move {
-        tokio::time::timeout(TEST_TIMEOUT, async move {
-            let client = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert)))
-                .await
-                .expect("connect");
-            let q = client.create_queue("orders").await.expect("create");
-            let mut ids = Vec::new();
-            for i in 0..N {
-                let sent = client.send(&q, &format!("m{i}")).await.expect("send");
-                ids.push(sent.message_id);
-                if i % 4 == 3 {
-                    // Queue consumers at work: receives and deletes are log records too.
-                    let got = client
-                        .receive(&q, sluice_sdk::ReceiveOptions::long_poll(2, 0))
-                        .await
-                        .expect("receive");
-                    for m in got {
-                        client.delete(&q, &m.receipt_handle).await.expect("delete");
-                    }
-                }
-            }
-            let visible_before = client
-                .get_queue_attributes(&q, &["ApproximateNumberOfMessages"])
-                .await
-                .expect("attributes");
-
-            // Offsets: the earliest is 0, the latest past every record.
-            let topic = "queue:orders";
-            let earliest = client
-                .list_offset(topic, 0, Seek::Earliest)
-                .await
-                .expect("earliest");
-            let latest = client
-                .list_offset(topic, 0, Seek::Latest)
-                .await
-                .expect("latest");
-            assert_eq!(earliest, 0);
-            assert!(latest >= N as u64, "{latest}");
-
-            // Page through with small pages: all N in send order, ids in the headers.
-            let mut at = earliest;
-            let mut bodies = Vec::new();
-            let mut seen_ids = Vec::new();
-            loop {
-                let f = client
-                    .fetch_records(topic, 0, at, 1 << 20, 7, Duration::from_millis(50))
+    let broker = TestBroker::start(Some(1));
+    broker.run(|client| async move {
+        let q = client.create_queue("orders").await.expect("create");
+        let mut ids = Vec::new();
+        for i in 0..N {
+            let sent = client.send(&q, &format!("m{i}")).await.expect("send");
+            ids.push(sent.message_id);
+            if i % 4 == 3 {
+                // Queue consumers at work: receives and deletes are log records too.
+                let got = client
+                    .receive(&q, sluice_sdk::ReceiveOptions::long_poll(2, 0))
                     .await
-                    .expect("fetch");
-                assert!(f.next_offset >= at, "moves forward");
-                for r in &f.records {
-                    bodies.push(String::from_utf8(r.value.clone()).expect("utf-8"));
-                    let id = r
-                        .headers
-                        .iter()
-                        .find(|(k, _)| k.as_slice() == b"message-id")
-                        .map(|(_, v)| String::from_utf8(v.clone()).expect("utf-8"))
-                        .expect("message-id header");
-                    seen_ids.push(id);
-                }
-                if f.records.is_empty() {
-                    assert_eq!(f.next_offset, f.end_offset, "an empty page ends at the end");
-                    break;
-                }
-                at = f.next_offset;
-            }
-            let want: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
-            assert_eq!(bodies, want);
-            assert_eq!(seen_ids, ids);
-
-            // A consumer group over the queue sees every message once, commits, lag 0.
-            let mut g = GroupConsumer::join(&client, "audit", &[topic], options())
-                .await
-                .expect("join");
-            let mut got = Vec::new();
-            for _ in 0..200 {
-                got.extend(g.poll().await.expect("poll"));
-                if got.len() >= N {
-                    break;
+                    .expect("receive");
+                for m in got {
+                    client.delete(&q, &m.receipt_handle).await.expect("delete");
                 }
             }
-            assert_eq!(got.len(), N);
-            g.commit().await.expect("commit");
-            let lag = client.group_lag("audit").await.expect("lag");
-            assert!(lag.iter().all(|l| l.lag == 0), "{lag:?}");
-            g.close().await.expect("close");
+        }
+        let visible_before = client
+            .get_queue_attributes(&q, &["ApproximateNumberOfMessages"])
+            .await
+            .expect("attributes");
 
-            // The queue's consumers see the same queue as before: reading took no lease.
-            let visible_after = client
-                .get_queue_attributes(&q, &["ApproximateNumberOfMessages"])
-                .await
-                .expect("attributes");
-            assert_eq!(visible_before, visible_after);
+        // Offsets: the earliest is 0, the latest past every record.
+        let topic = "queue:orders";
+        let earliest = client
+            .list_offset(topic, 0, Seek::Earliest)
+            .await
+            .expect("earliest");
+        let latest = client
+            .list_offset(topic, 0, Seek::Latest)
+            .await
+            .expect("latest");
+        assert_eq!(earliest, 0);
+        assert!(latest >= N as u64, "{latest}");
 
-            // An unknown queue is a typed error.
-            let e = client
-                .fetch_records("queue:nope", 0, 0, 1024, 1, Duration::ZERO)
+        // Page through with small pages: all N in send order, ids in the headers.
+        let mut at = earliest;
+        let mut bodies = Vec::new();
+        let mut seen_ids = Vec::new();
+        loop {
+            let f = client
+                .fetch_records(topic, 0, at, 1 << 20, 7, Duration::from_millis(50))
                 .await
-                .expect_err("unknown queue");
-            assert_eq!(e.code(), Some(ErrorCode::QueueDoesNotExist), "{e:?}");
-        })
-        .await
-        .expect("test finished in time");
+                .expect("fetch");
+            assert!(f.next_offset >= at, "moves forward");
+            for r in &f.records {
+                bodies.push(String::from_utf8(r.value.clone()).expect("utf-8"));
+                let id = r
+                    .headers
+                    .iter()
+                    .find(|(k, _)| k.as_slice() == b"message-id")
+                    .map(|(_, v)| String::from_utf8(v.clone()).expect("utf-8"))
+                    .expect("message-id header");
+                seen_ids.push(id);
+            }
+            if f.records.is_empty() {
+                assert_eq!(f.next_offset, f.end_offset, "an empty page ends at the end");
+                break;
+            }
+            at = f.next_offset;
+        }
+        let want: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
+        assert_eq!(bodies, want);
+        assert_eq!(seen_ids, ids);
+
+        // A consumer group over the queue sees every message once, commits, lag 0.
+        let mut g = GroupConsumer::join(&client, "audit", &[topic], options())
+            .await
+            .expect("join");
+        let mut got = Vec::new();
+        for _ in 0..200 {
+            got.extend(g.poll().await.expect("poll"));
+            if got.len() >= N {
+                break;
+            }
+        }
+        assert_eq!(got.len(), N);
+        g.commit().await.expect("commit");
+        let lag = client.group_lag("audit").await.expect("lag");
+        assert!(lag.iter().all(|l| l.lag == 0), "{lag:?}");
+        g.close().await.expect("close");
+
+        // The queue's consumers see the same queue as before: reading took no lease.
+        let visible_after = client
+            .get_queue_attributes(&q, &["ApproximateNumberOfMessages"])
+            .await
+            .expect("attributes");
+        assert_eq!(visible_before, visible_after);
+
+        // An unknown queue is a typed error.
+        let e = client
+            .fetch_records("queue:nope", 0, 0, 1024, 1, Duration::ZERO)
+            .await
+            .expect_err("unknown queue");
+        assert_eq!(e.code(), Some(ErrorCode::QueueDoesNotExist), "{e:?}");
     });
-    handle.shutdown();
+    broker.shutdown();
 }
 
 /// The lingering publisher: concurrent single sends are batched per partition, each answered
@@ -349,106 +374,85 @@ fn a_queue_is_read_as_a_stream_without_disturbing_its_consumers() {
 #[test]
 fn topic_publisher_batches_with_linger_and_answers_each_record() {
     const N: usize = 300;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
-    c.shards = 2;
-    c.http_addr = "127.0.0.1:0".parse().expect("addr");
-    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
-    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-    let handle = sluice_broker::server::start(c).expect("start");
-    handle.wait_ready().expect("ready");
-    let addr = handle.quic_addr();
-    let cert = dir.path().join("quic-selfsigned-cert.pem");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async move {
-        tokio::time::timeout(TEST_TIMEOUT, async move {
-            let client = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert)))
-                .await
-                .expect("connect");
-            client
-                .create_topic(CreateTopicRequest {
-                    name: "clicks".into(),
-                    partitions: 3,
+    let broker = TestBroker::start(None);
+    broker.run(|client| async move {
+        client
+            .create_topic(CreateTopicRequest {
+                name: "clicks".into(),
+                partitions: 3,
+                ..Default::default()
+            })
+            .await
+            .expect("create");
+        let publisher = client
+            .topic_publisher(
+                "clicks",
+                sluice_sdk::TopicPublisherOptions {
+                    linger: Duration::from_millis(20),
                     ..Default::default()
-                })
-                .await
-                .expect("create");
-            let publisher = client
-                .topic_publisher(
-                    "clicks",
-                    sluice_sdk::TopicPublisherOptions {
-                        linger: Duration::from_millis(20),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .expect("publisher");
-            // A lone record goes after its linger, without a flush.
-            let lone = publisher
-                .send(Some(b"k0".to_vec()), b"lone".to_vec())
-                .await
-                .expect("lone record");
-            assert_eq!(lone.partition, partition_for_key(b"k0", 3));
-            // Many at once: queued in order, each answered with a distinct (partition, offset).
-            let mut acks = Vec::new();
-            for i in 0..N {
-                let key = format!("k{}", i % 5).into_bytes();
-                acks.push(
-                    publisher
-                        .enqueue(Some(key), format!("v{i}").into_bytes())
-                        .await
-                        .expect("queued"),
-                );
-            }
-            let landed: Vec<_> = futures::future::join_all(acks)
-                .await
-                .into_iter()
-                .map(|r| r.expect("published"))
-                .collect();
-            let distinct: BTreeSet<_> = landed.iter().map(|p| (p.partition, p.offset)).collect();
-            assert_eq!(distinct.len(), N);
-            // Read back: every record where its answer said, and per key in send order.
-            let mut by_offset = BTreeMap::new();
-            for p in 0..3 {
-                let (recs, _) = client
-                    .fetch("clicks", p, 0, 4 << 20, 10_000, Duration::ZERO)
+                },
+            )
+            .await
+            .expect("publisher");
+        // A lone record goes after its linger, without a flush.
+        let lone = publisher
+            .send(Some(b"k0".to_vec()), b"lone".to_vec())
+            .await
+            .expect("lone record");
+        assert_eq!(lone.partition, partition_for_key(b"k0", 3));
+        // Many at once: queued in order, each answered with a distinct (partition, offset).
+        let mut acks = Vec::new();
+        for i in 0..N {
+            let key = format!("k{}", i % 5).into_bytes();
+            acks.push(
+                publisher
+                    .enqueue(Some(key), format!("v{i}").into_bytes())
                     .await
-                    .expect("fetch");
-                for r in recs {
-                    by_offset.insert((p, r.offset), r.value);
-                }
-            }
-            for (i, at) in landed.iter().enumerate() {
-                assert_eq!(
-                    by_offset.get(&(at.partition, at.offset)),
-                    Some(&format!("v{i}").into_bytes()),
-                    "record {i}"
-                );
-            }
-            for k in 0..5 {
-                let offsets: Vec<u64> = landed
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| i % 5 == k)
-                    .map(|(_, p)| p.offset)
-                    .collect();
-                assert!(offsets.windows(2).all(|w| w[0] < w[1]), "key k{k} in order");
-            }
-            // Too large a record is refused before it is queued.
-            let e = publisher
-                .send(None, vec![0; 1 << 20])
+                    .expect("queued"),
+            );
+        }
+        let landed: Vec<_> = futures::future::join_all(acks)
+            .await
+            .into_iter()
+            .map(|r| r.expect("published"))
+            .collect();
+        let distinct: BTreeSet<_> = landed.iter().map(|p| (p.partition, p.offset)).collect();
+        assert_eq!(distinct.len(), N);
+        // Read back: every record where its answer said, and per key in send order.
+        let mut by_offset = BTreeMap::new();
+        for p in 0..3 {
+            let (recs, _) = client
+                .fetch("clicks", p, 0, 4 << 20, 10_000, Duration::ZERO)
                 .await
-                .expect_err("too large");
-            assert_eq!(e.code(), Some(ErrorCode::InvalidParameterValue));
-        })
-        .await
-        .expect("test finished in time");
+                .expect("fetch");
+            for r in recs {
+                by_offset.insert((p, r.offset), r.value);
+            }
+        }
+        for (i, at) in landed.iter().enumerate() {
+            assert_eq!(
+                by_offset.get(&(at.partition, at.offset)),
+                Some(&format!("v{i}").into_bytes()),
+                "record {i}"
+            );
+        }
+        for k in 0..5 {
+            let offsets: Vec<u64> = landed
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % 5 == k)
+                .map(|(_, p)| p.offset)
+                .collect();
+            assert!(offsets.windows(2).all(|w| w[0] < w[1]), "key k{k} in order");
+        }
+        // Too large a record is refused before it is queued.
+        let e = publisher
+            .send(None, vec![0; 1 << 20])
+            .await
+            .expect_err("too large");
+        assert_eq!(e.code(), Some(ErrorCode::InvalidParameterValue));
     });
-    handle.shutdown();
+    broker.shutdown();
 }
 
 /// Routing to the owning core: the broker gives each core its own endpoint and says which
@@ -458,22 +462,13 @@ fn topic_publisher_batches_with_linger_and_answers_each_record() {
 #[test]
 fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
     use std::io::{Read, Write};
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
-    c.shards = 2;
-    c.http_addr = "127.0.0.1:0".parse().expect("addr");
-    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
-    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-    let handle = sluice_broker::server::start(c).expect("start");
-    handle.wait_ready().expect("ready");
-    let addr = handle.quic_addr();
-    let metrics = handle.config.metrics_addr;
+    let broker = TestBroker::start(None);
+    let metrics = broker.handle.config.metrics_addr;
     assert_eq!(
-        handle.config.quic_shard_addrs.len(),
+        broker.handle.config.quic_shard_addrs.len(),
         2,
         "one endpoint per core"
     );
-    let cert = dir.path().join("quic-selfsigned-cert.pem");
     // Native requests counted per (shard, action), from /metrics.
     let counted = move |action: &str| -> Vec<u64> {
         let mut s = std::net::TcpStream::connect(metrics).expect("metrics");
@@ -497,63 +492,50 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
             })
             .collect()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let routing = rt.block_on(async move {
-        tokio::time::timeout(TEST_TIMEOUT, async move {
-            let client = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert.clone())))
-                .await
-                .expect("connect");
-            client
-                .create_topic(CreateTopicRequest {
-                    name: "routed".into(),
-                    partitions: 4,
-                    ..Default::default()
-                })
-                .await
-                .expect("create");
-            let routing = match client
-                .call(Request::GetRouting(GetRoutingRequest {
-                    topic: "routed".into(),
-                }))
-                .await
-                .expect("routing")
-            {
-                Response::GetRouting(r) => r,
-                other => panic!("unexpected {other:?}"),
-            };
-            assert_eq!(routing.shard_addrs.len(), 2);
-            assert_eq!(routing.partition_shards.len(), 4);
-            // 5 produces and 3 fetches per partition, all routed.
-            for p in 0..4 {
-                for i in 0..5 {
-                    let batch =
-                        sluice_storage::batch::encode(&[sluice_storage::batch::Record::new(
-                            i,
-                            format!("p{p}-{i}").into_bytes(),
-                        )])
-                        .expect("batch");
-                    client
-                        .produce_batch("routed", Some(p), batch)
-                        .await
-                        .expect("produce");
-                }
-                for _ in 0..3 {
-                    let (recs, _) = client
-                        .fetch("routed", p, 0, 1 << 20, 100, Duration::ZERO)
-                        .await
-                        .expect("fetch");
-                    assert_eq!(recs.len(), 5);
-                }
+    let routing = broker.run(|client| async move {
+        client
+            .create_topic(CreateTopicRequest {
+                name: "routed".into(),
+                partitions: 4,
+                ..Default::default()
+            })
+            .await
+            .expect("create");
+        let routing = match client
+            .call(Request::GetRouting(GetRoutingRequest {
+                topic: "routed".into(),
+            }))
+            .await
+            .expect("routing")
+        {
+            Response::GetRouting(r) => r,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(routing.shard_addrs.len(), 2);
+        assert_eq!(routing.partition_shards.len(), 4);
+        // 5 produces and 3 fetches per partition, all routed.
+        for p in 0..4 {
+            for i in 0..5 {
+                let batch = sluice_storage::batch::encode(&[sluice_storage::batch::Record::new(
+                    i,
+                    format!("p{p}-{i}").into_bytes(),
+                )])
+                .expect("batch");
+                client
+                    .produce_batch("routed", Some(p), batch)
+                    .await
+                    .expect("produce");
             }
-            client.close().await;
-            routing
-        })
-        .await
-        .expect("test finished in time")
+            for _ in 0..3 {
+                let (recs, _) = client
+                    .fetch("routed", p, 0, 1 << 20, 100, Duration::ZERO)
+                    .await
+                    .expect("fetch");
+                assert_eq!(recs.len(), 5);
+            }
+        }
+        client.close().await;
+        routing
     });
     let owned = |shard: u32| {
         routing
@@ -564,5 +546,5 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
     };
     assert_eq!(counted("Produce"), vec![5 * owned(0), 5 * owned(1)]);
     assert_eq!(counted("Fetch"), vec![3 * owned(0), 3 * owned(1)]);
-    handle.shutdown();
+    broker.shutdown();
 }

@@ -441,7 +441,10 @@ impl Client {
     /// Sends one message (delay, attributes, FIFO group and deduplication ids). Returns once
     /// the broker has it durably.
     pub async fn send_message(&self, request: SendMessageRequest) -> Result<SendMessageResult> {
-        match self.call(Request::SendMessage(request)).await? {
+        let via = self
+            .fifo_owner(&request.queue_url, request.message_group_id.as_deref())
+            .await;
+        match via.call(Request::SendMessage(request)).await? {
             Response::SendMessage(r) => Ok(r),
             other => unexpected(other),
         }
@@ -454,11 +457,18 @@ impl Client {
         queue_url: &str,
         entries: Vec<SendMessageBatchRequestEntry>,
     ) -> Result<SendMessageBatchResult> {
+        // A batch of one message group goes to the core owning the group's partition.
+        let group = entries.first().and_then(|e| e.message_group_id.clone());
+        let one_group = entries.iter().all(|e| e.message_group_id == group);
+        let via = match one_group {
+            true => self.fifo_owner(queue_url, group.as_deref()).await,
+            false => self.clone(),
+        };
         let r = SendMessageBatchRequest {
             queue_url: queue_url.into(),
             entries,
         };
-        match self.call(Request::SendMessageBatch(r)).await? {
+        match via.call(Request::SendMessageBatch(r)).await? {
             Response::SendMessageBatch(r) => Ok(r),
             other => unexpected(other),
         }

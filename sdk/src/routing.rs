@@ -1,9 +1,10 @@
 //! Routing to the owning core: the broker has one QUIC endpoint shared by all its cores (the
 //! kernel spreads connections over them) and, per core, an endpoint of its own. A request that
 //! reaches a core not owning its partition is forwarded over the broker's internal mesh — one
-//! hop more. For requests that name a partition (produce to one, fetch from one), the client
-//! asks once where each partition lives (`GetRouting`), connects to that core's own endpoint
-//! and sends them there. Anything that fails on the way falls back to the shared connection.
+//! hop more. For requests that name a partition (produce to one, fetch from one, a FIFO send
+//! whose message group picks one), the client asks once where each partition lives
+//! (`GetRouting`), connects to that core's own endpoint and sends them there. Anything that
+//! fails on the way falls back to the shared connection.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -48,32 +49,60 @@ impl Client {
         }
     }
 
-    async fn route(&self, topic: &str, partition: u32) -> Result<Option<Client>> {
-        let mut routes = self.inner.routes.lock().await;
-        let placement = match routes.placements.get(topic) {
-            Some(p) => p.clone(),
-            None => {
-                let r = wire::GetRoutingRequest {
-                    topic: topic.into(),
-                };
-                let got = match self.call(Request::GetRouting(r)).await? {
-                    Response::GetRouting(g) => g,
-                    other => return crate::unexpected(other),
-                };
-                routes.shard_addrs = Some(
-                    got.shard_addrs
-                        .iter()
-                        .map(|a| a.parse::<SocketAddr>().ok())
-                        .collect(),
-                );
-                let p = Arc::new(got.partition_shards);
-                routes.placements.insert(topic.to_string(), p.clone());
-                p
-            }
+    /// The client for a FIFO queue's message group: the broker keeps a group in partition
+    /// `xxh3(group) % partitions`, so a send of that group goes to the core owning it.
+    pub(crate) async fn fifo_owner(&self, queue_url: &str, group: Option<&str>) -> Client {
+        let (Some(group), true) = (group, queue_url.ends_with(".fifo")) else {
+            return self.clone();
         };
+        if !self.inner.options.route_to_owner {
+            return self.clone();
+        }
+        let Some(name) = queue_url.rsplit('/').next().filter(|n| !n.is_empty()) else {
+            return self.clone();
+        };
+        let topic = format!("queue:{name}");
+        let partitions = match self.placement(&topic).await {
+            Ok(p) => p.len() as u64,
+            Err(_) => return self.clone(),
+        };
+        if partitions == 0 {
+            return self.clone();
+        }
+        let partition = (xxhash_rust::xxh3::xxh3_64(group.as_bytes()) % partitions) as u32;
+        self.owner_of(&topic, partition).await
+    }
+
+    /// Where each partition of `topic` lives (asked once, then cached).
+    async fn placement(&self, topic: &str) -> Result<Arc<Vec<u32>>> {
+        let mut routes = self.inner.routes.lock().await;
+        if let Some(p) = routes.placements.get(topic) {
+            return Ok(p.clone());
+        }
+        let r = wire::GetRoutingRequest {
+            topic: topic.into(),
+        };
+        let got = match self.call(Request::GetRouting(r)).await? {
+            Response::GetRouting(g) => g,
+            other => return crate::unexpected(other),
+        };
+        routes.shard_addrs = Some(
+            got.shard_addrs
+                .iter()
+                .map(|a| a.parse::<SocketAddr>().ok())
+                .collect(),
+        );
+        let p = Arc::new(got.partition_shards);
+        routes.placements.insert(topic.to_string(), p.clone());
+        Ok(p)
+    }
+
+    async fn route(&self, topic: &str, partition: u32) -> Result<Option<Client>> {
+        let placement = self.placement(topic).await?;
         let Some(shard) = placement.get(partition as usize).map(|s| *s as usize) else {
             return Ok(None); // an unknown partition: the broker will say so
         };
+        let mut routes = self.inner.routes.lock().await;
         if let Some(c) = routes.clients.get(&shard) {
             return Ok(Some(c.clone()));
         }

@@ -492,7 +492,7 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
             })
             .collect()
     };
-    let routing = broker.run(|client| async move {
+    let (routing, fifo_sends) = broker.run(|client| async move {
         client
             .create_topic(CreateTopicRequest {
                 name: "routed".into(),
@@ -534,8 +534,43 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
                 assert_eq!(recs.len(), 5);
             }
         }
+        // FIFO sends go to the core owning their message group's partition.
+        let attributes: AttributeMap =
+            [("FifoQueue", "true"), ("ContentBasedDeduplication", "true")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let q = client
+            .create_queue_with("orders.fifo", attributes, Default::default())
+            .await
+            .expect("fifo queue");
+        let fifo = match client
+            .call(Request::GetRouting(GetRoutingRequest {
+                topic: "queue:orders.fifo".into(),
+            }))
+            .await
+            .expect("routing")
+        {
+            Response::GetRouting(r) => r,
+            other => panic!("unexpected {other:?}"),
+        };
+        let mut sends_per_shard = vec![0u64; 2];
+        for i in 0..12 {
+            let group = format!("g{}", i % 6);
+            let p = partition_for_key(group.as_bytes(), fifo.partition_shards.len() as u32);
+            sends_per_shard[fifo.partition_shards[p as usize] as usize] += 1;
+            client
+                .send_message(SendMessageRequest {
+                    queue_url: q.clone(),
+                    message_body: format!("m{i}"),
+                    message_group_id: Some(group),
+                    ..Default::default()
+                })
+                .await
+                .expect("fifo send");
+        }
         client.close().await;
-        routing
+        (routing, sends_per_shard)
     });
     let owned = |shard: u32| {
         routing
@@ -546,5 +581,6 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
     };
     assert_eq!(counted("Produce"), vec![5 * owned(0), 5 * owned(1)]);
     assert_eq!(counted("Fetch"), vec![3 * owned(0), 3 * owned(1)]);
+    assert_eq!(counted("SendMessage"), fifo_sends);
     broker.shutdown();
 }

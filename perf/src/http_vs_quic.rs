@@ -4,6 +4,7 @@
 //! runtime: HTTP workers each keep one HTTP/1.1 keep-alive connection (AWS JSON 1.0, auth off as
 //! in the embedded default); QUIC workers share one SDK connection (pipelined streams).
 
+use crate::sqs_http::HttpConn;
 use serde::Serialize;
 use serde_json::{json, Value};
 use sluice_broker::config::BrokerConfig;
@@ -12,8 +13,6 @@ use sluice_sdk::{Client, ClientOptions, ReceiveOptions, Trust};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
 const BODY_BYTES: usize = 2048;
 const BATCH: usize = 10;
@@ -29,7 +28,7 @@ pub struct PathResult {
     pub fsync_policy: &'static str,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -76,67 +75,18 @@ fn result(path: &'static str, workers: usize, moved: u64, elapsed: f64) -> PathR
 
 // ------------------------------------------------------------------------------------ HTTP
 
-struct HttpConn {
-    stream: BufReader<TcpStream>,
-    host: String,
-}
-
-impl HttpConn {
-    async fn connect(port: u16) -> HttpConn {
-        let s = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect http");
-        s.set_nodelay(true).expect("nodelay");
-        HttpConn {
-            stream: BufReader::new(s),
-            host: format!("127.0.0.1:{port}"),
-        }
-    }
-
-    /// One AWS JSON 1.0 call on the keep-alive connection.
-    async fn call(&mut self, action: &str, body: &Value) -> Value {
-        let body = serde_json::to_vec(body).expect("json");
-        let head = format!(
-            "POST / HTTP/1.1\r\nHost: {}\r\nX-Amz-Target: AmazonSQS.{action}\r\n\
-             Content-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\n\r\n",
-            self.host,
-            body.len()
-        );
-        let s = self.stream.get_mut();
-        s.write_all(head.as_bytes()).await.expect("write");
-        s.write_all(&body).await.expect("write");
-        let mut status = String::new();
-        self.stream.read_line(&mut status).await.expect("status");
-        let mut len = 0usize;
-        loop {
-            let mut line = String::new();
-            self.stream.read_line(&mut line).await.expect("header");
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = l.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse().expect("length");
-                }
-            }
-        }
-        let mut buf = vec![0u8; len];
-        self.stream.read_exact(&mut buf).await.expect("body");
-        assert!(
-            status.contains(" 200 "),
-            "{action}: {status} {}",
-            String::from_utf8_lossy(&buf)
-        );
-        serde_json::from_slice(&buf).expect("json answer")
-    }
+async fn connect_http(port: u16) -> HttpConn {
+    HttpConn::connect(([127, 0, 0, 1], port).into())
+        .await
+        .expect("connect http")
 }
 
 async fn http_path(port: u16, workers: usize, seconds: f64) -> PathResult {
-    let mut admin = HttpConn::connect(port).await;
+    let mut admin = connect_http(port).await;
     let url = admin
         .call("CreateQueue", &json!({"QueueName": "bench-http"}))
-        .await["QueueUrl"]
+        .await
+        .expect("create queue")["QueueUrl"]
         .as_str()
         .expect("url")
         .to_string();
@@ -148,7 +98,7 @@ async fn http_path(port: u16, workers: usize, seconds: f64) -> PathResult {
     for _ in 0..workers {
         let (url, body, moved) = (url.clone(), body.clone(), moved.clone());
         tasks.push(tokio::task::spawn_local(async move {
-            let mut c = HttpConn::connect(port).await;
+            let mut c = connect_http(port).await;
             while Instant::now() < end {
                 let entries: Vec<Value> = (0..BATCH)
                     .map(|i| json!({"Id": format!("e{i}"), "MessageBody": body}))
@@ -157,13 +107,15 @@ async fn http_path(port: u16, workers: usize, seconds: f64) -> PathResult {
                     "SendMessageBatch",
                     &json!({"QueueUrl": url, "Entries": entries}),
                 )
-                .await;
+                .await
+                .expect("send batch");
                 let got = c
                     .call(
                         "ReceiveMessage",
                         &json!({"QueueUrl": url, "MaxNumberOfMessages": BATCH, "WaitTimeSeconds": 1}),
                     )
-                    .await;
+                    .await
+                    .expect("receive");
                 let handles: Vec<Value> = got["Messages"]
                     .as_array()
                     .map(|m| {
@@ -183,7 +135,8 @@ async fn http_path(port: u16, workers: usize, seconds: f64) -> PathResult {
                     "DeleteMessageBatch",
                     &json!({"QueueUrl": url, "Entries": handles}),
                 )
-                .await;
+                .await
+                .expect("delete batch");
                 if Instant::now() >= warm_until {
                     moved.set(moved.get() + n);
                 }

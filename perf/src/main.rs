@@ -2,13 +2,21 @@
 //! where the scenario has one, its peers) in the same run, and writes a JSON record and a
 //! Markdown report under `perf/results/`.
 
+mod capacity;
+mod echo;
 mod fio;
 mod http_vs_quic;
 #[allow(dead_code)] // called by the load generator's scenario runner (being built)
 mod peers;
+mod loadgen;
 mod queue_bench;
+mod report;
+mod run;
+mod scenario;
+mod sluice;
+mod sqs_http;
 mod storage_bench;
-#[allow(dead_code)] // the load generator and the peer adapters are being built against it
+#[allow(dead_code)] // AckToken::Bytes and ::None are for the peer adapters
 mod target;
 
 use clap::{Parser, Subcommand};
@@ -77,6 +85,52 @@ enum Cmd {
         #[arg(long, default_value = "perf/results")]
         out: PathBuf,
     },
+    /// Runs scenario files (perf/scenarios/*.toml): each case against each target in the same
+    /// run, with the scenario's floors; writes JSON, a Markdown report and SVG charts.
+    Run {
+        /// Scenario files.
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// Sluice targets to run (default: the scenario's): sluice-quic, sluice-http.
+        #[arg(long, value_delimiter = ',')]
+        targets: Option<Vec<String>>,
+        /// Peer brokers to start and run in the same run (nats-jetstream, rabbitmq, redis...).
+        #[arg(long, value_delimiter = ',')]
+        peers: Vec<String>,
+        /// Measured seconds per case (overrides the scenario's duration_s).
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Warm-up seconds per case (overrides the scenario's warmup_s).
+        #[arg(long)]
+        warmup_seconds: Option<f64>,
+        /// Seed for sizes, keys and arrivals (overrides the scenario's).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Skip the scenario's floors (fio, quinn echo).
+        #[arg(long)]
+        no_floors: bool,
+        /// An external broker's QUIC address instead of an in-process one (needs --cert).
+        #[arg(long)]
+        sluice_quic: Option<std::net::SocketAddr>,
+        /// The external broker's certificate (PEM).
+        #[arg(long)]
+        cert: Option<PathBuf>,
+        /// An external broker's SQS HTTP address.
+        #[arg(long)]
+        sluice_http: Option<std::net::SocketAddr>,
+        #[arg(long, default_value = "perf/work/run")]
+        work: PathBuf,
+        #[arg(long, default_value = "perf/results")]
+        out: PathBuf,
+    },
+    /// The capacity model: cores, nodes, disks, network and S3 for the seed load, from the
+    /// newest measured figures in perf/results (or the ones given).
+    Capacity {
+        #[arg(long, default_value = "perf/results")]
+        results: PathBuf,
+        #[command(flatten)]
+        load: capacity::Load,
+    },
 }
 
 fn stamp() -> u64 {
@@ -109,6 +163,51 @@ fn machine() -> String {
 fn main() {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Run {
+            scenarios,
+            targets,
+            peers,
+            seconds,
+            warmup_seconds,
+            seed,
+            no_floors,
+            sluice_quic,
+            cert,
+            sluice_http,
+            work,
+            out,
+        } => {
+            let o = run::RunOptions {
+                targets,
+                peers,
+                seconds,
+                warmup_seconds,
+                seed,
+                no_floors,
+                work,
+                out,
+                sluice_quic,
+                cert,
+                sluice_http,
+            };
+            let mut failures = Vec::new();
+            for sc in &scenarios {
+                if let Err(e) = run::run_file(sc, &o) {
+                    eprintln!("error: {e}");
+                    failures.push(e);
+                }
+            }
+            if !failures.is_empty() {
+                std::process::exit(1);
+            }
+        }
+        Cmd::Capacity { results, load } => match capacity::run(&results, &load) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            }
+        },
         Cmd::Storage {
             dir,
             seconds,

@@ -2,7 +2,7 @@
 //! works, writes its JSON and Markdown, and moves messages. Figures are not checked (no timed
 //! assertions); peers are not run here.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn perf(args: &[&str]) {
@@ -104,4 +104,90 @@ fn every_scenario_runs_and_reports() {
     assert!(runs
         .iter()
         .all(|r| r["messages_per_s"].as_f64() > Some(0.0)));
+}
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(format!("{name}.toml"))
+}
+
+/// `sluice-perf run` on each smoke scenario (one per scenario type: closed loop on a standard
+/// queue over QUIC and HTTP, open loop with bursts and the echo floor, FIFO groups, topic
+/// fan-out) against in-process Sluice: every acknowledged send is received by every group (the
+/// run itself fails otherwise), and the JSON record, Markdown report and both charts are written.
+/// Seeds are fixed in the scenario files and printed in the failure output.
+#[test]
+fn scenario_files_run_against_sluice_and_report() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    let work = tmp.path().join("work");
+    let (w, o) = (work.to_str().expect("utf8"), out.to_str().expect("utf8"));
+    for (name, runs, groups) in [
+        ("smoke-standard-closed", 2, vec![1, 1]),
+        ("smoke-open", 1, vec![1]),
+        ("smoke-fifo", 2, vec![1, 1]),
+        ("smoke-topic", 2, vec![1, 2]),
+    ] {
+        let path = scenario(name);
+        perf(&["run", path.to_str().expect("utf8"), "--work", w, "--out", o]);
+        let rec = result(&out, name);
+        assert_eq!(rec["scenario"], name);
+        let seed = &rec["seed"];
+        let got = rec["runs"].as_array().expect("runs");
+        assert_eq!(
+            got.len(),
+            runs,
+            "{name} (seed {seed}): one run per target and case"
+        );
+        for (r, g) in got.iter().zip(&groups) {
+            let sent = r["sent"].as_u64().expect("sent");
+            assert!(sent > 0, "{name} (seed {seed}): nothing sent");
+            let gs = r["groups"].as_array().expect("groups");
+            assert_eq!(gs.len(), *g, "{name} (seed {seed}): groups");
+            for gr in gs {
+                assert_eq!(gr["lost"], 0, "{name} (seed {seed}): lost messages: {gr}");
+                assert_eq!(
+                    gr["received"].as_u64(),
+                    Some(sent),
+                    "{name} (seed {seed}): sent = received per group: {gr}"
+                );
+            }
+            assert!(r["fsync_policy"].as_str().is_some_and(|p| !p.is_empty()));
+        }
+        for chart in ["latency", "throughput"] {
+            let svg = out.join(format!("{name}-latest-{chart}.svg"));
+            let text = std::fs::read_to_string(&svg).expect("chart written");
+            assert!(text.starts_with("<svg"), "{} is an SVG", svg.display());
+        }
+        let md = std::fs::read_to_string(out.join(format!("{name}-latest.md"))).expect("report");
+        assert!(
+            md.contains("### Ratios") && md.contains("fdatasync"),
+            "{md}"
+        );
+    }
+    let open = result(&out, "smoke-open");
+    assert_eq!(
+        open["echo_floors"].as_array().map(Vec::len),
+        Some(1),
+        "the open-loop smoke measures the quinn echo floor"
+    );
+}
+
+#[test]
+fn a_bad_scenario_is_a_clear_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"x\"\n[load]\nmode = \"sideways\"\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-perf"))
+        .args(["run", bad.to_str().expect("utf8"), "--out"])
+        .arg(tmp.path().join("out"))
+        .output()
+        .expect("run sluice-perf");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && !err.contains("panicked"),
+        "{err}"
+    );
 }

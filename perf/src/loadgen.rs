@@ -1,0 +1,948 @@
+//! The load generator: producers and consumers over several connections to one [`Target`],
+//! open loop (a fixed arrival rate, steady or bursty) or closed loop (as fast as acks come back,
+//! `in_flight` batches per producer).
+//!
+//! - **No coordinated omission.** In open loop every batch has an *intended* send time from the
+//!   arrival schedule, fixed before anything is sent; sends do not wait for earlier acks, and every
+//!   latency is measured from that intended time, so a stall of the target (or of the generator)
+//!   shows as latency instead of silently lowering the offered load.
+//! - **End to end.** Each body starts with a 40-byte ASCII header — producer id, sequence number,
+//!   intended send time (ns since the run's epoch) — so consumers measure publish→receive latency
+//!   per message and check delivery: per group, every acknowledged send must be received (lost),
+//!   once (duplicates). The header is text because SQS bodies are strings.
+//! - **Bounded.** Producers stop at the end of the measured window or at `messages_max`;
+//!   consumers stop when their group has everything or `drain` after the producers stopped.
+//! - **Warm-up excluded**: latencies of messages intended before the warm-up ended, and
+//!   throughput of events outside the measured window, are not counted.
+//!
+//! Everything runs as local tasks on the caller's (single-threaded) tokio runtime; the timer has
+//! millisecond resolution, so intended-time latencies include up to ~1 ms of generator lag,
+//! reported separately as `send_lag` (the floors are measured the same way).
+
+use crate::target::{Conn, OutMsg, Shape, Target};
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Producer id (8 hex), sequence (16 hex), intended send time in ns since the epoch (16 hex).
+pub const HEADER_BYTES: usize = 40;
+/// Batches in flight per open-loop producer before it waits (the wait shows as latency).
+const OPEN_IN_FLIGHT_MAX: usize = 4096;
+/// Distinct topic keys (spread over the partitions).
+const TOPIC_KEYS: u64 = 1024;
+/// Longest latency a histogram holds, µs (longer values are clamped, not dropped).
+const LATENCY_US_MAX: u64 = 3_600_000_000;
+/// Points kept of each percentile curve.
+const CURVE_POINTS_MAX: usize = 400;
+
+#[derive(Debug, Clone)]
+pub enum Mode {
+    Open { rate_per_s: f64 },
+    Closed { in_flight: usize },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Arrival {
+    Uniform,
+    Poisson,
+}
+
+/// How the arrival rate moves around its mean.
+#[derive(Debug, Clone)]
+pub enum Profile {
+    Steady {
+        arrival: Arrival,
+    },
+    /// A square wave whose mean is the scenario's rate: `peak_to_average` × mean for a share of
+    /// each period, `low_to_average` × mean for the rest (the share follows from the mean).
+    Bursty {
+        peak_to_average: f64,
+        low_to_average: f64,
+        period: Duration,
+        arrival: Arrival,
+    },
+}
+
+impl Profile {
+    /// The rate at `t` since the start, as a multiple of the mean rate.
+    pub fn factor(&self, t: Duration) -> f64 {
+        match self {
+            Profile::Steady { .. } => 1.0,
+            Profile::Bursty {
+                peak_to_average,
+                low_to_average,
+                period,
+                ..
+            } => {
+                let phase = (t.as_secs_f64() / period.as_secs_f64()).fract();
+                if phase < self.peak_share() {
+                    *peak_to_average
+                } else {
+                    *low_to_average
+                }
+            }
+        }
+    }
+
+    /// The share of each period spent at the peak (so that the mean is 1).
+    pub fn peak_share(&self) -> f64 {
+        match self {
+            Profile::Steady { .. } => 1.0,
+            Profile::Bursty {
+                peak_to_average: p,
+                low_to_average: l,
+                ..
+            } => (1.0 - l) / (p - l),
+        }
+    }
+
+    fn arrival(&self) -> Arrival {
+        match self {
+            Profile::Steady { arrival } | Profile::Bursty { arrival, .. } => *arrival,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Profile::Steady { arrival } => format!("steady ({arrival:?} arrivals)"),
+            Profile::Bursty {
+                peak_to_average,
+                low_to_average,
+                period,
+                arrival,
+            } => format!(
+                "bursty: {peak_to_average}x the mean for {:.0}% of each {:.1} s, {low_to_average}x otherwise ({arrival:?} arrivals)",
+                100.0 * self.peak_share(),
+                period.as_secs_f64()
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum SizeDist {
+    Fixed(usize),
+    /// Log-normal around `mean` (log-space deviation `sigma`), clamped to `[min, max]`.
+    LogNormal {
+        mean: usize,
+        sigma: f64,
+        min: usize,
+        max: usize,
+    },
+}
+
+impl SizeDist {
+    pub fn max(&self) -> usize {
+        match self {
+            SizeDist::Fixed(n) => *n,
+            SizeDist::LogNormal { max, .. } => *max,
+        }
+    }
+
+    pub fn mean(&self) -> usize {
+        match self {
+            SizeDist::Fixed(n) => *n,
+            SizeDist::LogNormal { mean, .. } => *mean,
+        }
+    }
+
+    fn draw(&self, rng: &mut SmallRng) -> usize {
+        match *self {
+            SizeDist::Fixed(n) => n,
+            SizeDist::LogNormal {
+                mean,
+                sigma,
+                min,
+                max,
+            } => {
+                // Box-Muller; mu chosen so that the unclamped mean is `mean`.
+                let (u1, u2): (f64, f64) = (rng.gen_range(f64::EPSILON..1.0), rng.gen());
+                let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+                let mu = (mean as f64).ln() - sigma * sigma / 2.0;
+                ((mu + sigma * z).exp() as usize).clamp(min, max)
+            }
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            SizeDist::Fixed(n) => format!("{n} B"),
+            SizeDist::LogNormal {
+                mean,
+                sigma,
+                min,
+                max,
+            } => format!("log-normal, mean {mean} B, sigma {sigma}, clamped to [{min}, {max}] B"),
+        }
+    }
+}
+
+/// Everything one run of one case against one target needs.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub mode: Mode,
+    pub profile: Profile,
+    pub producers: usize,
+    pub consumers: usize,
+    pub connections: usize,
+    pub batch: usize,
+    pub receive_max: usize,
+    pub receive_wait: Duration,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub messages_max: Option<u64>,
+    pub drain: Duration,
+    pub size: SizeDist,
+    pub shape: Shape,
+    pub seed: u64,
+}
+
+impl LoadSpec {
+    /// Topic consumer groups, or 1 (queues have one set of competing consumers).
+    pub fn groups_read(&self) -> u32 {
+        match self.shape {
+            Shape::Topic { groups, .. } => groups,
+            _ => 1,
+        }
+    }
+
+    /// The longest a run may take: warm-up, measurement, drain, and slack for setup.
+    pub fn deadline(&self) -> Duration {
+        self.warmup + self.duration + self.drain + Duration::from_secs(30)
+    }
+}
+
+/// Latency percentiles of one histogram, µs, with the curve for percentile plots.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Pcts {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub p9999_us: u64,
+    pub max_us: u64,
+    /// (percentile 0–100, µs) points, HdrHistogram-style.
+    pub curve: Vec<(f64, u64)>,
+}
+
+impl Pcts {
+    pub fn of(h: &Histogram<u64>) -> Pcts {
+        if h.is_empty() {
+            return Pcts::default();
+        }
+        let mut curve: Vec<(f64, u64)> = h
+            .iter_quantiles(4)
+            .map(|v| (100.0 * v.quantile_iterated_to(), v.value_iterated_to()))
+            .collect();
+        if curve.len() > CURVE_POINTS_MAX {
+            let step = curve.len().div_ceil(CURVE_POINTS_MAX);
+            let last = *curve.last().expect("non-empty");
+            curve = curve.into_iter().step_by(step).collect();
+            curve.push(last);
+        }
+        Pcts {
+            count: h.len(),
+            mean_us: h.mean(),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            p9999_us: h.value_at_quantile(0.9999),
+            max_us: h.max(),
+            curve,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Latencies {
+    /// Publish→receive, from the intended send time to the consumer holding the message.
+    pub end_to_end: Pcts,
+    /// From the intended send time to the send's ack (per send call).
+    pub send_ack: Pcts,
+    /// From the actual start of a send call to its ack.
+    pub send_call: Pcts,
+    /// How late the generator started sends against their intended time.
+    pub send_lag: Pcts,
+    pub receive_call: Pcts,
+    pub ack_call: Pcts,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupResult {
+    pub group: u32,
+    /// Distinct messages received.
+    pub received: u64,
+    /// Receipts of a message already received by this group.
+    pub duplicates: u64,
+    /// Acknowledged sends this group never received before its drain deadline.
+    pub lost: u64,
+    /// Received messages whose send was not acknowledged (the send failed or timed out).
+    pub unacknowledged_received: u64,
+    /// Bodies without this run's header.
+    pub foreign: u64,
+    pub receive_msgs_per_s: f64,
+    pub receive_mb_per_s: f64,
+    /// Messages acknowledged (deleted / committed) per second in the measured window.
+    pub ack_msgs_per_s: f64,
+}
+
+/// The outcome of one case against one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub target: String,
+    pub fsync_policy: String,
+    pub case: String,
+    pub shape: String,
+    pub mode: String,
+    pub offered_rate_per_s: Option<f64>,
+    pub profile: String,
+    pub size: String,
+    pub seed: u64,
+    pub producers: usize,
+    pub consumers_per_group: usize,
+    pub connections: usize,
+    pub batch: usize,
+    pub warmup_s: f64,
+    pub measured_s: f64,
+    /// Messages whose send was acknowledged (whole run, warm-up included).
+    pub sent: u64,
+    pub send_errors: u64,
+    pub receive_errors: u64,
+    pub ack_errors: u64,
+    pub first_error: Option<String>,
+    pub mean_body_bytes: f64,
+    /// Acknowledged sends per second in the measured window.
+    pub send_msgs_per_s: f64,
+    pub send_mb_per_s: f64,
+    pub groups: Vec<GroupResult>,
+    pub latency: Latencies,
+    /// Some group still missed messages when its drain deadline passed.
+    pub drain_timed_out: bool,
+}
+
+impl RunResult {
+    pub fn lost(&self) -> u64 {
+        self.groups.iter().map(|g| g.lost).sum()
+    }
+    pub fn duplicates(&self) -> u64 {
+        self.groups.iter().map(|g| g.duplicates).sum()
+    }
+    /// Messages per second all the way through (sent, received and acknowledged by every
+    /// group): the lowest of the send rate and each group's ack rate.
+    pub fn through_msgs_per_s(&self) -> f64 {
+        self.groups
+            .iter()
+            .map(|g| g.ack_msgs_per_s)
+            .fold(self.send_msgs_per_s, f64::min)
+    }
+    /// Bytes out per second summed over groups (fan-out egress).
+    pub fn egress_mb_per_s(&self) -> f64 {
+        self.groups.iter().map(|g| g.receive_mb_per_s).sum()
+    }
+}
+
+/// A growable bitset of sequence numbers.
+#[derive(Default, Clone)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    /// Sets bit `i`; returns whether it was already set.
+    fn set(&mut self, i: u64) -> bool {
+        let (w, b) = ((i / 64) as usize, i % 64);
+        if self.0.len() <= w {
+            self.0.resize(w + 1, 0);
+        }
+        let was = self.0[w] & (1 << b) != 0;
+        self.0[w] |= 1 << b;
+        was
+    }
+    fn word(&self, w: usize) -> u64 {
+        self.0.get(w).copied().unwrap_or(0)
+    }
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid histogram bounds")
+}
+
+fn us(d: Duration) -> u64 {
+    d.as_micros().min(u128::from(LATENCY_US_MAX)) as u64
+}
+
+#[derive(Default)]
+struct GroupState {
+    /// Per producer: sequences received.
+    seen: Vec<Bits>,
+    unique: u64,
+    duplicates: u64,
+    foreign: u64,
+    recv_window: u64,
+    recv_bytes_window: u64,
+    acked_window: u64,
+}
+
+struct Stats {
+    e2e: Histogram<u64>,
+    send_ack: Histogram<u64>,
+    send_call: Histogram<u64>,
+    send_lag: Histogram<u64>,
+    receive_call: Histogram<u64>,
+    ack_call: Histogram<u64>,
+    /// Per producer: sequences whose send was acknowledged.
+    sent_ok: Vec<Bits>,
+    sent: u64,
+    sent_failed_msgs: u64,
+    sent_bytes: u64,
+    sent_window: u64,
+    sent_bytes_window: u64,
+    send_errors: u64,
+    receive_errors: u64,
+    ack_errors: u64,
+    first_error: Option<String>,
+    groups: Vec<GroupState>,
+}
+
+impl Stats {
+    fn error(&mut self, what: &str, e: impl std::fmt::Display) {
+        if self.first_error.is_none() {
+            self.first_error = Some(format!("{what}: {e}"));
+        }
+    }
+}
+
+struct Shared {
+    name: String,
+    spec: LoadSpec,
+    epoch: Instant,
+    warm_end: Instant,
+    measure_end: Instant,
+    /// Messages handed out to producers so far (bounded by `messages_max`).
+    allotted: Cell<u64>,
+    producers_running: Cell<usize>,
+    producers_done_at: Cell<Option<Instant>>,
+    stats: RefCell<Stats>,
+    /// Filler the bodies are cut from.
+    filler: String,
+}
+
+impl Shared {
+    /// Takes up to `n` messages from the run's budget.
+    fn allot(&self, n: usize) -> usize {
+        let max = self.spec.messages_max.unwrap_or(u64::MAX);
+        let left = max.saturating_sub(self.allotted.get());
+        let n = (n as u64).min(left);
+        self.allotted.set(self.allotted.get() + n);
+        n as usize
+    }
+
+    fn body(&self, producer: u32, seq: u64, intended: Instant, size: usize) -> Vec<u8> {
+        let ns = intended.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let mut s = format!("{producer:08x}{seq:016x}{ns:016x}");
+        let fill = size.saturating_sub(HEADER_BYTES);
+        s.push_str(&self.filler[..fill.min(self.filler.len())]);
+        s.into_bytes()
+    }
+
+    fn group_key(&self, producer: u32, seq: u64, rng: &mut SmallRng) -> Option<String> {
+        match self.spec.shape {
+            Shape::Standard => None,
+            Shape::Fifo { groups } => {
+                let g = (seq.wrapping_mul(self.spec.producers as u64) + u64::from(producer))
+                    % u64::from(groups);
+                Some(format!("g{g}"))
+            }
+            Shape::Topic { .. } => Some(format!("k{}", rng.gen_range(0..TOPIC_KEYS))),
+        }
+    }
+
+    fn in_window(&self, t: Instant) -> bool {
+        t >= self.warm_end && t < self.measure_end
+    }
+
+    /// Sends one batch and records its outcome. `intended` is when the schedule wanted it sent.
+    async fn send_batch(
+        &self,
+        conn: &dyn Conn,
+        producer: u32,
+        first_seq: u64,
+        msgs: Vec<OutMsg>,
+        intended: Instant,
+    ) {
+        let start = Instant::now();
+        let r = conn.send(&self.name, &msgs).await;
+        let done = Instant::now();
+        let mut st = self.stats.borrow_mut();
+        let measured = intended >= self.warm_end;
+        if measured {
+            st.send_lag
+                .saturating_record(us(start - intended.min(start)));
+        }
+        match r {
+            Ok(()) => {
+                if measured {
+                    st.send_ack.saturating_record(us(done - intended.min(done)));
+                    st.send_call.saturating_record(us(done - start));
+                }
+                let bytes: u64 = msgs.iter().map(|m| m.body.len() as u64).sum();
+                st.sent += msgs.len() as u64;
+                st.sent_bytes += bytes;
+                if self.in_window(done) {
+                    st.sent_window += msgs.len() as u64;
+                    st.sent_bytes_window += bytes;
+                }
+                let bits = &mut st.sent_ok[producer as usize];
+                for i in 0..msgs.len() as u64 {
+                    bits.set(first_seq + i);
+                }
+            }
+            Err(e) => {
+                st.send_errors += 1;
+                st.sent_failed_msgs += msgs.len() as u64;
+                st.error("send", e);
+            }
+        }
+    }
+
+    fn batch(
+        &self,
+        producer: u32,
+        seq: u64,
+        n: usize,
+        intended: Instant,
+        rng: &mut SmallRng,
+    ) -> Vec<OutMsg> {
+        (0..n as u64)
+            .map(|i| {
+                let size = self.spec.size.draw(rng);
+                OutMsg {
+                    body: self.body(producer, seq + i, intended, size),
+                    group: self.group_key(producer, seq + i, rng),
+                }
+            })
+            .collect()
+    }
+
+    fn producer_done(&self) {
+        self.producers_running.set(self.producers_running.get() - 1);
+        if self.producers_running.get() == 0 {
+            self.producers_done_at.set(Some(Instant::now()));
+        }
+    }
+
+    /// Whether a consumer of `group` should stop: it has every message, or its drain deadline
+    /// passed.
+    fn consumer_done(&self, group: u32) -> bool {
+        let Some(done_at) = self.producers_done_at.get() else {
+            return false;
+        };
+        if Instant::now() >= done_at + self.spec.drain {
+            return true;
+        }
+        let st = self.stats.borrow();
+        st.groups[group as usize].unique >= st.sent + st.sent_failed_msgs
+            || (st.sent_failed_msgs > 0 && {
+                // Failed sends may or may not have landed: with everything acknowledged in
+                // hand, give the rest a short grace only.
+                Instant::now() >= done_at + self.spec.receive_wait * 2 && lost_in(&st, group) == 0
+            })
+    }
+}
+
+fn lost_in(st: &Stats, group: u32) -> u64 {
+    let g = &st.groups[group as usize];
+    let mut lost = 0;
+    for (p, sent) in st.sent_ok.iter().enumerate() {
+        let seen = g.seen.get(p);
+        for w in 0..sent.0.len() {
+            let s = seen.map_or(0, |b| b.word(w));
+            lost += u64::from((sent.0[w] & !s).count_ones());
+        }
+    }
+    lost
+}
+
+fn unacked_in(st: &Stats, group: u32) -> u64 {
+    let g = &st.groups[group as usize];
+    let mut n = 0;
+    for (p, seen) in g.seen.iter().enumerate() {
+        for w in 0..seen.0.len() {
+            let s = st.sent_ok.get(p).map_or(0, |b| b.word(w));
+            n += u64::from((seen.0[w] & !s).count_ones());
+        }
+    }
+    n
+}
+
+fn parse_header(body: &[u8]) -> Option<(u32, u64, u64)> {
+    let h = std::str::from_utf8(body.get(..HEADER_BYTES)?).ok()?;
+    Some((
+        u32::from_str_radix(&h[..8], 16).ok()?,
+        u64::from_str_radix(&h[8..24], 16).ok()?,
+        u64::from_str_radix(&h[24..40], 16).ok()?,
+    ))
+}
+
+fn gap(rng: &mut SmallRng, arrival: Arrival, rate_per_s: f64) -> Duration {
+    let mean = 1.0 / rate_per_s.max(1e-9);
+    let g = match arrival {
+        Arrival::Uniform => mean,
+        Arrival::Poisson => -rng.gen_range(f64::EPSILON..1.0f64).ln() * mean,
+    };
+    Duration::from_secs_f64(g.min(3600.0))
+}
+
+async fn open_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, rate_per_s: f64) {
+    let spec = &sh.spec;
+    let mut rng = SmallRng::seed_from_u64(spec.seed ^ (u64::from(producer) << 32 | 0x9e37));
+    let batch_rate = rate_per_s / spec.producers as f64 / spec.batch as f64;
+    let arrival = spec.profile.arrival();
+    // Producers start at random phases so that they do not send in lockstep.
+    let mut t = sh.epoch + gap(&mut rng, Arrival::Uniform, batch_rate).mul_f64(rng.gen());
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(OPEN_IN_FLIGHT_MAX));
+    let mut seq = 0u64;
+    while t < sh.measure_end {
+        let n = sh.allot(spec.batch);
+        if n == 0 {
+            break;
+        }
+        tokio::time::sleep_until(t.into()).await;
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
+        let msgs = sh.batch(producer, seq, n, t, &mut rng);
+        let (sh2, conn2, first) = (sh.clone(), conn.clone(), seq);
+        tokio::task::spawn_local(async move {
+            sh2.send_batch(&*conn2, producer, first, msgs, t).await;
+            drop(permit);
+        });
+        seq += n as u64;
+        let factor = spec.profile.factor(t - sh.epoch);
+        t += gap(&mut rng, arrival, batch_rate * factor);
+    }
+    let _all = permits
+        .acquire_many(OPEN_IN_FLIGHT_MAX as u32)
+        .await
+        .expect("semaphore never closed");
+    sh.producer_done();
+}
+
+async fn closed_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, in_flight: usize) {
+    let seq = Rc::new(Cell::new(0u64));
+    let lanes = (0..in_flight).map(|lane| {
+        let (sh, conn, seq) = (sh.clone(), conn.clone(), seq.clone());
+        async move {
+            let mut rng = SmallRng::seed_from_u64(
+                sh.spec.seed ^ (u64::from(producer) << 32 | (lane as u64) << 8 | 0x51),
+            );
+            loop {
+                let now = Instant::now();
+                if now >= sh.measure_end {
+                    break;
+                }
+                let n = sh.allot(sh.spec.batch);
+                if n == 0 {
+                    break;
+                }
+                let first = seq.get();
+                seq.set(first + n as u64);
+                let msgs = sh.batch(producer, first, n, now, &mut rng);
+                sh.send_batch(&*conn, producer, first, msgs, now).await;
+            }
+        }
+    });
+    futures::future::join_all(lanes).await;
+    sh.producer_done();
+}
+
+async fn consumer(sh: Rc<Shared>, conn: Rc<dyn Conn>, group: u32) {
+    let spec = &sh.spec;
+    while !sh.consumer_done(group) {
+        let t0 = Instant::now();
+        let r = conn
+            .receive(&sh.name, group, spec.receive_max, spec.receive_wait)
+            .await;
+        let now = Instant::now();
+        let msgs = match r {
+            Ok(m) => m,
+            Err(e) => {
+                {
+                    let mut st = sh.stats.borrow_mut();
+                    st.receive_errors += 1;
+                    st.error("receive", e);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let mut tokens = Vec::with_capacity(msgs.len());
+        {
+            let mut st = sh.stats.borrow_mut();
+            if t0 >= sh.warm_end {
+                st.receive_call.saturating_record(us(now - t0));
+            }
+            let warm_ns = (sh.warm_end - sh.epoch).as_nanos() as u64;
+            let now_ns = (now - sh.epoch).as_nanos() as u64;
+            let in_window = sh.in_window(now);
+            for m in msgs {
+                let len = m.body.len() as u64;
+                // Every token goes back, `AckToken::None` included: a topic adapter commits
+                // its offsets on `ack` whatever the tokens say.
+                tokens.push(m.ack);
+                let Some((p, seq, intended_ns)) = parse_header(&m.body) else {
+                    st.groups[group as usize].foreign += 1;
+                    continue;
+                };
+                if p as usize >= spec.producers {
+                    st.groups[group as usize].foreign += 1;
+                    continue;
+                }
+                let g = &mut st.groups[group as usize];
+                if g.seen.len() <= p as usize {
+                    g.seen.resize(p as usize + 1, Bits::default());
+                }
+                if g.seen[p as usize].set(seq) {
+                    g.duplicates += 1;
+                    continue;
+                }
+                g.unique += 1;
+                if in_window {
+                    g.recv_window += 1;
+                    g.recv_bytes_window += len;
+                }
+                if intended_ns >= warm_ns {
+                    st.e2e
+                        .saturating_record(now_ns.saturating_sub(intended_ns) / 1000);
+                }
+            }
+        }
+        let n = tokens.len() as u64;
+        if n == 0 {
+            continue;
+        }
+        let t1 = Instant::now();
+        let r = conn.ack(&sh.name, group, tokens).await;
+        let done = Instant::now();
+        let mut st = sh.stats.borrow_mut();
+        match r {
+            Ok(()) => {
+                if t1 >= sh.warm_end {
+                    st.ack_call.saturating_record(us(done - t1));
+                }
+                if sh.in_window(done) {
+                    st.groups[group as usize].acked_window += n;
+                }
+            }
+            Err(e) => {
+                st.ack_errors += 1;
+                st.error("ack", e);
+            }
+        }
+    }
+}
+
+/// Runs one case against `target` on the queue or topic `name` (already set up).
+pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<RunResult, String> {
+    let mut conns: Vec<Rc<dyn Conn>> = Vec::with_capacity(spec.connections);
+    for _ in 0..spec.connections {
+        let c = target
+            .connect()
+            .await
+            .map_err(|e| format!("{}: connect: {e}", target.name()))?;
+        conns.push(Rc::from(c));
+    }
+    let groups = spec.groups_read();
+    let epoch = Instant::now();
+    let warm_end = epoch + spec.warmup;
+    let sh = Rc::new(Shared {
+        name: name.to_string(),
+        spec: spec.clone(),
+        epoch,
+        warm_end,
+        measure_end: warm_end + spec.duration,
+        allotted: Cell::new(0),
+        producers_running: Cell::new(spec.producers),
+        producers_done_at: Cell::new(None),
+        stats: RefCell::new(Stats {
+            e2e: hist(),
+            send_ack: hist(),
+            send_call: hist(),
+            send_lag: hist(),
+            receive_call: hist(),
+            ack_call: hist(),
+            sent_ok: vec![Bits::default(); spec.producers],
+            sent: 0,
+            sent_failed_msgs: 0,
+            sent_bytes: 0,
+            sent_window: 0,
+            sent_bytes_window: 0,
+            send_errors: 0,
+            receive_errors: 0,
+            ack_errors: 0,
+            first_error: None,
+            groups: (0..groups).map(|_| GroupState::default()).collect(),
+        }),
+        filler: "abcdefghijklmnopqrstuvwxyz012345".repeat(spec.size.max() / 32 + 1),
+    });
+    let mut tasks = Vec::new();
+    let mut next_conn = 0usize;
+    let mut conn = || {
+        next_conn += 1;
+        conns[(next_conn - 1) % conns.len()].clone()
+    };
+    // Consumers first, so that they are polling (and topic members joined) when data comes.
+    for g in 0..groups {
+        for _ in 0..spec.consumers {
+            tasks.push(tokio::task::spawn_local(consumer(sh.clone(), conn(), g)));
+        }
+    }
+    for p in 0..spec.producers as u32 {
+        let task = match spec.mode {
+            Mode::Open { rate_per_s } => {
+                tokio::task::spawn_local(open_producer(sh.clone(), conn(), p, rate_per_s))
+            }
+            Mode::Closed { in_flight } => {
+                tokio::task::spawn_local(closed_producer(sh.clone(), conn(), p, in_flight))
+            }
+        };
+        tasks.push(task);
+    }
+    let all = futures::future::join_all(tasks);
+    if tokio::time::timeout(spec.deadline(), all).await.is_err() {
+        return Err(format!(
+            "{}: the run did not end within {:?} (a call hung?)",
+            target.name(),
+            spec.deadline()
+        ));
+    }
+    let st = sh.stats.borrow();
+    let secs = spec.duration.as_secs_f64();
+    let mean_body = if st.sent > 0 {
+        st.sent_bytes as f64 / st.sent as f64
+    } else {
+        0.0
+    };
+    let group_results: Vec<GroupResult> = (0..groups)
+        .map(|g| {
+            let gs = &st.groups[g as usize];
+            let acked = gs.acked_window;
+            GroupResult {
+                group: g,
+                received: gs.unique,
+                duplicates: gs.duplicates,
+                lost: lost_in(&st, g),
+                unacknowledged_received: unacked_in(&st, g),
+                foreign: gs.foreign,
+                receive_msgs_per_s: gs.recv_window as f64 / secs,
+                receive_mb_per_s: gs.recv_bytes_window as f64 / secs / 1e6,
+                ack_msgs_per_s: acked as f64 / secs,
+            }
+        })
+        .collect();
+    let drain_timed_out = group_results.iter().any(|g| g.lost > 0);
+    Ok(RunResult {
+        target: target.name(),
+        fsync_policy: target.fsync_policy(),
+        case: name.to_string(),
+        shape: describe_shape(&spec.shape),
+        mode: match spec.mode {
+            Mode::Open { .. } => "open loop".into(),
+            Mode::Closed { in_flight } => {
+                format!("closed loop, {in_flight} batches in flight per producer")
+            }
+        },
+        offered_rate_per_s: match spec.mode {
+            Mode::Open { rate_per_s } => Some(rate_per_s),
+            Mode::Closed { .. } => None,
+        },
+        profile: spec.profile.describe(),
+        size: spec.size.describe(),
+        seed: spec.seed,
+        producers: spec.producers,
+        consumers_per_group: spec.consumers,
+        connections: spec.connections,
+        batch: spec.batch,
+        warmup_s: spec.warmup.as_secs_f64(),
+        measured_s: secs,
+        sent: st.sent,
+        send_errors: st.send_errors,
+        receive_errors: st.receive_errors,
+        ack_errors: st.ack_errors,
+        first_error: st.first_error.clone(),
+        mean_body_bytes: mean_body,
+        send_msgs_per_s: st.sent_window as f64 / secs,
+        send_mb_per_s: st.sent_bytes_window as f64 / secs / 1e6,
+        groups: group_results,
+        latency: Latencies {
+            end_to_end: Pcts::of(&st.e2e),
+            send_ack: Pcts::of(&st.send_ack),
+            send_call: Pcts::of(&st.send_call),
+            send_lag: Pcts::of(&st.send_lag),
+            receive_call: Pcts::of(&st.receive_call),
+            ack_call: Pcts::of(&st.ack_call),
+        },
+        drain_timed_out,
+    })
+}
+
+pub fn describe_shape(s: &Shape) -> String {
+    match s {
+        Shape::Standard => "standard queue".into(),
+        Shape::Fifo { groups } => format!("FIFO queue, {groups} message groups"),
+        Shape::Topic { partitions, groups } => {
+            format!("topic, {partitions} partitions, {groups} consumer groups")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bursty_profile_averages_to_the_mean_rate() {
+        let p = Profile::Bursty {
+            peak_to_average: 3.5,
+            low_to_average: 0.5,
+            period: Duration::from_secs(6),
+            arrival: Arrival::Uniform,
+        };
+        let steps = 6000;
+        let mean: f64 = (0..steps)
+            .map(|i| p.factor(Duration::from_millis(i)))
+            .sum::<f64>()
+            / steps as f64;
+        assert!((mean - 1.0).abs() < 0.01, "mean factor {mean}");
+        assert_eq!(p.factor(Duration::ZERO), 3.5);
+    }
+
+    #[test]
+    fn sizes_average_near_the_mean() {
+        let seed = 7;
+        let d = SizeDist::LogNormal {
+            mean: 2048,
+            sigma: 0.5,
+            min: HEADER_BYTES,
+            max: 16384,
+        };
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let n = 20_000;
+        let mean = (0..n).map(|_| d.draw(&mut rng)).sum::<usize>() as f64 / n as f64;
+        assert!((1900.0..2200.0).contains(&mean), "seed {seed}: mean {mean}");
+    }
+
+    #[test]
+    fn headers_round_trip() {
+        let h = format!("{:08x}{:016x}{:016x}xyz", 3u32, 99u64, 123_456_789u64);
+        assert_eq!(parse_header(h.as_bytes()), Some((3, 99, 123_456_789)));
+        assert_eq!(parse_header(b"short"), None);
+    }
+}

@@ -1,0 +1,299 @@
+//! `sluice-perf run`: each case of each scenario file against each target (Sluice over QUIC,
+//! Sluice over HTTP, the peers asked for) in the same run, with the scenario's floors, then the
+//! JSON record, the Markdown report and the charts.
+
+use crate::loadgen::{self, Mode};
+use crate::report::{self, EchoFloor, Missing, ScenarioRecord};
+use crate::scenario::{self, Case, Scenario};
+use crate::sluice::{Endpoints, InProcess, SluiceHttp, SluiceQuic};
+use crate::target::{Target, TargetError};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Starts a peer broker by name in a work directory; returns a guard that stops it on drop, and
+/// the peer's target. Provided by the peer adapters (`perf/src/peers/`).
+pub type PeerStarter =
+    fn(&str, &Path) -> Result<(Box<dyn std::any::Any>, Box<dyn Target>), TargetError>;
+
+/// The peer adapters' starter, once they are wired in. The adapters live in `perf/src/peers/`
+/// (another engineer's work in progress); until that module lands on main, `--peers` reports
+/// that no peer can be started. To connect it: `Some(crate::peers::start)`.
+pub fn peer_starter() -> Option<PeerStarter> {
+    None
+}
+
+/// Echo rate used when a closed-loop scenario asks for the transport floor.
+const ECHO_RATE_CLOSED_PER_S: f64 = 1000.0;
+/// fio's share of a run: at most this long per block size.
+const FIO_SECONDS_MAX: f64 = 5.0;
+
+pub struct RunOptions {
+    pub targets: Option<Vec<String>>,
+    pub peers: Vec<String>,
+    pub seconds: Option<f64>,
+    pub warmup_seconds: Option<f64>,
+    pub seed: Option<u64>,
+    pub no_floors: bool,
+    pub work: PathBuf,
+    pub out: PathBuf,
+    pub sluice_quic: Option<SocketAddr>,
+    pub cert: Option<PathBuf>,
+    pub sluice_http: Option<SocketAddr>,
+}
+
+fn shards_embedded() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs one scenario file; returns the files written.
+pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
+    let mut sc = scenario::load(path)?;
+    apply_overrides(&mut sc, o);
+    let seed = o.seed.or(sc.seed).unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!("scenario {} (seed {seed})", sc.name);
+    for c in &mut sc.cases {
+        c.load.seed = seed;
+    }
+    let targets = o.targets.clone().unwrap_or_else(|| sc.targets.clone());
+    for t in &targets {
+        if !["sluice-quic", "sluice-http"].contains(&t.as_str()) {
+            return Err(format!(
+                "target {t:?}: Sluice targets are sluice-quic and sluice-http; peers go in --peers"
+            ));
+        }
+    }
+    std::fs::create_dir_all(&o.work).map_err(|e| format!("{}: {e}", o.work.display()))?;
+    // Peers start before the runtime (a starter may block or run its own runtime).
+    let mut peers: Vec<(Box<dyn std::any::Any>, Box<dyn Target>)> = Vec::new();
+    let mut failed = Vec::new();
+    if !o.peers.is_empty() {
+        match peer_starter() {
+            None => {
+                for p in &o.peers {
+                    failed.push(Missing {
+                        case: "*".into(),
+                        target: p.clone(),
+                        reason: "peer adapters are not wired into this build".into(),
+                    });
+                }
+            }
+            Some(start) => {
+                for p in &o.peers {
+                    match start(p, &o.work.join(format!("peer-{p}"))) {
+                        Ok(pt) => peers.push(pt),
+                        Err(e) => failed.push(Missing {
+                            case: "*".into(),
+                            target: p.clone(),
+                            reason: format!("start: {e}"),
+                        }),
+                    }
+                }
+            }
+        }
+    }
+    let fio_floors = if sc.floors.iter().any(|f| f == "fio") && !o.no_floors {
+        fio_floors(&o.work, &sc)
+    } else {
+        Vec::new()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let local = tokio::task::LocalSet::new();
+    let mut rec = ScenarioRecord {
+        kind: "scenario",
+        scenario: sc.name.clone(),
+        description: sc.description.clone(),
+        durability: sc.durability.clone(),
+        unix_time: crate::stamp(),
+        machine: crate::machine(),
+        sluice_shards: shards_embedded(),
+        seed,
+        fio_floors,
+        echo_floors: Vec::new(),
+        runs: Vec::new(),
+        skipped: Vec::new(),
+        failed,
+    };
+    local.block_on(&rt, async {
+        for case in &sc.cases {
+            for t in &targets {
+                let ext = Endpoints {
+                    quic: o.sluice_quic,
+                    cert: o.cert.clone(),
+                    http: o.sluice_http,
+                };
+                let external = match t.as_str() {
+                    "sluice-quic" => ext.quic.is_some(),
+                    _ => ext.http.is_some(),
+                };
+                // A fresh broker per case and target, so no run inherits another's logs.
+                let broker = if external {
+                    None
+                } else {
+                    match InProcess::start(&o.work.join("sluice")) {
+                        Ok(b) => Some(b),
+                        Err(e) => {
+                            rec.failed.push(miss(case, t, e));
+                            continue;
+                        }
+                    }
+                };
+                let ep = broker.as_ref().map_or(ext, |b| b.endpoints.clone());
+                let target: Box<dyn Target> = match t.as_str() {
+                    "sluice-quic" => {
+                        let (Some(addr), Some(cert)) = (ep.quic, ep.cert.clone()) else {
+                            rec.failed
+                                .push(miss(case, t, "--sluice-quic needs --cert".into()));
+                            continue;
+                        };
+                        Box::new(SluiceQuic::new(addr, cert))
+                    }
+                    _ => Box::new(SluiceHttp::new(
+                        ep.http.expect("set for in-process brokers"),
+                    )),
+                };
+                one(&*target, case, &mut rec).await;
+                drop(target);
+                drop(broker);
+            }
+            for (_, target) in &peers {
+                one(&**target, case, &mut rec).await;
+            }
+            if sc.floors.iter().any(|f| f == "quinn-echo") && !o.no_floors {
+                let rate = match case.load.mode {
+                    Mode::Open { rate_per_s } => rate_per_s,
+                    Mode::Closed { .. } => ECHO_RATE_CLOSED_PER_S,
+                };
+                let bytes = case.load.size.mean();
+                eprintln!("  {}: quinn echo floor at {rate:.0}/s", case.name);
+                match crate::echo::floor(
+                    &o.work.join("echo"),
+                    rate,
+                    bytes,
+                    case.load.warmup,
+                    case.load.duration,
+                )
+                .await
+                {
+                    Ok(p) => rec.echo_floors.push(EchoFloor {
+                        case: case.name.clone(),
+                        rate_per_s: rate,
+                        bytes,
+                        round_trip: p,
+                    }),
+                    Err(e) => rec.failed.push(miss(case, "quinn-echo", e)),
+                }
+            }
+        }
+    });
+    drop(peers);
+    let files = report::write(&rec, &o.out)?;
+    println!(
+        "{}",
+        report::markdown(&rec, &[])
+            .split("### Checks")
+            .next()
+            .unwrap_or("")
+    );
+    for f in &files {
+        eprintln!("wrote {}", f.display());
+    }
+    let lost: u64 = rec.runs.iter().map(|r| r.lost()).sum();
+    if lost > 0 || !rec.failed.is_empty() {
+        return Err(format!(
+            "scenario {}: {lost} acknowledged messages not received, {} target runs failed (seed {seed}; see {})",
+            sc.name,
+            rec.failed.len(),
+            files.get(1).map_or(String::new(), |p| p.display().to_string())
+        ));
+    }
+    Ok(files)
+}
+
+fn miss(case: &Case, target: &str, reason: String) -> Missing {
+    Missing {
+        case: case.name.clone(),
+        target: target.to_string(),
+        reason,
+    }
+}
+
+fn apply_overrides(sc: &mut Scenario, o: &RunOptions) {
+    for c in &mut sc.cases {
+        if let Some(s) = o.seconds {
+            c.load.duration = Duration::from_secs_f64(s.clamp(0.01, 3600.0));
+        }
+        if let Some(w) = o.warmup_seconds {
+            c.load.warmup = Duration::from_secs_f64(w.clamp(0.0, 3600.0));
+        }
+    }
+}
+
+fn fio_floors(work: &Path, sc: &Scenario) -> Vec<crate::fio::FioResult> {
+    if !crate::fio::available() {
+        eprintln!("fio not found: run perf/scripts/install-deps.sh for the disk floor");
+        return Vec::new();
+    }
+    let secs = sc
+        .cases
+        .first()
+        .map_or(1.0, |c| c.load.duration.as_secs_f64())
+        .clamp(1.0, FIO_SECONDS_MAX)
+        .ceil() as u64;
+    let mut out = Vec::new();
+    for bs in [4096u64, 512 * 1024] {
+        eprintln!("  fio floor, {} KiB blocks, {secs} s", bs / 1024);
+        match crate::fio::run(work, bs, secs) {
+            Ok(r) => out.push(r),
+            Err(e) => eprintln!("fio floor failed: {e}"),
+        }
+    }
+    out
+}
+
+/// One case against one target: set up, run, tear down; the outcome goes into `rec`.
+async fn one(target: &dyn Target, case: &Case, rec: &mut ScenarioRecord) {
+    let name = target.name();
+    if !target.supports(&case.load.shape) {
+        rec.skipped.push(miss(
+            case,
+            &name,
+            format!("no {}", loadgen::describe_shape(&case.load.shape)),
+        ));
+        return;
+    }
+    eprintln!("  {} against {name}", case.name);
+    let qname = case.name.replace('_', "-");
+    if let Err(e) = target.setup(&qname, &case.load.shape).await {
+        rec.failed.push(miss(case, &name, format!("setup: {e}")));
+        return;
+    }
+    match loadgen::run(target, &qname, &case.load).await {
+        Ok(r) => {
+            let e = &r.latency.end_to_end;
+            eprintln!(
+                "    sent {:.0} msg/s ({:.1} MB/s), through {:.0} msg/s, out {:.1} MB/s; publish→receive p50 {} p99 {} µs; lost {} dup {}",
+                r.send_msgs_per_s,
+                r.send_mb_per_s,
+                r.through_msgs_per_s(),
+                r.egress_mb_per_s(),
+                e.p50_us,
+                e.p99_us,
+                r.lost(),
+                r.duplicates()
+            );
+            rec.runs.push(r);
+        }
+        Err(e) => rec.failed.push(miss(case, &name, e)),
+    }
+    if let Err(e) = target.teardown(&qname, &case.load.shape).await {
+        eprintln!("    teardown of {qname} on {name} failed: {e}");
+    }
+}

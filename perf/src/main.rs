@@ -6,9 +6,8 @@ mod capacity;
 mod echo;
 mod fio;
 mod http_vs_quic;
-#[allow(dead_code)] // called by the load generator's scenario runner (being built)
-mod peers;
 mod loadgen;
+mod peers;
 mod queue_bench;
 mod report;
 mod run;
@@ -94,7 +93,8 @@ enum Cmd {
         /// Sluice targets to run (default: the scenario's): sluice-quic, sluice-http.
         #[arg(long, value_delimiter = ',')]
         targets: Option<Vec<String>>,
-        /// Peer brokers to start and run in the same run (nats-jetstream, rabbitmq, redis...).
+        /// Peers to start and run in the same run, one at a time: nats-jetstream, rabbitmq-quorum,
+        /// redis-always, redis-everysec, or all.
         #[arg(long, value_delimiter = ',')]
         peers: Vec<String>,
         /// Measured seconds per case (overrides the scenario's duration_s).

@@ -16,11 +16,10 @@ use std::time::Duration;
 pub type PeerStarter =
     fn(&str, &Path) -> Result<(Box<dyn std::any::Any>, Box<dyn Target>), TargetError>;
 
-/// The peer adapters' starter, once they are wired in. The adapters live in `perf/src/peers/`
-/// (another engineer's work in progress); until that module lands on main, `--peers` reports
-/// that no peer can be started. To connect it: `Some(crate::peers::start)`.
+/// The peer adapters' starter (`perf/src/peers/`). An `Option` so that a build without peer
+/// adapters reports `--peers` runs as failed instead of not compiling.
 pub fn peer_starter() -> Option<PeerStarter> {
-    None
+    Some(crate::peers::start)
 }
 
 /// Echo rate used when a closed-loop scenario asks for the transport floor.
@@ -68,32 +67,18 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
         }
     }
     std::fs::create_dir_all(&o.work).map_err(|e| format!("{}: {e}", o.work.display()))?;
-    // Peers start before the runtime (a starter may block or run its own runtime).
-    let mut peers: Vec<(Box<dyn std::any::Any>, Box<dyn Target>)> = Vec::new();
-    let mut failed = Vec::new();
-    if !o.peers.is_empty() {
-        match peer_starter() {
-            None => {
-                for p in &o.peers {
-                    failed.push(Missing {
-                        case: "*".into(),
-                        target: p.clone(),
-                        reason: "peer adapters are not wired into this build".into(),
-                    });
-                }
-            }
-            Some(start) => {
-                for p in &o.peers {
-                    match start(p, &o.work.join(format!("peer-{p}"))) {
-                        Ok(pt) => peers.push(pt),
-                        Err(e) => failed.push(Missing {
-                            case: "*".into(),
-                            target: p.clone(),
-                            reason: format!("start: {e}"),
-                        }),
-                    }
-                }
-            }
+    let starter = peer_starter();
+    let mut peer_names = Vec::new();
+    for p in &o.peers {
+        if p == "all" {
+            peer_names.extend(crate::peers::NAMES.iter().map(|n| n.to_string()));
+        } else if crate::peers::NAMES.contains(&p.as_str()) {
+            peer_names.push(p.clone());
+        } else {
+            return Err(format!(
+                "peer {p:?}: known peers are {} (or all)",
+                crate::peers::NAMES.join(", ")
+            ));
         }
     }
     let fio_floors = if sc.floors.iter().any(|f| f == "fio") && !o.no_floors {
@@ -119,7 +104,7 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
         echo_floors: Vec::new(),
         runs: Vec::new(),
         skipped: Vec::new(),
-        failed,
+        failed: Vec::new(),
     };
     local.block_on(&rt, async {
         for case in &sc.cases {
@@ -163,9 +148,6 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
                 drop(target);
                 drop(broker);
             }
-            for (_, target) in &peers {
-                one(&**target, case, &mut rec).await;
-            }
             if sc.floors.iter().any(|f| f == "quinn-echo") && !o.no_floors {
                 let rate = match case.load.mode {
                     Mode::Open { rate_per_s } => rate_per_s,
@@ -193,7 +175,38 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
             }
         }
     });
-    drop(peers);
+    // Peers one at a time, each started for its runs and stopped after them (so that no idle
+    // peer shares the cores with another's measurement). A starter may block or run its own
+    // runtime, so it runs outside ours.
+    for p in &peer_names {
+        let Some(start) = starter else {
+            rec.failed.push(Missing {
+                case: "*".into(),
+                target: p.clone(),
+                reason: "peer adapters are not wired into this build".into(),
+            });
+            continue;
+        };
+        eprintln!("  starting peer {p}");
+        let (guard, target) = match start(p, &o.work.join("peers")) {
+            Ok(started) => started,
+            Err(e) => {
+                rec.skipped.push(Missing {
+                    case: "*".into(),
+                    target: p.clone(),
+                    reason: format!("could not start: {e}"),
+                });
+                continue;
+            }
+        };
+        local.block_on(&rt, async {
+            for case in &sc.cases {
+                one(&*target, case, &mut rec).await;
+            }
+        });
+        drop(target);
+        drop(guard);
+    }
     let files = report::write(&rec, &o.out)?;
     println!(
         "{}",

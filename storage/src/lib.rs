@@ -17,4 +17,7 @@ pub mod rt;
 pub use batch::{BatchBuilder, BatchHeader, BatchView, Record, RecordView};
 pub use config::LogConfig;
 pub use error::{BatchError, Result, StorageError};
-pub use log::{AppendInfo, AppendTicket, Log, LogStats, ReadBatch, RetentionOutcome, SegmentInfo};
+pub use log::{
+    AppendInfo, AppendTicket, FsyncHistogram, Log, LogStats, ReadBatch, RetentionOutcome,
+    SegmentInfo, FSYNC_BUCKETS_US,
+};

@@ -303,6 +303,9 @@ fn concurrent_appends_share_commits() {
         "100 concurrent appends took {} commits",
         s.commits
     );
+    // Each group commit's fdatasync is timed into the histogram, and only those.
+    assert_eq!(s.fsync.count, s.commits);
+    assert_eq!(s.fsync.buckets.iter().sum::<u64>(), s.commits);
 }
 
 fn faulty(config: &LogConfig) -> (SimFs, FaultPlan, Log<FaultyFs<SimFs>>) {

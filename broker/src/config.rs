@@ -48,6 +48,12 @@ pub struct BrokerConfig {
     /// Who may call: SigV4 for the HTTP API and `AKID:SECRET` tokens for the native protocol,
     /// from the same access keys. The embedded default accepts everyone (and says so loudly).
     pub auth: AuthConfig,
+    /// The HTTP API's read timeouts (request head and keep-alive idle; body), milliseconds.
+    /// `None`: `SLUICE_HTTP_HEADER_TIMEOUT_MS` / `SLUICE_HTTP_BODY_TIMEOUT_MS` or the default,
+    /// read when the front end starts; `sluiced` sets them from its settings
+    /// (`crate::config_file`).
+    pub http_header_timeout_ms: Option<u64>,
+    pub http_body_timeout_ms: Option<u64>,
 }
 
 /// Default idle timeout of a native-protocol connection.
@@ -149,6 +155,8 @@ impl BrokerConfig {
             quic_idle_timeout_ms: QUIC_IDLE_TIMEOUT_MS_DEFAULT,
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
             auth: AuthConfig::open(),
+            http_header_timeout_ms: None,
+            http_body_timeout_ms: None,
         })
     }
 }

@@ -4,6 +4,8 @@
 //! everything that touches glommio lives beside it, at the edge.
 
 pub mod config;
+pub mod config_file;
+pub mod daemon;
 pub mod engine;
 pub mod error;
 pub mod http;

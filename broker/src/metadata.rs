@@ -77,6 +77,31 @@ pub enum MetaRecord {
 }
 
 impl MetaRecord {
+    /// One log line for a catalog change made durable on shard 0 (names and ids only: never
+    /// attribute values or tags, which are the operator's data).
+    pub fn log_durable(&self) {
+        match self {
+            MetaRecord::QueueCreated {
+                id,
+                tenant,
+                name,
+                partitions,
+                ..
+            } => tracing::info!(id, %tenant, %name, partitions, "queue created"),
+            MetaRecord::AttributesSet { id, .. } => tracing::info!(id, "queue attributes set"),
+            MetaRecord::TagsSet { id, .. } => tracing::debug!(id, "queue tags set"),
+            MetaRecord::QueueDeleted { id, .. } => tracing::info!(id, "queue deleted"),
+            MetaRecord::TopicCreated {
+                id,
+                tenant,
+                name,
+                partitions,
+                ..
+            } => tracing::info!(id, %tenant, %name, partitions, "topic created"),
+            MetaRecord::TopicDeleted { id, .. } => tracing::info!(id, "topic deleted"),
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("metadata records always serialize")
     }

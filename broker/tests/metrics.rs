@@ -293,6 +293,148 @@ fn metrics_move_with_operations_and_health_answers() {
         sum(&after, "sluice_shard_busy_seconds_total", &[])
             >= sum(&before, "sluice_shard_busy_seconds_total", &[])
     );
+    // Each group commit's fdatasync was timed inside storage: one observation per commit.
+    assert_eq!(
+        sum(&after, "sluice_log_fsync_duration_seconds_count", &[]),
+        commits
+    );
+    assert_eq!(
+        sum(
+            &after,
+            "sluice_log_fsync_duration_seconds_bucket",
+            &[("le", "+Inf")]
+        ),
+        commits
+    );
+    assert!(sum(&after, "sluice_log_fsync_duration_seconds_sum", &[]) > 0.0);
+
+    // The oldest message's age: 0 while a queue is empty, growing while messages wait, back
+    // to 0 once every message is deleted.
+    let age = "sluice_queue_oldest_message_age_seconds";
+    assert_eq!(sum(&before, age, &q), 0.0, "empty queue");
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let first = loop {
+        let a = sum(&scrape(metrics), age, &q);
+        if a > 0.0 {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "oldest message age stayed 0");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let deadline = Instant::now() + IO_TIMEOUT;
+    while sum(&scrape(metrics), age, &q) <= first {
+        assert!(Instant::now() < deadline, "oldest message age did not grow");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Delete everything: the in-flight ones by handle, then receive and delete the rest.
+    for m in &messages[1..] {
+        let (s, r) = sqs(
+            http,
+            "DeleteMessage",
+            serde_json::json!({"QueueUrl": url, "ReceiptHandle": m["ReceiptHandle"]}),
+        );
+        assert_eq!(s, 200, "{r}");
+    }
+    let deadline = Instant::now() + IO_TIMEOUT;
+    while sum(&scrape(metrics), "sluice_queue_messages_visible", &q) > 0.0 {
+        assert!(Instant::now() < deadline, "could not drain the queue");
+        let (_, got) = sqs(
+            http,
+            "ReceiveMessage",
+            serde_json::json!({"QueueUrl": url, "MaxNumberOfMessages": 10}),
+        );
+        for m in got["Messages"].as_array().into_iter().flatten() {
+            let (s, r) = sqs(
+                http,
+                "DeleteMessage",
+                serde_json::json!({"QueueUrl": url, "ReceiptHandle": m["ReceiptHandle"]}),
+            );
+            assert_eq!(s, 200, "{r}");
+        }
+    }
+    assert_eq!(sum(&scrape(metrics), age, &q), 0.0, "drained queue");
+    broker.shutdown();
+}
+
+/// Consumer-group lag in `/metrics`: it goes up with produced records and down with commits,
+/// per (group, topic) and per partition.
+#[test]
+fn group_lag_moves_with_produce_and_commit() {
+    use sluice_broker::stream::TopicConfig;
+    use sluice_storage::Record;
+    const T: &str = "000000000000";
+    let dir = tempfile::tempdir().expect("tmp");
+    let (broker, _http, metrics) = start(dir.path());
+    let produce = |n: usize| {
+        broker.run_on(1, move |s| async move {
+            let t = s.topic(T, "clicks").expect("topic");
+            let recs = (0..n)
+                .map(|i| Record::new(i as i64, format!("v{i}").into_bytes()))
+                .collect();
+            s.produce_records(&t, recs).await.expect("produce");
+        })
+    };
+    let (member, generation) = broker.run_on(1, |s| async move {
+        s.create_topic(
+            T,
+            "clicks",
+            TopicConfig {
+                partitions: 2,
+                ..TopicConfig::default()
+            },
+        )
+        .await
+        .expect("create");
+        let a = s
+            .join_group(T, "billing", None, &["clicks".to_string()], 60_000)
+            .await
+            .expect("join");
+        (a.member_id, a.generation)
+    });
+    let commit = |offsets: Vec<(String, u32, u64)>| {
+        let (member, offsets) = (member.clone(), offsets);
+        broker.run_on(0, move |s| async move {
+            s.commit_offsets(T, "billing", &member, generation, &offsets)
+                .await
+                .expect("commit");
+        })
+    };
+    let latest = |p: u32| {
+        broker.run_on(0, move |s| async move {
+            let t = s.topic(T, "clicks").expect("topic");
+            s.list_offset(&t, p, sluice_broker::stream::OffsetSpec::Latest)
+                .await
+                .expect("latest")
+        })
+    };
+    let g = [("tenant", T), ("group", "billing"), ("topic", "clicks")];
+    // Committed at 0 on both partitions, nothing produced: lag 0.
+    commit(vec![("clicks".into(), 0, 0), ("clicks".into(), 1, 0)]);
+    let s = scrape(metrics);
+    assert_eq!(sum(&s, "sluice_group_lag", &g), 0.0);
+    assert_eq!(sum(&s, "sluice_group_lag_truncated", &[]), 0.0);
+
+    produce(6);
+    let s = scrape(metrics);
+    assert_eq!(sum(&s, "sluice_group_lag", &g), 6.0);
+    assert_eq!(sum(&s, "sluice_group_partition_lag", &g), 6.0);
+    let (l0, l1) = (latest(0), latest(1));
+    assert_eq!(l0 + l1, 6);
+    assert_eq!(
+        sum(
+            &s,
+            "sluice_group_partition_lag",
+            &[g[0], g[1], g[2], ("partition", "0")]
+        ),
+        l0 as f64
+    );
+
+    // Commit partition 0 to its end: only partition 1's records still lag.
+    commit(vec![("clicks".into(), 0, l0)]);
+    let s = scrape(metrics);
+    assert_eq!(sum(&s, "sluice_group_lag", &g), l1 as f64);
+    commit(vec![("clicks".into(), 1, l1)]);
+    assert_eq!(sum(&scrape(metrics), "sluice_group_lag", &g), 0.0);
     broker.shutdown();
 }
 

@@ -284,6 +284,40 @@ impl Client {
         }
     }
 
+    /// The account's topics, in name order (for operators).
+    pub async fn list_topics(&self) -> Result<Vec<wire::DescribeTopicResult>> {
+        match self
+            .call(Request::ListTopics(wire::ListTopicsRequest {}))
+            .await?
+        {
+            Response::ListTopics(r) => Ok(r.topics),
+            other => unexpected(other),
+        }
+    }
+
+    /// The account's consumer groups, in name order (for operators).
+    pub async fn list_groups(&self) -> Result<Vec<String>> {
+        match self
+            .call(Request::ListGroups(wire::ListGroupsRequest {}))
+            .await?
+        {
+            Response::ListGroups(r) => Ok(r.groups),
+            other => unexpected(other),
+        }
+    }
+
+    /// A group's generation and members with their partitions; `found: false` when the group
+    /// has neither members nor commits.
+    pub async fn describe_group(&self, group: &str) -> Result<wire::DescribeGroupResult> {
+        let r = wire::DescribeGroupRequest {
+            group: group.into(),
+        };
+        match self.call(Request::DescribeGroup(r)).await? {
+            Response::DescribeGroup(r) => Ok(r),
+            other => unexpected(other),
+        }
+    }
+
     /// A keyed, batching producer for `topic`.
     /// A lingering, batching publisher for `topic` (see [`crate::TopicPublisher`]).
     pub async fn topic_publisher(

@@ -584,3 +584,61 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
     assert_eq!(counted("SendMessage"), fifo_sends);
     broker.shutdown();
 }
+
+/// The operators' frames: list topics, list groups, describe a group (members and their
+/// partitions), against an in-process broker over QUIC.
+#[test]
+fn operators_list_topics_and_groups_and_describe_a_group() {
+    let broker = TestBroker::start(None);
+    broker.run(|client| async move {
+        assert!(client.list_topics().await.expect("list").is_empty());
+        assert!(client.list_groups().await.expect("list").is_empty());
+        for (name, partitions) in [("zeta", 1), ("alpha", 3)] {
+            client
+                .create_topic(CreateTopicRequest {
+                    name: name.into(),
+                    partitions,
+                    retention_ms: Some(3_600_000),
+                    ..Default::default()
+                })
+                .await
+                .expect("create");
+        }
+        let topics = client.list_topics().await.expect("list");
+        let names: Vec<(&str, u32)> = topics
+            .iter()
+            .map(|t| (t.name.as_str(), t.partitions))
+            .collect();
+        assert_eq!(names, [("alpha", 3), ("zeta", 1)]);
+        assert_eq!(topics[0].retention_ms, Some(3_600_000));
+
+        let member = GroupConsumer::join(&client, "readers", &["alpha"], options())
+            .await
+            .expect("join");
+        assert_eq!(client.list_groups().await.expect("list"), ["readers"]);
+        let d = client.describe_group("readers").await.expect("describe");
+        assert!(d.found);
+        assert_eq!(d.generation, member.generation());
+        assert_eq!(d.members.len(), 1);
+        assert_eq!(d.members[0].member_id, member.member_id());
+        let mut parts: Vec<u32> = d.members[0]
+            .assignment
+            .iter()
+            .map(|p| {
+                assert_eq!(p.topic, "alpha");
+                p.partition
+            })
+            .collect();
+        parts.sort_unstable();
+        assert_eq!(parts, [0, 1, 2]);
+        assert!(
+            !client
+                .describe_group("nobody")
+                .await
+                .expect("describe")
+                .found
+        );
+        member.close().await.expect("leave");
+    });
+    broker.shutdown();
+}

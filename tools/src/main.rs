@@ -4,6 +4,7 @@
 mod logtool;
 mod net;
 mod output;
+mod streams;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use output::{exit, CliError, Format};
@@ -25,7 +26,7 @@ Errors are printed on stderr (as JSON with --output json); results on stdout.";
 #[command(
     name = "sluice",
     version,
-    about = "Operate a Sluice broker: queues, dead-letter queues, messages, logs",
+    about = "Operate a Sluice broker: queues, dead-letter queues, messages, topics, groups, logs",
     after_help = AFTER_HELP
 )]
 struct Cli {
@@ -102,9 +103,27 @@ enum Command {
         #[arg(required = true)]
         receipt_handles: Vec<String>,
     },
+    /// Topics (Kafka-style partitioned logs): create, list, describe (partitions, offsets,
+    /// retention), delete.
+    #[command(subcommand)]
+    Topic(TopicCmd),
+    /// Consumer groups: list them, describe one (members, assignments, committed offsets and
+    /// lag per partition).
+    #[command(subcommand)]
+    Group(GroupCmd),
+    /// Print a topic's records from a starting point: JSON lines with --output json, else one
+    /// tab-separated line each (partition, offset, time, key, value; non-UTF-8 bytes in hex).
+    /// Without --follow it stops at the end offsets seen at start.
+    Tail(TailArgs),
     /// Offline segment-log inspection (the broker need not run; nothing is written).
     #[command(subcommand)]
     Log(LogCmd),
+    /// Run a broker in this process (the same broker and flags as `sluiced`), until SIGINT or
+    /// SIGTERM. With no flags and no config file: the embedded single node on loopback, data
+    /// in ./sluice-data. In-process rather than starting a `sluiced` binary, so that it works
+    /// wherever `sluice` alone was installed (`cargo install`, `cargo run --bin sluice`).
+    #[command(after_help = sluice_broker::daemon::SETTINGS_HELP)]
+    Serve(Box<sluice_broker::daemon::DaemonArgs>),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(
         after_help = "Example (bash): sluice completions bash > /etc/bash_completion.d/sluice"
@@ -142,10 +161,80 @@ pub enum QueueCmd {
         #[arg(long = "attr", value_name = "NAME=VALUE", required = true)]
         attributes: Vec<String>,
     },
-    /// Delete every message of a queue.
+    /// Delete every message of a queue. Instant whatever the queue's size (each partition
+    /// records one purge marker; space is reclaimed later by compaction), so there is no
+    /// progress to show. SQS allows one purge per 60 seconds.
     Purge { queue: String },
     /// Delete a queue and its messages.
     Delete { queue: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TopicCmd {
+    /// Create a topic (idempotent for an identical configuration).
+    Create {
+        name: String,
+        /// Partitions, 1-1024 (spread over the broker's cores).
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+        /// Delete whole segments older than this, milliseconds; default: keep.
+        #[arg(long)]
+        retention_ms: Option<u64>,
+        /// Delete the oldest segments beyond this size per partition, bytes; default: keep.
+        #[arg(long)]
+        retention_bytes: Option<u64>,
+        /// Segment size, bytes; default: the broker's.
+        #[arg(long)]
+        segment_bytes: Option<u64>,
+    },
+    /// The topics, with partitions and retention.
+    List,
+    /// A topic's settings and, per partition, its earliest and latest (next) offset.
+    Describe { name: String },
+    /// Delete a topic and its data.
+    Delete { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GroupCmd {
+    /// The consumer groups, with generation, member count and total lag.
+    List,
+    /// A group's members and, per partition, its member, committed offset, latest offset and
+    /// lag (latest - committed). Exit 1 if the group has neither members nor commits.
+    Describe { group: String },
+}
+
+/// Where `tail` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum From {
+    /// The oldest record still kept.
+    Earliest,
+    /// Only records produced from now on.
+    Latest,
+}
+
+#[derive(Args, Debug)]
+pub struct TailArgs {
+    pub topic: String,
+    /// Only this partition (default: every partition, each in order).
+    #[arg(long)]
+    pub partition: Option<u32>,
+    /// Start at this offset (in each partition tailed).
+    #[arg(long, conflicts_with_all = ["from_time", "from"])]
+    pub from_offset: Option<u64>,
+    /// Start at the first record at or after this time: RFC 3339 (2026-12-03T11:15:00Z) or
+    /// Unix time (seconds if at most 10 digits, else milliseconds).
+    #[arg(long, conflicts_with = "from")]
+    pub from_time: Option<String>,
+    /// Start at the earliest record (default) or at the end.
+    #[arg(long, value_enum)]
+    pub from: Option<From>,
+    /// Keep waiting for new records (until interrupted or --max).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Stop after this many records.
+    #[arg(long, short = 'n')]
+    pub max: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -309,6 +398,10 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             output::print(format, &v);
             Ok(if corrupt { exit::CORRUPT } else { exit::OK })
         }
+        Command::Serve(args) => Ok(sluice_broker::daemon::run("sluice serve", &args)),
+        Command::Topic(c) => net::run(&cli.conn, format, net::Op::Topic(c)),
+        Command::Group(c) => net::run(&cli.conn, format, net::Op::Group(c)),
+        Command::Tail(a) => net::run_tail(&cli.conn, format, a),
         Command::Queue(c) => net::run(&cli.conn, format, net::Op::Queue(c)),
         Command::Dlq(c) => net::run(&cli.conn, format, net::Op::Dlq(c)),
         Command::Send(a) => net::run(&cli.conn, format, net::Op::Send(a)),

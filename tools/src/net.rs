@@ -3,7 +3,9 @@
 //! method for (DLQ sources, move tasks) go through `Client::call` with the wire's request types.
 
 use crate::output::{exit, print, CliError, Format};
-use crate::{Conn, DlqCmd, QueueCmd, ReceiveArgs, RedriveCmd, SendArgs};
+use crate::{
+    Conn, DlqCmd, GroupCmd, QueueCmd, ReceiveArgs, RedriveCmd, SendArgs, TailArgs, TopicCmd,
+};
 use serde_json::{json, Value};
 use sluice_sdk::types::{
     AttributeMap, AttributeValue, CancelMessageMoveTaskRequest, ListDeadLetterSourceQueuesRequest,
@@ -28,6 +30,8 @@ pub const DEFAULT_CA_CERT: &str = "sluice-data/quic-selfsigned-cert.pem";
 
 pub enum Op {
     Queue(QueueCmd),
+    Topic(TopicCmd),
+    Group(GroupCmd),
     Dlq(DlqCmd),
     Send(SendArgs),
     Receive(ReceiveArgs),
@@ -51,6 +55,20 @@ pub fn run(conn: &Conn, format: Format, op: Op) -> Result<i32, CliError> {
     })?;
     print(format, &v);
     Ok(code)
+}
+
+/// `sluice tail`: prints as it reads (no single result document).
+pub fn run_tail(conn: &Conn, format: Format, args: TailArgs) -> Result<i32, CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::connection(format!("cannot start the I/O runtime: {e}")))?;
+    rt.block_on(async {
+        let client = connect(conn).await?;
+        let r = crate::streams::tail(&client, format, args).await;
+        client.close().await;
+        r
+    })
 }
 
 async fn connect(conn: &Conn) -> Result<Client, CliError> {
@@ -114,6 +132,8 @@ async fn execute(client: &Client, op: Op) -> Result<(Value, i32), CliError> {
     let whole = |v: Value| (v, exit::OK);
     match op {
         Op::Queue(c) => queue(client, c).await.map(whole),
+        Op::Topic(c) => crate::streams::topic(client, c).await.map(whole),
+        Op::Group(c) => crate::streams::group(client, c).await.map(whole),
         Op::Dlq(c) => dlq(client, c).await,
         Op::Send(a) => send(client, a).await,
         Op::Receive(a) => receive(client, a).await.map(whole),

@@ -151,8 +151,12 @@ pub fn table(v: &Value) -> String {
             render(&rows)
         }
         Value::Object(m) => {
+            // Arrays of objects (a topic's partitions, a group's members) follow as their
+            // own tables under their key; everything else is a key/value row.
+            let nested = |v: &Value| matches!(v, Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_object));
             let rows: Vec<Vec<String>> = m
                 .iter()
+                .filter(|(_, v)| !nested(v))
                 .map(|(k, v)| {
                     let v = match v {
                         Value::Object(_) | Value::Array(_) => v.to_string(),
@@ -161,7 +165,11 @@ pub fn table(v: &Value) -> String {
                     vec![k.clone(), v]
                 })
                 .collect();
-            render(&rows)
+            let mut out = render(&rows);
+            for (k, v) in m.iter().filter(|(_, v)| nested(v)) {
+                let _ = write!(out, "\n{}:\n{}", k.to_uppercase(), table(v));
+            }
+            out
         }
         other => cell(other) + "\n",
     }
@@ -175,6 +183,15 @@ mod tests {
     fn arrays_of_objects_become_aligned_tables() {
         let v = serde_json::json!([{"name": "a", "n": 1}, {"name": "long-name", "n": 22}]);
         assert_eq!(table(&v), "N   NAME\n1   a\n22  long-name\n");
+    }
+
+    #[test]
+    fn arrays_of_objects_inside_an_object_become_their_own_tables() {
+        let v = serde_json::json!({"name": "t", "offsets": [{"partition": 0, "latest": 5}]});
+        assert_eq!(
+            table(&v),
+            "name  t\n\nOFFSETS:\nLATEST  PARTITION\n5       0\n"
+        );
     }
 
     #[test]

@@ -603,6 +603,10 @@ fn usage_and_connection_errors_have_their_exit_codes() {
         "receive",
         "delete",
         "log",
+        "topic",
+        "group",
+        "tail",
+        "serve",
         "Exit codes",
         "connection",
     ] {
@@ -742,4 +746,301 @@ fn log_dump_and_verify_offline() {
 
     let missing = sluice(&["log", "verify", "/nonexistent/dir"], None);
     assert_eq!(missing.status.code(), Some(2));
+}
+
+/// JSON lines of `sluice --output json tail …`.
+fn tail_json(b: &Broker, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["--output", "json", "tail"];
+    all.extend_from_slice(args);
+    let out = b.run(&all);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "tail {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn topic_group_and_tail_commands() {
+    use sluice_sdk::{Client, ClientOptions, GroupConsumer, GroupConsumerOptions, Trust};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let b = Broker::start(tmp.path());
+
+    // topic create / list / describe
+    let t = b.json(&[
+        "topic",
+        "create",
+        "events",
+        "--partitions",
+        "2",
+        "--retention-ms",
+        "3600000",
+    ]);
+    assert_eq!(t["name"], "events");
+    assert_eq!(t["partitions"], 2);
+    let out = b.run(&[
+        "--output",
+        "json",
+        "topic",
+        "create",
+        "bad",
+        "--partitions",
+        "0",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "invalid partitions: broker error"
+    );
+    assert_eq!(err_json(&out)["error"]["kind"], "server");
+    let list = b.json(&["topic", "list"]);
+    assert_eq!(list.as_array().expect("array").len(), 1);
+    assert_eq!(list[0]["name"], "events");
+    assert_eq!(list[0]["retention_ms"], 3_600_000);
+
+    // Records and a group through the SDK (the CLI only reads them).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let c = &b.handle.as_ref().expect("running").config;
+    let (addr, cert) = (c.quic_addr, tmp.path().join("quic-selfsigned-cert.pem"));
+    let client = rt
+        .block_on(Client::connect(
+            addr,
+            ClientOptions::new(Trust::PemFile(cert)),
+        ))
+        .expect("connect");
+    let produce = |values: &[&str]| {
+        rt.block_on(async {
+            let mut p = client.topic_producer("events").await.expect("producer");
+            for v in values {
+                p.send(Some(v.as_bytes()), v.as_bytes())
+                    .await
+                    .expect("send");
+            }
+            p.flush().await.expect("flush");
+        })
+    };
+    produce(&["a", "b", "c", "d", "e"]);
+
+    let d = b.json(&["topic", "describe", "events"]);
+    assert_eq!(d["partitions"], 2);
+    let offsets = d["offsets"].as_array().expect("offsets");
+    assert_eq!(offsets.len(), 2);
+    let records: u64 = offsets.iter().map(|o| o["records"].as_u64().unwrap()).sum();
+    assert_eq!(records, 5);
+    assert_eq!(offsets[0]["earliest"], 0);
+
+    // tail: everything, bounded, from the end, from an offset, from a time, table form.
+    let all = tail_json(&b, &["events"]);
+    let mut values: Vec<&str> = all.iter().map(|r| r["value"].as_str().unwrap()).collect();
+    values.sort_unstable();
+    assert_eq!(values, ["a", "b", "c", "d", "e"]);
+    assert!(all
+        .iter()
+        .all(|r| r["key"] == r["value"] && r["time"].is_string()));
+    assert_eq!(tail_json(&b, &["events", "--max", "2"]).len(), 2);
+    assert!(tail_json(&b, &["events", "--from", "latest"]).is_empty());
+    let p0 = offsets[0]["latest"].as_u64().unwrap();
+    let from1 = tail_json(&b, &["events", "--partition", "0", "--from-offset", "1"]);
+    assert_eq!(from1.len() as u64, p0.saturating_sub(1));
+    assert!(from1.iter().all(|r| r["partition"] == 0));
+    assert!(tail_json(&b, &["events", "--from-time", "2999-01-01T00:00:00Z"]).is_empty());
+    assert_eq!(tail_json(&b, &["events", "--from-time", "0"]).len(), 5);
+    assert_eq!(
+        tail_json(&b, &["events", "--follow", "--max", "3"]).len(),
+        3
+    );
+    let table = b.run(&["tail", "events"]);
+    assert_eq!(table.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.starts_with("PARTITION\tOFFSET"), "{text}");
+    assert_eq!(text.lines().count(), 6, "{text}");
+    // tail errors: unknown topic (broker), bad time and partition (usage).
+    let out = b.run(&["--output", "json", "tail", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = b.run(&["tail", "events", "--from-time", "yesterday"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = b.run(&["tail", "events", "--partition", "9"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // group list / describe with a member that read everything and committed.
+    let options = GroupConsumerOptions {
+        session_timeout: Duration::from_secs(120),
+        max_records: 100,
+        max_bytes: 1 << 20,
+        poll_wait: Duration::from_millis(50),
+    };
+    let mut member = rt
+        .block_on(GroupConsumer::join(
+            &client,
+            "readers",
+            &["events"],
+            options,
+        ))
+        .expect("join");
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    let mut got = 0;
+    while got < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the member did not read 5 records"
+        );
+        got += rt.block_on(member.poll()).expect("poll").len();
+    }
+    rt.block_on(member.commit()).expect("commit");
+    let groups = b.json(&["group", "list"]);
+    assert_eq!(groups[0]["group"], "readers");
+    assert_eq!(groups[0]["members"], 1);
+    assert_eq!(groups[0]["lag"], 0);
+    let g = b.json(&["group", "describe", "readers"]);
+    assert_eq!(g["members"][0]["member_id"], member.member_id());
+    let parts = g["partitions"].as_array().expect("partitions");
+    assert_eq!(parts.len(), 2);
+    for p in parts {
+        assert_eq!(p["member"], member.member_id());
+        assert_eq!(p["lag"], 0);
+        assert_eq!(p["committed"], p["latest"]);
+    }
+    // Three more records: the group lags by three until it commits again.
+    produce(&["f", "g", "h"]);
+    let g = b.json(&["group", "describe", "readers"]);
+    let lag: u64 = g["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["lag"].as_u64().unwrap())
+        .sum();
+    assert_eq!(lag, 3);
+    let table = b.run(&["group", "describe", "readers"]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("PARTITIONS:"));
+    let out = b.run(&["--output", "json", "group", "describe", "nobody"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(err_json(&out)["error"]["kind"], "server");
+    rt.block_on(member.close()).expect("leave");
+
+    // topic delete: gone from the list; describing it is a broker error.
+    let del = b.json(&["topic", "delete", "events"]);
+    assert_eq!(del["result"], "deleted");
+    assert_eq!(b.json(&["topic", "list"]), serde_json::json!([]));
+    let out = b.run(&["--output", "json", "topic", "describe", "events"]);
+    assert_eq!(out.status.code(), Some(1));
+    rt.block_on(client.close());
+}
+
+/// `sluice serve`: the broker in the CLI's process, configured by file and flags; it prints its
+/// effective configuration, serves, and stops cleanly on SIGTERM.
+#[test]
+fn serve_runs_a_broker_from_a_config_file() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../sluice.toml");
+    // The shipped example, printed with a flag over it.
+    let out = sluice(
+        &[
+            "serve",
+            "--config",
+            example,
+            "--shards",
+            "1",
+            "--print-config",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("shards = 1"), "{printed}");
+    assert!(printed.contains("[quic]"), "{printed}");
+    // Bad configuration: exit 2, the key named.
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "[metrics]\nadress = \"x\"\n").expect("write");
+    let out = sluice(&["serve", "--config", bad.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("adress"));
+
+    let file = tmp.path().join("sluice.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "data_dir = {:?}\nshards = 1\n[http]\naddr = \"127.0.0.1:{}\"\n[quic]\naddr = \"127.0.0.1:0\"\n[metrics]\naddr = \"127.0.0.1:0\"\n",
+            tmp.path().join("data").display().to_string(),
+            free_port()
+        ),
+    )
+    .expect("write");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config", file.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice serve");
+    let err = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The `ready` line names the QUIC port it picked.
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    let quic = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            panic!("sluice serve did not get ready");
+        };
+        // (not the per-shard "shard ready" lines)
+        if line.contains("ready") && line.contains("quic=") {
+            let addr = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("quic="))
+                .expect("quic= in the ready line");
+            break addr.to_string();
+        }
+    };
+    let out = sluice(
+        &[
+            "--output",
+            "json",
+            "--endpoint",
+            &quic,
+            "--ca-cert",
+            tmp.path()
+                .join("data/quic-selfsigned-cert.pem")
+                .to_str()
+                .unwrap(),
+            "queue",
+            "create",
+            "served",
+        ],
+        None,
+    );
+    let v = ok_json(&out, &["queue", "create"]);
+    assert_eq!(v["name"], "served");
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "sluice serve did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
 }

@@ -237,6 +237,9 @@ messages! {
         CommitOffsets(CommitOffsetsRequest),
         FetchCommitted(FetchCommittedRequest),
         GroupLag(GroupLagRequest),
+        ListTopics(ListTopicsRequest),
+        ListGroups(ListGroupsRequest),
+        DescribeGroup(DescribeGroupRequest),
     }
     responses {
         Error(ErrorResponse) = Error,
@@ -275,6 +278,9 @@ messages! {
         CommitOffsets(CommitOffsetsResult) = CommitOffsetsResult,
         FetchCommitted(FetchCommittedResult) = FetchCommittedResult,
         GroupLag(GroupLagResult) = GroupLagResult,
+        ListTopics(ListTopicsResult) = ListTopicsResult,
+        ListGroups(ListGroupsResult) = ListGroupsResult,
+        DescribeGroup(DescribeGroupResult) = DescribeGroupResult,
     }
 }
 
@@ -547,6 +553,9 @@ mod tests {
             Request::CommitOffsets(Default::default()),
             Request::FetchCommitted(Default::default()),
             Request::GroupLag(Default::default()),
+            Request::ListTopics(Default::default()),
+            Request::ListGroups(Default::default()),
+            Request::DescribeGroup(Default::default()),
         ]
         .iter()
         .map(Request::kind)
@@ -557,7 +566,7 @@ mod tests {
             .collect();
         assert_eq!(kinds, requests);
         let responses = FrameKind::ALL.iter().filter(|k| k.is_response()).count();
-        assert_eq!(responses, 36);
+        assert_eq!(responses, 39);
     }
 
     #[test]

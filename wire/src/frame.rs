@@ -183,6 +183,9 @@ pub enum FrameKind {
     CommitOffsets = 0x030A,
     FetchCommitted = 0x030B,
     GroupLag = 0x030C,
+    ListTopics = 0x030D,
+    ListGroups = 0x030E,
+    DescribeGroup = 0x030F,
 
     CreateTopicResult = 0x8301,
     DeleteTopicResult = 0x8302,
@@ -196,16 +199,19 @@ pub enum FrameKind {
     CommitOffsetsResult = 0x830A,
     FetchCommittedResult = 0x830B,
     GroupLagResult = 0x830C,
+    ListTopicsResult = 0x830D,
+    ListGroupsResult = 0x830E,
+    DescribeGroupResult = 0x830F,
 }
 
-/// Request-kind ranges of subsystems (streams: 0x0301..=0x030C in use); documented so nobody
+/// Request-kind ranges of subsystems (streams: 0x0301..=0x030F in use); documented so nobody
 /// reuses them.
 pub const KIND_RANGE_STREAMS: std::ops::RangeInclusive<u16> = 0x0300..=0x03FF;
 pub const KIND_RANGE_REPLICATION: std::ops::RangeInclusive<u16> = 0x0400..=0x04FF;
 
 impl FrameKind {
     /// Every kind, in numeric order of requests then responses (tests, docs, fuzzing).
-    pub const ALL: [FrameKind; 71] = [
+    pub const ALL: [FrameKind; 77] = [
         FrameKind::Hello,
         FrameKind::GetRouting,
         FrameKind::CreateQueue,
@@ -241,6 +247,9 @@ impl FrameKind {
         FrameKind::CommitOffsets,
         FrameKind::FetchCommitted,
         FrameKind::GroupLag,
+        FrameKind::ListTopics,
+        FrameKind::ListGroups,
+        FrameKind::DescribeGroup,
         FrameKind::Error,
         FrameKind::HelloOk,
         FrameKind::GetRoutingResult,
@@ -277,6 +286,9 @@ impl FrameKind {
         FrameKind::CommitOffsetsResult,
         FrameKind::FetchCommittedResult,
         FrameKind::GroupLagResult,
+        FrameKind::ListTopicsResult,
+        FrameKind::ListGroupsResult,
+        FrameKind::DescribeGroupResult,
     ];
 
     /// The kind with this number, or `None` for unassigned and reserved numbers.
@@ -454,8 +466,8 @@ mod tests {
                 assert!(k.response_kind().is_some(), "{k:?} has no response kind");
             }
         }
-        // Streams use 0x0301..=0x030C; the rest of their range and replication's stay free.
-        for raw in (0x030D..=*KIND_RANGE_STREAMS.end()).chain(KIND_RANGE_REPLICATION) {
+        // Streams use 0x0301..=0x030F; the rest of their range and replication's stay free.
+        for raw in (0x0310..=*KIND_RANGE_STREAMS.end()).chain(KIND_RANGE_REPLICATION) {
             assert_eq!(FrameKind::from_u16(raw), None);
             assert_eq!(FrameKind::from_u16(raw | KIND_RESPONSE_BIT), None);
         }

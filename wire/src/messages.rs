@@ -744,4 +744,44 @@ wire_types! {
     pub struct GroupLagResult {
         pub partitions: Vec<PartitionLagEntry>,
     }
+
+    // Operators' listings (the `sluice topic` and `sluice group` commands).
+
+    /// The account's topics, in name order.
+    #[derive(Debug, Default)]
+    pub struct ListTopicsRequest {}
+
+    #[derive(Debug, Default)]
+    pub struct ListTopicsResult {
+        pub topics: Vec<DescribeTopicResult>,
+    }
+
+    /// The account's consumer groups, in name order.
+    #[derive(Debug, Default)]
+    pub struct ListGroupsRequest {}
+
+    #[derive(Debug, Default)]
+    pub struct ListGroupsResult {
+        pub groups: Vec<String>,
+    }
+
+    /// A group's generation and members with their assigned partitions (`UnknownGroup`-style
+    /// answers are `found: false`, so that a group with commits but no members still shows).
+    #[derive(Debug, Default)]
+    pub struct DescribeGroupRequest {
+        pub group: String,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct GroupMemberEntry {
+        pub member_id: String,
+        pub assignment: Vec<TopicPartitionEntry>,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct DescribeGroupResult {
+        pub found: bool,
+        pub generation: u64,
+        pub members: Vec<GroupMemberEntry>,
+    }
 }

@@ -35,6 +35,8 @@ struct MMsg {
     body: String,
     message_id: MessageId,
     sent_ms: u64,
+    /// When it entered this queue (a dead letter keeps its original `sent_ms`).
+    arrived: u64,
     visible_at: u64,
     count: u32,
     first: Option<u64>,
@@ -146,6 +148,11 @@ impl Model {
         (visible, inflight, delayed)
     }
 
+    /// When the oldest message still here arrived (ApproximateAgeOfOldestMessage's origin).
+    fn oldest_arrival(&self) -> Option<u64> {
+        self.msgs.iter().map(|m| m.arrived).min()
+    }
+
     fn bytes(&self) -> usize {
         self.msgs.iter().map(|m| m.body.len()).sum()
     }
@@ -166,6 +173,7 @@ impl Model {
             body,
             message_id,
             sent_ms,
+            arrived: self.now,
             visible_at,
             count: 0,
             first: None,
@@ -690,6 +698,16 @@ impl Case {
             "dlq counters",
             (c.visible, c.in_flight, c.delayed),
             self.m_dlq.counters(),
+        )?;
+        self.check(
+            "source oldest arrival",
+            self.src.p.oldest_arrival_ms(),
+            self.m_src.oldest_arrival(),
+        )?;
+        self.check(
+            "dlq oldest arrival",
+            self.dlq.p.oldest_arrival_ms(),
+            self.m_dlq.oldest_arrival(),
         )
     }
 

@@ -366,6 +366,9 @@ struct Msg {
     payload: Arc<Payload>,
     message_id: MessageId,
     sent_ms: u64,
+    /// When it entered this partition (its `Sent` record's time; a dead letter's `sent_ms` is
+    /// its original send time instead). Ids grow with it: see `oldest_arrival_ms`.
+    arrived_ms: u64,
     visible_at_ms: u64,
     receive_count: u32,
     first_receive_ms: Option<u64>,
@@ -525,6 +528,15 @@ impl Partition {
     /// Counters as of the last `execute`/`tick`.
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+
+    /// When the oldest message not yet deleted (visible, delayed, in flight or being moved)
+    /// entered this partition; `None` when it holds none. ApproximateAgeOfOldestMessage is
+    /// `now - this`; for a dead-letter queue that is the time since the message arrived there,
+    /// as in SQS. O(log n): ids are given in log order and record times never go backwards
+    /// (`advance` keeps the latest), so the lowest live id arrived first.
+    pub fn oldest_arrival_ms(&self) -> Option<u64> {
+        self.msgs.first_key_value().map(|(_, m)| m.arrived_ms)
     }
 
     /// When the next timer is due (delay end, lease expiry, retention, dedup/attempt/origin
@@ -1683,6 +1695,7 @@ impl Partition {
                         payload: s.payload.clone(),
                         message_id: s.message_id,
                         sent_ms,
+                        arrived_ms: at,
                         visible_at_ms: s.visible_at_ms,
                         receive_count: 0,
                         first_receive_ms: None,
@@ -2034,11 +2047,12 @@ impl Partition {
                 .map_or("?", |g| &g.name);
             let _ = writeln!(
                 s,
-                "msg {id} @{} {} group={g:?} sent={} vis={} rc={} first={:?} {:?} touched={} \
-                 origin={:?} to={:?} body={:?} dedup={:?}",
+                "msg {id} @{} {} group={g:?} sent={} arrived={} vis={} rc={} first={:?} {:?} \
+                 touched={} origin={:?} to={:?} body={:?} dedup={:?}",
                 m.sent_offset,
                 m.message_id,
                 m.sent_ms,
+                m.arrived_ms,
                 m.visible_at_ms,
                 m.receive_count,
                 m.first_receive_ms,

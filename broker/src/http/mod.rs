@@ -87,7 +87,17 @@ impl HttpConfig {
 
 /// Serves the SQS API on this shard until the executor stops. Spawned once per shard.
 pub async fn serve(shard: Rc<Shard>) {
-    let config = match HttpConfig::new(shard.config.auth.clone()) {
+    let configured = HttpConfig::new(shard.config.auth.clone()).map(|mut c| {
+        let ms = std::time::Duration::from_millis;
+        if let Some(t) = shard.config.http_header_timeout_ms {
+            c.header_read_timeout = ms(t);
+        }
+        if let Some(t) = shard.config.http_body_timeout_ms {
+            c.body_read_timeout = ms(t);
+        }
+        c
+    });
+    let config = match configured {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "SQS HTTP API not started: bad configuration");
@@ -96,9 +106,10 @@ pub async fn serve(shard: Rc<Shard>) {
     };
     if shard.id == 0 && config.auth.mode == AuthMode::None {
         tracing::warn!(
-            "SQS HTTP API and native protocol: AUTHENTICATION IS OFF (SLUICE_AUTH=none): any \
+            "SQS HTTP API and native protocol: AUTHENTICATION IS OFF (auth mode none): any \
              request is accepted without checking its signature or credentials. Set \
-             SLUICE_AUTH=sigv4 and SLUICE_ACCESS_KEYS for anything but local development."
+             [auth] mode = \"sigv4\" and access_keys in the config file (or SLUICE_AUTH=sigv4 \
+             and SLUICE_ACCESS_KEYS) for anything but local development."
         );
     }
     let addr = shard.config.http_addr;

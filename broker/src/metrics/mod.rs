@@ -19,7 +19,7 @@
 pub mod serve;
 
 use crate::engine::{Counters, Reply};
-use sluice_storage::LogStats;
+use sluice_storage::{FsyncHistogram, LogStats, FSYNC_BUCKETS_US};
 use sluice_wire::{ErrorCode, FrameKind};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -213,6 +213,8 @@ pub struct PartitionSnapshot {
     pub queue_id: u64,
     pub partition: u32,
     pub counters: Counters,
+    /// Age of the partition's oldest message not yet deleted (`None`: it holds none).
+    pub oldest_age_ms: Option<u64>,
     pub ops: OpCounts,
     pub log: LogStats,
     pub segments: u64,
@@ -310,8 +312,13 @@ pub fn render(
 
     // ---- per queue (summed over partitions, wherever they live)
     let mut per_queue: HashMap<u64, (OpCounts, Counters)> = HashMap::new();
+    let mut oldest_ms: HashMap<u64, u64> = HashMap::new();
     for s in snapshots {
         for p in &s.partitions {
+            if let Some(age) = p.oldest_age_ms {
+                let o = oldest_ms.entry(p.queue_id).or_default();
+                *o = (*o).max(age);
+            }
             let e = per_queue.entry(p.queue_id).or_default();
             e.0.add(&p.ops);
             e.1.visible += p.counters.visible;
@@ -395,6 +402,24 @@ pub fn render(
         }
     }
 
+    let name = "sluice_queue_oldest_message_age_seconds";
+    header(
+        &mut out,
+        name,
+        "gauge",
+        "Age of the oldest message not yet deleted, 0 when empty (ApproximateAgeOfOldestMessage; in a dead-letter queue, time since it arrived there).",
+    );
+    for q in queues {
+        let age_ms = oldest_ms.get(&q.id).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{name}{{tenant=\"{}\",queue=\"{}\"}} {:.3}",
+            esc(&q.tenant),
+            esc(&q.name),
+            age_ms as f64 / 1e3
+        );
+    }
+
     // ---- per shard: requests
     header(
         &mut out,
@@ -461,6 +486,28 @@ pub fn render(
             "sluice_log_durable_wait_seconds",
             &labels,
             &s.durable_wait,
+        );
+    }
+    header(
+        &mut out,
+        "sluice_log_fsync_duration_seconds",
+        "histogram",
+        "Time of each group commit's fdatasync in the shard's queue partition logs (measured in storage around the call).",
+    );
+    for s in snapshots {
+        let mut h = FsyncHistogram::default();
+        for p in &s.partitions {
+            h.add(&p.log.fsync);
+        }
+        let labels = format!("shard=\"{}\"", s.shard);
+        histogram_of(
+            &mut out,
+            "sluice_log_fsync_duration_seconds",
+            &labels,
+            &FSYNC_BUCKETS_US,
+            &h.buckets,
+            h.sum_us,
+            h.count,
         );
     }
     header(
@@ -566,23 +613,108 @@ pub fn render(
 
 /// One histogram's series: cumulative buckets, sum and count.
 fn histogram(out: &mut String, name: &str, labels: &str, r: &RequestStats) {
+    histogram_of(
+        out,
+        name,
+        labels,
+        &LATENCY_BUCKETS_US,
+        &r.buckets,
+        r.duration_us_sum,
+        r.count,
+    );
+}
+
+/// A histogram from per-bucket counts (`buckets` has one more slot than `bounds_us`: +Inf).
+fn histogram_of(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    bounds_us: &[u64],
+    buckets: &[u64],
+    sum_us: u64,
+    count: u64,
+) {
+    debug_assert_eq!(buckets.len(), bounds_us.len() + 1);
     let mut cumulative = 0;
-    for (i, le) in LATENCY_BUCKETS_US.iter().enumerate() {
-        cumulative += r.buckets[i];
+    for (le, n) in bounds_us.iter().zip(buckets) {
+        cumulative += n;
         let _ = writeln!(
             out,
             "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}",
             *le as f64 / 1e6
         );
     }
-    cumulative += r.buckets[LATENCY_BUCKETS_US.len()];
+    cumulative += buckets.last().copied().unwrap_or(0);
     let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
-    let _ = writeln!(
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", sum_us as f64 / 1e6);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+}
+
+/// One consumer group's position on one partition, for the lag series.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLagFigure {
+    pub tenant: String,
+    pub group: String,
+    /// A topic's name, or `queue:<name>` for a queue read as a stream.
+    pub topic: String,
+    pub partition: u32,
+    pub lag: u64,
+}
+
+/// Lag series are bounded: at most this many (group, partition) pairs per scrape; the rest is
+/// left out and `sluice_group_lag_truncated` says so.
+pub const GROUP_LAG_SERIES_MAX: usize = 10_000;
+
+/// Renders consumer-group lag: per (group, topic) summed, and per partition.
+pub fn render_group_lag(out: &mut String, lags: &[GroupLagFigure], truncated: bool) {
+    let mut per_topic: std::collections::BTreeMap<(&str, &str, &str), u64> =
+        std::collections::BTreeMap::new();
+    for l in lags {
+        *per_topic
+            .entry((l.tenant.as_str(), l.group.as_str(), l.topic.as_str()))
+            .or_default() += l.lag;
+    }
+    let name = "sluice_group_lag";
+    header(
         out,
-        "{name}_sum{{{labels}}} {}",
-        r.duration_us_sum as f64 / 1e6
+        name,
+        "gauge",
+        "Records produced and not yet committed by a consumer group, per topic (latest offset minus committed, summed over partitions).",
     );
-    let _ = writeln!(out, "{name}_count{{{labels}}} {}", r.count);
+    for ((tenant, group, topic), lag) in per_topic {
+        let _ = writeln!(
+            out,
+            "{name}{{tenant=\"{}\",group=\"{}\",topic=\"{}\"}} {lag}",
+            esc(tenant),
+            esc(group),
+            esc(topic)
+        );
+    }
+    let name = "sluice_group_partition_lag";
+    header(
+        out,
+        name,
+        "gauge",
+        "Records produced and not yet committed by a consumer group, per partition.",
+    );
+    for l in lags {
+        let _ = writeln!(
+            out,
+            "{name}{{tenant=\"{}\",group=\"{}\",topic=\"{}\",partition=\"{}\"}} {}",
+            esc(&l.tenant),
+            esc(&l.group),
+            esc(&l.topic),
+            l.partition,
+            l.lag
+        );
+    }
+    header(
+        out,
+        "sluice_group_lag_truncated",
+        "gauge",
+        "1 when the lag series were cut short (more group partitions than the scrape renders, or the coordinator did not answer in time).",
+    );
+    let _ = writeln!(out, "sluice_group_lag_truncated {}", u8::from(truncated));
 }
 
 #[cfg(test)]

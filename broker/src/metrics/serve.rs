@@ -120,12 +120,23 @@ async fn handle<B>(shard: &Shard, readiness: &Readiness, req: Request<B>) -> Res
         "/metrics" => {
             let snapshots = shard.metrics_snapshots().await;
             let queues = shard.metrics_queue_labels();
-            let body = super::render(
+            let mut body = super::render(
                 &snapshots,
                 &queues,
                 readiness.started.elapsed(),
                 readiness.is_ready(),
             );
+            // Group lag asks the coordinator and the partitions' owners; a slow shard must
+            // not hang the scrape, so it is bounded like the snapshots.
+            let timeout = Duration::from_millis(super::SHARD_SNAPSHOT_TIMEOUT_MS);
+            let lags = Box::pin(shard.metrics_group_lags());
+            let (lags, truncated) =
+                match futures::future::select(lags, Box::pin(glommio::timer::sleep(timeout))).await
+                {
+                    futures::future::Either::Left((r, _)) => r,
+                    futures::future::Either::Right(_) => (Vec::new(), true),
+                };
+            super::render_group_lag(&mut body, &lags, truncated);
             text(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",

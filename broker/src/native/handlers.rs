@@ -147,7 +147,10 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
         | Request::CommitOffsets(_)
         | Request::FetchCommitted(_)
         | Request::GroupLag(_)
-        | Request::GetRouting(_)) => return super::streams::dispatch(ctx, r).await,
+        | Request::GetRouting(_)
+        | Request::ListTopics(_)
+        | Request::ListGroups(_)
+        | Request::DescribeGroup(_)) => return super::streams::dispatch(ctx, r).await,
         Request::CreateQueue(r) => {
             if r.queue_name.is_empty() {
                 return Err(Failure::missing("QueueName"));

@@ -227,6 +227,42 @@ pub async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response, Failure> 
                 })
                 .collect(),
         }),
+        Request::ListTopics(_) => {
+            let mut topics = s.list_topics(account);
+            topics.sort_by(|a, b| a.name.cmp(&b.name));
+            Response::ListTopics(wire::ListTopicsResult {
+                topics: topics
+                    .iter()
+                    .map(|t| wire::DescribeTopicResult {
+                        name: t.name.clone(),
+                        partitions: t.partitions(),
+                        retention_ms: t.config.retention_ms,
+                        retention_bytes: t.config.retention_bytes,
+                    })
+                    .collect(),
+            })
+        }
+        Request::ListGroups(_) => Response::ListGroups(wire::ListGroupsResult {
+            groups: s.list_groups(account).await?,
+        }),
+        Request::DescribeGroup(r) => {
+            let d = s.describe_group(account, &r.group).await?;
+            Response::DescribeGroup(match d {
+                None => wire::DescribeGroupResult::default(),
+                Some(d) => wire::DescribeGroupResult {
+                    found: true,
+                    generation: d.generation,
+                    members: d
+                        .members
+                        .into_iter()
+                        .map(|(member_id, parts)| wire::GroupMemberEntry {
+                            member_id,
+                            assignment: assignment(parts),
+                        })
+                        .collect(),
+                },
+            })
+        }
         other => {
             return Err(Failure::new(
                 ErrorCode::InternalFailure,

@@ -240,6 +240,7 @@ impl Shard {
             std::iter::empty(),
         );
         log.append(b.finish().expect("one record")).await?;
+        record.log_durable();
         self.broadcast_meta(vec![record]).await
     }
 
@@ -416,6 +417,7 @@ impl Shard {
         let mut b = sluice_storage::BatchBuilder::new();
         b.push_parts(now as i64, None, &record.encode(), std::iter::empty());
         log.append(b.finish().expect("one record")).await?;
+        record.log_durable();
         self.broadcast_meta(vec![record]).await?;
         Ok(id)
     }

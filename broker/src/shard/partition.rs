@@ -342,6 +342,11 @@ impl PartitionActor {
             queue_id: self.queue_id,
             partition: self.partition,
             counters: self.counters(),
+            oldest_age_ms: self
+                .engine
+                .borrow()
+                .oldest_arrival_ms()
+                .map(|at| crate::runtime::now_ms().saturating_sub(at)),
             ops: self.ops.snapshot(),
             log: log.stats(),
             segments: log.segments().len() as u64,

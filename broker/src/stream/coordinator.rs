@@ -101,7 +101,10 @@ impl Coordinator {
                 }
                 let expired = c.groups.borrow_mut().tick(runtime::now_ms(), &*partitions);
                 if expired > 0 {
-                    tracing::info!(expired, "consumer group members expired");
+                    tracing::info!(
+                        expired,
+                        "consumer group members expired; their groups rebalanced"
+                    );
                 }
             }
         });
@@ -116,14 +119,28 @@ impl Coordinator {
         session_timeout_ms: u64,
         partitions: &PartitionsOf,
     ) -> StreamResult<Assignment> {
-        self.groups.borrow_mut().join(
+        let before = self.generation(group);
+        let a = self.groups.borrow_mut().join(
             runtime::now_ms(),
             group,
             member_id,
             topics,
             session_timeout_ms,
             partitions,
-        )
+        )?;
+        if Some(a.generation) != before {
+            tracing::info!(
+                %group,
+                member = %a.member_id,
+                generation = a.generation,
+                "consumer group rebalanced: a member joined"
+            );
+        }
+        Ok(a)
+    }
+
+    fn generation(&self, group: &str) -> Option<u64> {
+        self.groups.borrow().describe(group).map(|d| d.generation)
     }
 
     pub fn heartbeat(&self, group: &str, member_id: &str) -> StreamResult<Assignment> {
@@ -138,7 +155,15 @@ impl Coordinator {
         member_id: &str,
         partitions: &PartitionsOf,
     ) -> StreamResult<()> {
-        self.groups.borrow_mut().leave(group, member_id, partitions)
+        let before = self.generation(group);
+        self.groups
+            .borrow_mut()
+            .leave(group, member_id, partitions)?;
+        let after = self.generation(group);
+        if after != before {
+            tracing::info!(%group, member = %member_id, generation = ?after, "consumer group rebalanced: a member left");
+        }
+        Ok(())
     }
 
     /// Checks, stages and applies a commit with no await in between (so commits reach the log
@@ -225,6 +250,11 @@ impl Coordinator {
 
     pub fn describe(&self, group: &str) -> Option<super::group::GroupDescription> {
         self.groups.borrow().describe(group)
+    }
+
+    /// Every group's qualified name.
+    pub fn list(&self) -> Vec<String> {
+        self.groups.borrow().list()
     }
 
     pub fn committed(&self, group: &str) -> BTreeMap<TopicPartition, u64> {

@@ -334,6 +334,11 @@ impl Groups {
             .unwrap_or_default()
     }
 
+    /// Every group's name (qualified by tenant), in order (at most `GROUPS_MAX`).
+    pub fn list(&self) -> Vec<String> {
+        self.groups.keys().cloned().collect()
+    }
+
     /// The group's generation and each member's partitions (for operators and tests).
     pub fn describe(&self, group: &str) -> Option<GroupDescription> {
         self.groups.get(group).map(|g| GroupDescription {

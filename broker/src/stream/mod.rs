@@ -246,6 +246,8 @@ pub enum StreamOp {
         partition: u32,
         spec: OffsetSpec,
     },
+    /// Every group's qualified name (all tenants; the caller filters).
+    ListGroups,
     /// Read a queue partition's messages as a stream (`queue_view`).
     FetchQueue {
         queue_id: u64,
@@ -267,6 +269,7 @@ pub enum StreamReply {
     Done,
     Committed(BTreeMap<TopicPartition, u64>),
     Described(Option<GroupDescription>),
+    Groups(Vec<String>),
     QueueFetched(queue_view::QueueFetch),
 }
 
@@ -575,6 +578,7 @@ impl Shard {
             StreamOp::Describe { group } => {
                 Ok(StreamReply::Described(self.coordinator()?.describe(&group)))
             }
+            StreamOp::ListGroups => Ok(StreamReply::Groups(self.coordinator()?.list())),
         }
     }
 
@@ -907,6 +911,60 @@ impl Shard {
             })),
             other => Err(StreamError::Internal(format!("unexpected {other:?}"))),
         }
+    }
+
+    /// Every group of every tenant as (tenant, group), in order.
+    pub async fn list_all_groups(&self) -> StreamResult<Vec<(String, String)>> {
+        match self.group_request(StreamOp::ListGroups).await? {
+            StreamReply::Groups(names) => Ok(names
+                .into_iter()
+                .filter_map(|q| {
+                    q.split_once('/')
+                        .map(|(t, g)| (t.to_string(), g.to_string()))
+                })
+                .collect()),
+            other => Err(StreamError::Internal(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Every group's lag per partition for `/metrics` (at most
+    /// [`GROUP_LAG_SERIES_MAX`](crate::metrics::GROUP_LAG_SERIES_MAX) pairs); `true` if cut
+    /// short. A group whose lag cannot be read now is left out of this scrape.
+    pub async fn metrics_group_lags(&self) -> (Vec<crate::metrics::GroupLagFigure>, bool) {
+        let max = crate::metrics::GROUP_LAG_SERIES_MAX;
+        let Ok(groups) = self.list_all_groups().await else {
+            return (Vec::new(), true);
+        };
+        let mut out = Vec::new();
+        for (tenant, group) in groups {
+            let Ok(lags) = self.group_lag(&tenant, &group).await else {
+                continue;
+            };
+            for l in lags {
+                if out.len() >= max {
+                    return (out, true);
+                }
+                out.push(crate::metrics::GroupLagFigure {
+                    tenant: tenant.clone(),
+                    group: group.clone(),
+                    topic: l.topic,
+                    partition: l.partition,
+                    lag: l.lag,
+                });
+            }
+        }
+        (out, false)
+    }
+
+    /// The tenant's consumer groups (names), in order.
+    pub async fn list_groups(&self, tenant: &str) -> StreamResult<Vec<String>> {
+        Ok(self
+            .list_all_groups()
+            .await?
+            .into_iter()
+            .filter(|(t, _)| t == tenant)
+            .map(|(_, g)| g)
+            .collect())
     }
 
     /// Per partition the group has committed on: latest offset minus committed.

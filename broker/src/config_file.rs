@@ -1,0 +1,506 @@
+//! The broker's configuration file (TOML), and how it meets flags and environment variables.
+//!
+//! Precedence, setting by setting: command-line flag > environment variable > file > built-in
+//! default. clap gives a flag or its environment variable (the [`Settings`] of the command
+//! line); [`Settings::or`] lays them over the file's; [`Settings::resolve`] fills the rest with
+//! the embedded defaults and checks the result. Unknown keys in the file are errors that name
+//! the key (a typo must not silently leave a default in force).
+//!
+//! The same struct is the file's schema and the effective configuration printed at start and by
+//! `sluiced --print-config`, with every secret replaced by [`REDACTED`] ([`Settings::redacted`]).
+//! The example file `sluice.toml` at the repository root documents every field.
+
+use crate::config::{BrokerConfig, QUIC_IDLE_TIMEOUT_MS_DEFAULT};
+use crate::http::auth::{valid_account, AuthConfig, AuthMode, Credential};
+use crate::http::{BODY_READ_TIMEOUT_MS_DEFAULT, HEADER_READ_TIMEOUT_MS_DEFAULT};
+use crate::metadata::DEFAULT_TENANT;
+use crate::quic::tls::ServerIdentity;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// What a secret is printed as.
+pub const REDACTED: &str = "<redacted>";
+/// A configuration file larger than this is refused (it is a few hundred bytes in practice).
+pub const CONFIG_FILE_BYTES_MAX: u64 = 1024 * 1024;
+
+/// A configuration error: the message names the file, key or variable at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Every setting, each optional: one layer (file, or command line and environment). Resolved,
+/// every field is `Some` except the optional paths.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Where queues, logs, keys and certificates live.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Shards (one executor thread each).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<usize>,
+    /// Pin shard i to CPU `cpus[i % len]`; empty: not pinned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Vec<usize>>,
+    /// Partitions of each new queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
+    /// Region named in queue ARNs and URLs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "AuthSettings::is_empty")]
+    pub auth: AuthSettings,
+    #[serde(default, skip_serializing_if = "HttpSettings::is_empty")]
+    pub http: HttpSettings,
+    #[serde(default, skip_serializing_if = "QuicSettings::is_empty")]
+    pub quic: QuicSettings,
+    #[serde(default, skip_serializing_if = "MetricsSettings::is_empty")]
+    pub metrics: MetricsSettings,
+}
+
+/// `[auth]`: who may call, both front ends (SigV4 on HTTP, `AKID:SECRET` tokens on QUIC).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    /// `none` (accept any request; local development) or `sigv4`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<AuthName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_keys: Option<Vec<AccessKey>>,
+}
+
+/// `[http]`: the SQS-compatible HTTP API.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthName {
+    None,
+    Sigv4,
+}
+
+/// One SigV4 access key: the account id is the tenant.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessKey {
+    pub id: String,
+    pub secret: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+}
+
+/// `[quic]`: the native protocol.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuicSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr: Option<SocketAddr>,
+    /// PEM certificate chain (with `key`); absent: self-signed in the data dir.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// PEM CA bundle: require client certificates chaining to it (mutual TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Serve an endpoint per shard besides `addr`, for clients routing to the owning core.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_endpoints: Option<bool>,
+    /// Shard i's endpoint listens on `shard_port_base + i`; 0: ports picked at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_port_base: Option<u16>,
+}
+
+/// `[metrics]`: Prometheus `/metrics`, `/health`, `/ready`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr: Option<SocketAddr>,
+}
+
+impl AuthSettings {
+    fn is_empty(&self) -> bool {
+        *self == AuthSettings::default()
+    }
+}
+
+impl HttpSettings {
+    fn is_empty(&self) -> bool {
+        *self == HttpSettings::default()
+    }
+}
+
+impl QuicSettings {
+    fn is_empty(&self) -> bool {
+        *self == QuicSettings::default()
+    }
+}
+
+impl MetricsSettings {
+    fn is_empty(&self) -> bool {
+        *self == MetricsSettings::default()
+    }
+}
+
+/// Parses `AKID:SECRET[:ACCOUNT],…` (the `SLUICE_ACCESS_KEYS` form).
+pub fn parse_access_keys(s: &str) -> Result<Vec<AccessKey>, ConfigError> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let mut parts = item.splitn(3, ':');
+        match (parts.next(), parts.next()) {
+            (Some(id), Some(secret)) => out.push(AccessKey {
+                id: id.to_string(),
+                secret: secret.to_string(),
+                account: parts.next().map(str::to_string),
+            }),
+            // Never echo the item: it may hold a secret.
+            _ => {
+                return Err(ConfigError(format!(
+                    "access key #{}: expected AKID:SECRET[:ACCOUNT]",
+                    out.len() + 1
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Settings {
+    /// Parses a TOML document (`origin` names it in errors).
+    pub fn parse(text: &str, origin: &str) -> Result<Settings, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(format!("{origin}: {e}")))
+    }
+
+    /// Reads and parses a configuration file.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let shown = path.display();
+        let meta = std::fs::metadata(path)
+            .map_err(|e| ConfigError(format!("config file {shown}: {e}")))?;
+        if meta.len() > CONFIG_FILE_BYTES_MAX {
+            return Err(ConfigError(format!(
+                "config file {shown}: larger than {CONFIG_FILE_BYTES_MAX} bytes"
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("config file {shown}: {e}")))?;
+        Settings::parse(&text, &format!("config file {shown}"))
+    }
+
+    /// This layer over `below`: each setting from `self` if it has one, else from `below`.
+    pub fn or(self, below: Settings) -> Settings {
+        Settings {
+            data_dir: self.data_dir.or(below.data_dir),
+            shards: self.shards.or(below.shards),
+            cpus: self.cpus.or(below.cpus),
+            partitions: self.partitions.or(below.partitions),
+            region: self.region.or(below.region),
+            auth: AuthSettings {
+                mode: self.auth.mode.or(below.auth.mode),
+                access_keys: self.auth.access_keys.or(below.auth.access_keys),
+            },
+            http: HttpSettings {
+                addr: self.http.addr.or(below.http.addr),
+                header_timeout_ms: self.http.header_timeout_ms.or(below.http.header_timeout_ms),
+                body_timeout_ms: self.http.body_timeout_ms.or(below.http.body_timeout_ms),
+            },
+            quic: QuicSettings {
+                enabled: self.quic.enabled.or(below.quic.enabled),
+                addr: self.quic.addr.or(below.quic.addr),
+                cert: self.quic.cert.or(below.quic.cert),
+                key: self.quic.key.or(below.quic.key),
+                client_ca: self.quic.client_ca.or(below.quic.client_ca),
+                idle_timeout_ms: self.quic.idle_timeout_ms.or(below.quic.idle_timeout_ms),
+                shard_endpoints: self.quic.shard_endpoints.or(below.quic.shard_endpoints),
+                shard_port_base: self.quic.shard_port_base.or(below.quic.shard_port_base),
+            },
+            metrics: MetricsSettings {
+                addr: self.metrics.addr.or(below.metrics.addr),
+            },
+        }
+    }
+
+    /// The built-in defaults: the embedded single node on loopback.
+    pub fn defaults() -> Settings {
+        let shards = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Settings {
+            data_dir: Some(PathBuf::from("sluice-data")),
+            shards: Some(shards),
+            cpus: Some(Vec::new()),
+            partitions: None, // the number of shards, once they are known
+            region: Some("us-east-1".to_string()),
+            auth: AuthSettings {
+                mode: Some(AuthName::None),
+                access_keys: Some(Vec::new()),
+            },
+            http: HttpSettings {
+                addr: Some("127.0.0.1:9324".parse().expect("literal")),
+                header_timeout_ms: Some(HEADER_READ_TIMEOUT_MS_DEFAULT),
+                body_timeout_ms: Some(BODY_READ_TIMEOUT_MS_DEFAULT),
+            },
+            quic: QuicSettings {
+                enabled: Some(true),
+                addr: Some("127.0.0.1:7400".parse().expect("literal")),
+                cert: None,
+                key: None,
+                client_ca: None,
+                idle_timeout_ms: Some(QUIC_IDLE_TIMEOUT_MS_DEFAULT),
+                shard_endpoints: Some(true),
+                shard_port_base: Some(0),
+            },
+            metrics: MetricsSettings {
+                addr: Some("127.0.0.1:9400".parse().expect("literal")),
+            },
+        }
+    }
+
+    /// Fills what is unset with the defaults and checks the whole.
+    pub fn resolve(self) -> Result<Settings, ConfigError> {
+        let mut s = self.or(Settings::defaults());
+        let shards = s.shards.expect("default");
+        if shards == 0 {
+            return Err(ConfigError("shards: must be at least 1".into()));
+        }
+        let partitions = *s.partitions.get_or_insert(shards as u32);
+        if partitions == 0 {
+            return Err(ConfigError("partitions: must be at least 1".into()));
+        }
+        if s.region.as_deref().is_some_and(str::is_empty) {
+            return Err(ConfigError("region: must not be empty".into()));
+        }
+        if s.quic.cert.is_some() != s.quic.key.is_some() {
+            return Err(ConfigError(
+                "quic.cert and quic.key: give both (or neither, for a self-signed certificate)"
+                    .into(),
+            ));
+        }
+        if s.quic.idle_timeout_ms == Some(0) {
+            return Err(ConfigError("quic.idle_timeout_ms: must be above 0".into()));
+        }
+        if s.http.header_timeout_ms == Some(0) || s.http.body_timeout_ms == Some(0) {
+            return Err(ConfigError(
+                "http.header_timeout_ms, http.body_timeout_ms: must be above 0".into(),
+            ));
+        }
+        let keys = s.auth.access_keys.as_deref().unwrap_or_default();
+        for (i, k) in keys.iter().enumerate() {
+            let account = k.account.as_deref().unwrap_or(DEFAULT_TENANT);
+            if k.id.is_empty() || k.secret.is_empty() || !valid_account(account) {
+                return Err(ConfigError(format!(
+                    "auth.access_keys[{i}]: empty id or secret, or a bad account id \
+                     (1-64 of A-Z a-z 0-9 - _)"
+                )));
+            }
+        }
+        if s.auth.mode == Some(AuthName::Sigv4) && keys.is_empty() {
+            return Err(ConfigError(
+                "auth.mode = \"sigv4\" needs auth.access_keys (or SLUICE_ACCESS_KEYS)".into(),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// The same settings with every secret replaced by [`REDACTED`]: what may be printed.
+    pub fn redacted(&self) -> Settings {
+        let mut s = self.clone();
+        for k in s.auth.access_keys.iter_mut().flatten() {
+            k.secret = REDACTED.to_string();
+        }
+        s
+    }
+
+    /// TOML text (print it only [`redacted`](Settings::redacted)).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("settings are plain TOML values")
+    }
+
+    /// One line (JSON), for the start-up log (print it only redacted).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).expect("settings are plain JSON values")
+    }
+
+    /// Who may call, for both front ends.
+    pub fn auth_config(&self) -> AuthConfig {
+        let keys: HashMap<String, Credential> = self
+            .auth
+            .access_keys
+            .iter()
+            .flatten()
+            .map(|k| {
+                (
+                    k.id.clone(),
+                    Credential {
+                        secret: k.secret.clone(),
+                        account: k.account.clone().unwrap_or(DEFAULT_TENANT.to_string()),
+                    },
+                )
+            })
+            .collect();
+        AuthConfig {
+            mode: match self.auth.mode {
+                Some(AuthName::Sigv4) => AuthMode::SigV4,
+                _ => AuthMode::None,
+            },
+            keys,
+        }
+    }
+
+    /// The broker configuration of resolved settings. Creates the data dir and its receipt key
+    /// (the only side effect), so call it only to start.
+    pub fn broker_config(&self) -> std::io::Result<BrokerConfig> {
+        let data_dir = self.data_dir.clone().unwrap_or("sluice-data".into());
+        let mut c = BrokerConfig::embedded(data_dir)?;
+        let d = Settings::defaults();
+        c.shards = self.shards.or(d.shards).expect("default");
+        c.default_partitions = self.partitions.unwrap_or(c.shards as u32);
+        c.cpus = self.cpus.clone().unwrap_or_default();
+        c.region = self.region.clone().or(d.region).expect("default");
+        c.http_addr = self.http.addr.or(d.http.addr).expect("default");
+        c.auth = self.auth_config();
+        c.http_header_timeout_ms = Some(
+            self.http
+                .header_timeout_ms
+                .unwrap_or(HEADER_READ_TIMEOUT_MS_DEFAULT),
+        );
+        c.http_body_timeout_ms = Some(
+            self.http
+                .body_timeout_ms
+                .unwrap_or(BODY_READ_TIMEOUT_MS_DEFAULT),
+        );
+        c.quic_enabled = self.quic.enabled.unwrap_or(true);
+        c.quic_addr = self.quic.addr.or(d.quic.addr).expect("default");
+        if let (Some(cert_path), Some(key_path)) = (&self.quic.cert, &self.quic.key) {
+            c.quic_tls.identity = ServerIdentity::Files {
+                cert_path: cert_path.clone(),
+                key_path: key_path.clone(),
+            };
+        }
+        c.quic_tls.client_ca_path = self.quic.client_ca.clone();
+        c.quic_idle_timeout_ms = self
+            .quic
+            .idle_timeout_ms
+            .unwrap_or(QUIC_IDLE_TIMEOUT_MS_DEFAULT);
+        c.quic_shard_port_base = match self.quic.shard_endpoints {
+            Some(false) => None,
+            _ => Some(self.quic.shard_port_base.unwrap_or(0)),
+        };
+        c.metrics_addr = self.metrics.addr.or(d.metrics.addr).expect("default");
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../sluice.toml");
+
+    #[test]
+    fn the_example_file_loads_and_resolves() {
+        let s = Settings::parse(EXAMPLE, "sluice.toml").expect("example parses");
+        assert_eq!(s.data_dir.as_deref(), Some(Path::new("sluice-data")));
+        assert_eq!(s.http.addr, Some("127.0.0.1:9324".parse().unwrap()));
+        assert_eq!(s.quic.addr, Some("127.0.0.1:7400".parse().unwrap()));
+        assert_eq!(s.metrics.addr, Some("127.0.0.1:9400".parse().unwrap()));
+        let r = s.resolve().expect("example resolves");
+        assert_eq!(r.quic.enabled, Some(true));
+        // The example is the embedded default written out: same effective settings.
+        let default = Settings::default().resolve().unwrap();
+        assert_eq!(r.http, default.http);
+        assert_eq!(r.auth, default.auth);
+        assert_eq!(r.quic, default.quic);
+        assert_eq!(r.metrics, default.metrics);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        let e = Settings::parse("shardz = 2\n", "f").unwrap_err();
+        assert!(e.0.contains("shardz"), "{e}");
+        let e = Settings::parse("[quic]\nadress = \"127.0.0.1:1\"\n", "f").unwrap_err();
+        assert!(e.0.contains("adress"), "{e}");
+        let e = Settings::parse("[nope]\n", "f").unwrap_err();
+        assert!(e.0.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_clear_errors() {
+        let e = Settings::parse("[http]\naddr = \"nowhere\"\n", "f").unwrap_err();
+        assert!(e.0.contains("addr") || e.0.contains("socket"), "{e}");
+        assert!(Settings::parse("shards = \"two\"\n", "f").is_err());
+        let e = Settings::parse("shards = 0\n", "f")
+            .unwrap()
+            .resolve()
+            .unwrap_err();
+        assert!(e.0.contains("shards"), "{e}");
+        let e = Settings::parse("[auth]\nmode = \"sigv4\"\n", "f")
+            .unwrap()
+            .resolve()
+            .unwrap_err();
+        assert!(e.0.contains("access_keys"), "{e}");
+        let e = Settings::parse("[quic]\ncert = \"c.pem\"\n", "f")
+            .unwrap()
+            .resolve()
+            .unwrap_err();
+        assert!(e.0.contains("quic.key"), "{e}");
+    }
+
+    #[test]
+    fn layers_take_precedence_setting_by_setting() {
+        let file = Settings::parse("shards = 3\nregion = \"eu-west-1\"\n", "f").unwrap();
+        let cli = Settings {
+            shards: Some(1),
+            ..Settings::default()
+        };
+        let r = cli.or(file).resolve().unwrap();
+        assert_eq!(r.shards, Some(1));
+        assert_eq!(r.partitions, Some(1));
+        assert_eq!(r.region.as_deref(), Some("eu-west-1"));
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_every_printed_form() {
+        let s = Settings::parse(
+            "[auth]\nmode = \"sigv4\"\naccess_keys = [{ id = \"AKID1\", secret = \"s3cr3t-v4lue\" }]\n",
+            "f",
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        let r = s.redacted();
+        for text in [r.to_toml(), r.to_line()] {
+            assert!(!text.contains("s3cr3t-v4lue"), "{text}");
+            assert!(text.contains("AKID1") && text.contains(REDACTED), "{text}");
+        }
+        // What is printed parses back (the printed file can be edited and used).
+        let back = Settings::parse(&r.to_toml(), "printed").unwrap();
+        assert_eq!(back, r);
+        assert_eq!(
+            s.auth_config().keys["AKID1"].secret,
+            "s3cr3t-v4lue".to_string()
+        );
+    }
+
+    #[test]
+    fn access_keys_parse_without_echoing_secrets() {
+        let k = parse_access_keys("A:s1, B:s2:acct").unwrap();
+        assert_eq!(k.len(), 2);
+        assert_eq!(k[1].account.as_deref(), Some("acct"));
+        let e = parse_access_keys("justonesecretword").unwrap_err();
+        assert!(!e.0.contains("justonesecretword"), "{e}");
+    }
+}

@@ -1,0 +1,237 @@
+//! The broker daemon's command line and life cycle, shared by `sluiced` and `sluice serve`:
+//! settings from flags, environment and a TOML file (`crate::config_file`), the effective
+//! configuration logged (secrets redacted), start, wait for SIGINT/SIGTERM, shut down.
+//!
+//! Exit codes: 0 stopped cleanly (or `--print-config`), 1 the broker failed to start,
+//! 2 bad flags or configuration.
+
+use crate::config_file::{parse_access_keys, AuthName, ConfigError, Settings};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_START_FAILED: i32 = 1;
+pub const EXIT_BAD_CONFIG: i32 = 2;
+
+/// The help text's word on where settings come from.
+pub const SETTINGS_HELP: &str = "\
+Settings come from, highest precedence first: a flag, its environment variable, the config file
+(--config FILE or SLUICE_CONFIG; TOML, unknown keys rejected; see sluice.toml in the repository
+for every field), the built-in default. With none of them: the embedded single node on loopback,
+data in ./sluice-data. The effective configuration is logged at start with secrets redacted;
+--print-config prints it as TOML and exits.
+
+Exit codes: 0 stopped cleanly, 1 start failed, 2 bad flags or configuration.";
+
+/// Flags of the broker daemon. Each has an environment variable; neither given: the config
+/// file's value, else the default shown.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DaemonArgs {
+    /// TOML configuration file (flags and environment variables override it).
+    #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration (TOML, secrets redacted) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Where queues, logs, keys and certificates live [default: sluice-data].
+    #[arg(long, env = "SLUICE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Shards (one executor thread each) [default: one per available core]. `--cores` is the
+    /// same flag.
+    #[arg(long, visible_alias = "cores", env = "SLUICE_SHARDS")]
+    pub shards: Option<usize>,
+    /// Pin shards to these CPUs (comma-separated) [default: not pinned].
+    #[arg(long, env = "SLUICE_CPUS", value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// Partitions of each new queue [default: the number of shards].
+    #[arg(long, env = "SLUICE_PARTITIONS")]
+    pub partitions: Option<u32>,
+    /// SQS-compatible HTTP API [default: 127.0.0.1:9324].
+    #[arg(long, env = "SLUICE_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
+    /// Authentication of both front ends: `none` (local development; logged loudly) or
+    /// `sigv4` (SigV4 signatures on HTTP, `AKID:SECRET` tokens on QUIC) [default: none].
+    #[arg(long, env = "SLUICE_AUTH", value_parser = ["none", "sigv4"])]
+    pub auth: Option<String>,
+    /// SigV4 access keys, AKID:SECRET[:ACCOUNT],… Prefer the environment variable or the
+    /// config file: a flag's value is visible to other users in the process list.
+    #[arg(long, env = "SLUICE_ACCESS_KEYS", hide_env_values = true)]
+    pub access_keys: Option<String>,
+    /// Time to receive an HTTP request head (and keep-alive idle time) [default: 30000].
+    #[arg(long, env = "SLUICE_HTTP_HEADER_TIMEOUT_MS")]
+    pub http_header_timeout_ms: Option<u64>,
+    /// Time to receive an HTTP request body [default: 30000].
+    #[arg(long, env = "SLUICE_HTTP_BODY_TIMEOUT_MS")]
+    pub http_body_timeout_ms: Option<u64>,
+    /// Native QUIC protocol [default: 127.0.0.1:7400].
+    #[arg(long, env = "SLUICE_QUIC_ADDR")]
+    pub quic_addr: Option<SocketAddr>,
+    /// Do not serve the native QUIC protocol (overrides `quic.enabled` in the file).
+    #[arg(long, env = "SLUICE_NO_QUIC")]
+    pub no_quic: bool,
+    /// PEM certificate chain for QUIC (with --quic-key) [default: a self-signed certificate
+    /// generated in the data dir on first start].
+    #[arg(long, env = "SLUICE_QUIC_CERT")]
+    pub quic_cert: Option<PathBuf>,
+    /// PEM private key for --quic-cert.
+    #[arg(long, env = "SLUICE_QUIC_KEY")]
+    pub quic_key: Option<PathBuf>,
+    /// PEM CA bundle: require QUIC clients to present a certificate chaining to it (mTLS).
+    #[arg(long, env = "SLUICE_QUIC_CLIENT_CA")]
+    pub quic_client_ca: Option<PathBuf>,
+    /// Close QUIC connections idle for this long [default: 60000].
+    #[arg(long, env = "SLUICE_QUIC_IDLE_TIMEOUT_MS")]
+    pub quic_idle_timeout_ms: Option<u64>,
+    /// Metrics and health [default: 127.0.0.1:9400].
+    #[arg(long, env = "SLUICE_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Region named in queue ARNs and URLs [default: us-east-1].
+    #[arg(long, env = "SLUICE_REGION")]
+    pub region: Option<String>,
+}
+
+impl DaemonArgs {
+    /// The command line and environment as one settings layer.
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
+        let mut s = Settings {
+            data_dir: self.data_dir.clone(),
+            shards: self.shards,
+            cpus: (!self.cpus.is_empty()).then(|| self.cpus.clone()),
+            partitions: self.partitions,
+            region: self.region.clone(),
+            ..Settings::default()
+        };
+        s.http.addr = self.http_addr;
+        s.auth.mode = match self.auth.as_deref() {
+            None => None,
+            Some("sigv4") => Some(AuthName::Sigv4),
+            Some(_) => Some(AuthName::None),
+        };
+        s.auth.access_keys = match &self.access_keys {
+            Some(k) => Some(
+                parse_access_keys(k)
+                    .map_err(|e| ConfigError(format!("--access-keys/SLUICE_ACCESS_KEYS: {e}")))?,
+            ),
+            None => None,
+        };
+        s.http.header_timeout_ms = self.http_header_timeout_ms;
+        s.http.body_timeout_ms = self.http_body_timeout_ms;
+        s.quic.enabled = self.no_quic.then_some(false);
+        s.quic.addr = self.quic_addr;
+        s.quic.cert = self.quic_cert.clone();
+        s.quic.key = self.quic_key.clone();
+        s.quic.client_ca = self.quic_client_ca.clone();
+        s.quic.idle_timeout_ms = self.quic_idle_timeout_ms;
+        s.metrics.addr = self.metrics_addr;
+        Ok(s)
+    }
+
+    /// Flags and environment over the config file over the defaults, checked.
+    pub fn effective(&self) -> Result<Settings, ConfigError> {
+        let file = match &self.config {
+            Some(path) => Settings::load(path)?,
+            None => Settings::default(),
+        };
+        self.settings()?.or(file).resolve()
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread (and so in every thread started after), so that
+/// `wait_for_signal` can take them synchronously.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset/pthread_sigmask only touch the set we own; the mask change
+    // applies to this thread and is inherited by threads it spawns, which is the intent.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for_signal(set: &libc::sigset_t) -> i32 {
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is a valid, initialized signal set; `sig` is a valid out-pointer.
+    unsafe {
+        libc::sigwait(set, &mut sig);
+    }
+    sig
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`); colours only on a terminal, so
+/// that captured logs stay plain `key=value` text. A second call does nothing.
+pub fn init_logging() {
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+}
+
+/// Runs the broker until SIGINT or SIGTERM; returns the process exit code. `program` names
+/// the caller in error messages (`sluiced`, `sluice serve`).
+pub fn run(program: &str, args: &DaemonArgs) -> i32 {
+    let settings = match args.effective() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{program}: bad configuration: {e}");
+            return EXIT_BAD_CONFIG;
+        }
+    };
+    let shown = settings.redacted();
+    if args.print_config {
+        print!("{}", shown.to_toml());
+        return EXIT_OK;
+    }
+    init_logging();
+    tracing::info!(
+        config = %shown.to_line(),
+        file = ?args.config,
+        "starting sluiced {}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let config = match settings.broker_config() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(data_dir = ?settings.data_dir, error = %e, "cannot prepare the data dir");
+            eprintln!(
+                "{program}: cannot prepare data dir {:?}: {e}",
+                settings.data_dir
+            );
+            return EXIT_START_FAILED;
+        }
+    };
+    let signals = block_signals();
+    let broker = match crate::server::start(config) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "start failed");
+            eprintln!("{program}: start failed: {e}");
+            return EXIT_START_FAILED;
+        }
+    };
+    if let Err(e) = broker.wait_ready() {
+        tracing::error!(error = %e, "start failed");
+        eprintln!("{program}: start failed: {e}");
+        return EXIT_START_FAILED;
+    }
+    tracing::info!(
+        http = %broker.config.http_addr,
+        quic = %broker.config.quic_addr,
+        quic_enabled = broker.config.quic_enabled,
+        metrics = %broker.config.metrics_addr,
+        "ready"
+    );
+    let sig = wait_for_signal(&signals);
+    tracing::info!(signal = sig, "shutting down");
+    broker.shutdown();
+    tracing::info!("stopped");
+    EXIT_OK
+}

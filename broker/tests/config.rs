@@ -209,8 +209,19 @@ fn no_secret_reaches_the_log_and_the_effective_config_is_logged() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn sluiced");
+    // A failing assertion below must not leave the broker running.
+    struct KillOnDrop(Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            if matches!(self.0.try_wait(), Ok(None)) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
     let (mut log, rx) = wait_for_line(&mut child, "daemon: ready");
-    let pid = child.id().to_string();
+    let mut child = KillOnDrop(child);
+    let pid = child.0.id().to_string();
     let status = Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -218,7 +229,7 @@ fn no_secret_reaches_the_log_and_the_effective_config_is_logged() {
     assert!(status.success());
     let deadline = Instant::now() + START_TIMEOUT;
     let code = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
+        if let Some(s) = child.0.try_wait().expect("wait") {
             break s.code();
         }
         assert!(Instant::now() < deadline, "sluiced did not stop on SIGTERM");

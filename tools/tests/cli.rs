@@ -983,7 +983,18 @@ fn serve_runs_a_broker_from_a_config_file() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn sluice serve");
+    // A failing assertion below must not leave the broker running.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            if matches!(self.0.try_wait(), Ok(None)) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
     let err = child.stderr.take().expect("stderr");
+    let mut child = KillOnDrop(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(err).lines().map_while(Result::ok) {
@@ -997,7 +1008,7 @@ fn serve_runs_a_broker_from_a_config_file() {
     let quic = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let Ok(line) = rx.recv_timeout(left) else {
-            let _ = child.kill();
+            let _ = child.0.kill();
             panic!("sluice serve did not get ready");
         };
         // (not the per-shard "shard ready" lines)
@@ -1028,7 +1039,7 @@ fn serve_runs_a_broker_from_a_config_file() {
     );
     let v = ok_json(&out, &["queue", "create"]);
     assert_eq!(v["name"], "served");
-    let pid = child.id().to_string();
+    let pid = child.0.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -1036,7 +1047,7 @@ fn serve_runs_a_broker_from_a_config_file() {
         .success());
     let deadline = Instant::now() + CALL_TIMEOUT;
     let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
+        if let Some(s) = child.0.try_wait().expect("wait") {
             break s;
         }
         assert!(Instant::now() < deadline, "sluice serve did not stop");

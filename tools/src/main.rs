@@ -113,7 +113,8 @@ enum Command {
     Group(GroupCmd),
     /// Print a topic's records from a starting point: JSON lines with --output json, else one
     /// tab-separated line each (partition, offset, time, key, value; non-UTF-8 bytes in hex).
-    /// Without --follow it stops at the end offsets seen at start.
+    /// Without --follow it stops at the end offsets seen at start. TOPIC may be
+    /// `queue:<name>`: a queue's messages read as a stream (leases untouched).
     Tail(TailArgs),
     /// Offline segment-log inspection (the broker need not run; nothing is written).
     #[command(subcommand)]

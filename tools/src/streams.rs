@@ -4,7 +4,7 @@
 use crate::output::{exit, CliError, Format};
 use crate::{GroupCmd, TailArgs, TopicCmd};
 use serde_json::{json, Value};
-use sluice_sdk::types::CreateTopicRequest;
+use sluice_sdk::types::{CreateTopicRequest, GetRoutingRequest, Request, Response};
 use sluice_sdk::{Client, ConsumedRecord, Seek};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -306,16 +306,28 @@ fn print_record(format: Format, r: &ConsumedRecord) {
 /// `sluice tail`: prints records as they are read (JSON lines, or tab-separated for people).
 /// Without --follow it stops at the end offsets seen when it started.
 pub async fn tail(client: &Client, format: Format, a: TailArgs) -> Result<i32, CliError> {
-    let t = client.describe_topic(&a.topic).await?;
+    // A queue read as a stream (`queue:<name>`) has no topic description: its partition
+    // count comes from the routing table.
+    let count = if a.topic.starts_with("queue:") {
+        let r = GetRoutingRequest {
+            topic: a.topic.clone(),
+        };
+        match client.call(Request::GetRouting(r)).await? {
+            Response::GetRouting(r) => r.partition_shards.len() as u32,
+            other => return Err(CliError::server(format!("unexpected answer {other:?}"))),
+        }
+    } else {
+        client.describe_topic(&a.topic).await?.partitions
+    };
     let partitions: Vec<u32> = match a.partition {
-        Some(p) if p >= t.partitions => {
+        Some(p) if p >= count => {
             return Err(CliError::usage(format!(
-                "--partition {p}: topic {} has {} partitions",
-                a.topic, t.partitions
+                "--partition {p}: {} has {count} partitions",
+                a.topic
             )))
         }
         Some(p) => vec![p],
-        None => (0..t.partitions).collect(),
+        None => (0..count).collect(),
     };
     let from_time = match &a.from_time {
         Some(s) => Some(parse_time_ms(s).map_err(|e| CliError::usage(format!("--from-time {e}")))?),
@@ -340,7 +352,9 @@ pub async fn tail(client: &Client, format: Format, a: TailArgs) -> Result<i32, C
     let max = a.max.unwrap_or(usize::MAX);
     let single = cursors.len() == 1;
     loop {
-        let mut got_any = false;
+        // Some partition's position moved (a queue's log has offsets that are not records:
+        // the broker's `next_offset` steps over them).
+        let mut progressed = false;
         for (p, next, end) in cursors.iter_mut() {
             if printed >= max {
                 return Ok(exit::OK);
@@ -356,8 +370,8 @@ pub async fn tail(client: &Client, format: Format, a: TailArgs) -> Result<i32, C
                 Duration::ZERO
             };
             let want = (max - printed).min(TAIL_FETCH_RECORDS_MAX as usize) as u32;
-            let (records, _end_now) = match client
-                .fetch(&a.topic, *p, *next, TAIL_FETCH_BYTES_MAX, want, wait)
+            let fetched = match client
+                .fetch_records(&a.topic, *p, *next, TAIL_FETCH_BYTES_MAX, want, wait)
                 .await
             {
                 Ok(r) => r,
@@ -379,28 +393,36 @@ pub async fn tail(client: &Client, format: Format, a: TailArgs) -> Result<i32, C
                 }
                 Err(e) => return Err(e.into()),
             };
-            for r in records {
+            let before = *next;
+            let mut at_end = false;
+            for r in &fetched.records {
                 if !a.follow && r.offset >= *end {
+                    at_end = true;
                     break;
                 }
                 if printed >= max {
                     return Ok(exit::OK);
                 }
-                print_record(format, &r);
+                print_record(format, r);
                 printed += 1;
                 *next = r.offset + 1;
-                got_any = true;
             }
+            *next = if at_end {
+                *end
+            } else {
+                (*next).max(fetched.next_offset)
+            };
+            progressed |= *next > before;
         }
         if printed >= max {
             return Ok(exit::OK);
         }
         // Without --follow, a round that read nothing ends the tail too (nothing more below
         // the end offsets can appear), so it cannot spin.
-        if !a.follow && (!got_any || cursors.iter().all(|(_, next, end)| next >= end)) {
+        if !a.follow && (!progressed || cursors.iter().all(|(_, next, end)| next >= end)) {
             return Ok(exit::OK);
         }
-        if !got_any && !single {
+        if !progressed && !single {
             tokio::time::sleep(Duration::from_millis(TAIL_FOLLOW_WAIT_MS / 2)).await;
         }
     }

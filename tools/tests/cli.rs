@@ -863,6 +863,14 @@ fn topic_group_and_tail_commands() {
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.starts_with("PARTITION\tOFFSET"), "{text}");
     assert_eq!(text.lines().count(), 6, "{text}");
+    // A queue read as a stream: every message sent, whatever receives happened since.
+    b.json(&["queue", "create", "audit"]);
+    b.json(&["send", "audit", "q1", "q2", "q3"]);
+    b.json(&["receive", "audit", "--max", "2"]);
+    let q = tail_json(&b, &["queue:audit"]);
+    let mut bodies: Vec<&str> = q.iter().map(|r| r["value"].as_str().unwrap()).collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, ["q1", "q2", "q3"]);
     // tail errors: unknown topic (broker), bad time and partition (usage).
     let out = b.run(&["--output", "json", "tail", "nope"]);
     assert_eq!(out.status.code(), Some(1));

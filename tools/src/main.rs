@@ -80,6 +80,41 @@ pub struct Conn {
         default_value_t = 10_000
     )]
     pub timeout_ms: u64,
+    /// Access key id, for brokers that require authentication (`auth.mode = "sigv4"`); the
+    /// same keys sign SQS HTTP requests. Needs --secret-access-key.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_ACCESS_KEY_ID",
+        requires = "secret_access_key"
+    )]
+    pub access_key_id: Option<String>,
+    /// The key's secret. Prefer the environment variable: a flag shows in the process list.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_SECRET_ACCESS_KEY",
+        hide_env_values = true,
+        requires = "access_key_id"
+    )]
+    pub secret_access_key: Option<Secret>,
+}
+
+/// A secret from the command line or environment; `Debug` never shows it.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_string()))
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 #[derive(Subcommand, Debug)]

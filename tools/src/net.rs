@@ -94,6 +94,9 @@ async fn connect(conn: &Conn) -> Result<Client, CliError> {
     options.request_timeout = Duration::from_millis(conn.timeout_ms);
     options.retries = 1;
     options.client_name = format!("sluice-cli/{}", env!("CARGO_PKG_VERSION"));
+    if let (Some(id), Some(secret)) = (&conn.access_key_id, &conn.secret_access_key) {
+        options.credentials = Some(sluice_sdk::Credentials::new(id.clone(), secret.0.clone()));
+    }
     Ok(Client::connect(conn.endpoint, options).await?)
 }
 

@@ -945,6 +945,60 @@ fn topic_group_and_tail_commands() {
 
 /// `sluice serve`: the broker in the CLI's process, configured by file and flags; it prints its
 /// effective configuration, serves, and stops cleanly on SIGTERM.
+/// A broker that requires authentication: no credentials, or wrong ones, is AccessDenied
+/// (exit 1, the code in the JSON error); the right key from the environment works.
+#[test]
+fn credentials_reach_a_broker_that_requires_them() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut c = BrokerConfig::embedded(tmp.path().to_path_buf()).expect("config");
+    c.shards = 1;
+    c.default_partitions = 1;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.auth = sluice_broker::http::auth::AuthConfig {
+        mode: sluice_broker::http::auth::AuthMode::SigV4,
+        keys: sluice_broker::http::auth::parse_keys("AKIDCLI:cli-secret:123456789012")
+            .expect("keys"),
+    };
+    let handle = server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    let b = Broker {
+        handle: Some(handle),
+        dir: tmp.path().to_path_buf(),
+    };
+    let out = b.run(&["--output", "json", "queue", "list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("AccessDenied"),
+        "{out:?}"
+    );
+    let out = b.run(&[
+        "--output",
+        "json",
+        "--access-key-id",
+        "AKIDCLI",
+        "--secret-access-key",
+        "wrong",
+        "queue",
+        "list",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // The secret from the environment; the queue lands in the key's account.
+    let mut all = b.flags();
+    all.extend(["--output", "json", "queue", "create", "audited"].map(String::from));
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(&all)
+        .env_remove("SLUICE_OUTPUT")
+        .env("SLUICE_ACCESS_KEY_ID", "AKIDCLI")
+        .env("SLUICE_SECRET_ACCESS_KEY", "cli-secret")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sluice");
+    let v = ok_json(&out, &["queue", "create"]);
+    assert!(v.to_string().contains("123456789012"), "{v}");
+}
+
 #[test]
 fn serve_runs_a_broker_from_a_config_file() {
     use std::io::{BufRead, BufReader};

@@ -146,11 +146,18 @@ pub fn measured(results: &Path, l: &Load) -> Result<Measured, String> {
                         .unwrap_or(0.0)
                 })
                 .fold(0.0, f64::max);
+            // An open-loop fan-out run offers a fixed rate: what it moved is a lower bound of
+            // what a core can do, and the model sized from it is pessimistic.
+            let how = if runs.iter().any(|r| r["offered_rate_per_s"].is_number()) {
+                format!("{file} (open loop at a fixed rate: a lower bound)")
+            } else {
+                file.clone()
+            };
             if best_in > 0.0 && tin.is_none() {
-                tin = Some((best_in / shards(j), file.clone()));
+                tin = Some((best_in / shards(j), how.clone()));
             }
             if best_out > 0.0 && tout.is_none() {
-                tout = Some((best_out / shards(j), file.clone()));
+                tout = Some((best_out / shards(j), how));
             }
         }
         if let Some(floors) = j["fio_floors"].as_array() {

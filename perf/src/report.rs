@@ -56,7 +56,9 @@ fn ms(us: u64) -> String {
 }
 
 fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 && a.is_finite() {
+    if b > 0.0 && a.is_finite() && a / b < 0.1 {
+        format!("{:.3}×", a / b)
+    } else if b > 0.0 && a.is_finite() {
         format!("{:.2}×", a / b)
     } else {
         "n/a".into()

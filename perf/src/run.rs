@@ -188,7 +188,9 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
             continue;
         };
         eprintln!("  starting peer {p}");
-        let (guard, target) = match start(p, &o.work.join("peers")) {
+        // Absolute: a peer's server runs with its own working directory and HOME under it.
+        let work = std::fs::canonicalize(&o.work).unwrap_or_else(|_| o.work.clone());
+        let (guard, target) = match start(p, &work) {
             Ok(started) => started,
             Err(e) => {
                 rec.skipped.push(Missing {

@@ -18,6 +18,9 @@ enum Control {
     Shutdown,
 }
 
+/// How long `BrokerHandle::wait_ready` waits for every shard (recovery of big logs included).
+pub const SHARD_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// A running broker: one thread per shard.
 pub struct BrokerHandle {
     controls: Vec<mpsc::UnboundedSender<Control>>,
@@ -30,13 +33,33 @@ pub struct BrokerHandle {
 }
 
 impl BrokerHandle {
-    /// Waits until every shard has started (or one failed).
+    /// Waits until every shard has started (or one failed). A shard that cannot start (an
+    /// executor refused by the memlock limit, say) can leave the others waiting for it in the
+    /// mesh forever; so the wait is bounded and reports which shards never came up.
     pub fn wait_ready(&self) -> Result<(), String> {
         let ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..self.controls.len() {
-            ready
-                .recv()
-                .map_err(|_| "a shard exited during start-up".to_string())??;
+        let deadline = std::time::Instant::now() + SHARD_START_TIMEOUT;
+        let mut started = 0;
+        while started < self.controls.len() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match ready.recv_timeout(left) {
+                Ok(r) => {
+                    r?;
+                    started += 1;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(format!(
+                        "{} of {} shards did not start within {:?} (see the log; a common \
+                         cause is the memlock limit: glommio locks memory per executor)",
+                        self.controls.len() - started,
+                        self.controls.len(),
+                        SHARD_START_TIMEOUT
+                    ))
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err("a shard exited during start-up".to_string())
+                }
+            }
         }
         // Every shard's endpoint is in the SO_REUSEPORT group now; the placeholder leaves it.
         self.quic_port_reservation

@@ -430,6 +430,8 @@ struct Shared {
     stats: RefCell<Stats>,
     /// Filler the bodies are cut from.
     filler: String,
+    /// The FIFO group ids (`g<i>`) or topic keys (`k<i>`), made once.
+    keys: Vec<String>,
 }
 
 impl Shared {
@@ -442,24 +444,29 @@ impl Shared {
         n as usize
     }
 
+    /// A body: the 40-byte header written in place, then filler (one allocation, no
+    /// formatting: at 100k messages/s the generator's own CPU shows in every figure).
     fn body(&self, producer: u32, seq: u64, intended: Instant, size: usize) -> Vec<u8> {
         let ns = intended.saturating_duration_since(self.epoch).as_nanos() as u64;
-        let mut s = format!("{producer:08x}{seq:016x}{ns:016x}");
-        let fill = size.saturating_sub(HEADER_BYTES);
-        s.push_str(&self.filler[..fill.min(self.filler.len())]);
-        s.into_bytes()
+        let fill = size.saturating_sub(HEADER_BYTES).min(self.filler.len());
+        let mut b = Vec::with_capacity(HEADER_BYTES + fill);
+        push_hex(&mut b, u64::from(producer), 8);
+        push_hex(&mut b, seq, 16);
+        push_hex(&mut b, ns, 16);
+        b.extend_from_slice(&self.filler.as_bytes()[..fill]);
+        b
     }
 
     fn group_key(&self, producer: u32, seq: u64, rng: &mut SmallRng) -> Option<String> {
-        match self.spec.shape {
-            Shape::Standard => None,
+        let i = match self.spec.shape {
+            Shape::Standard => return None,
             Shape::Fifo { groups } => {
-                let g = (seq.wrapping_mul(self.spec.producers as u64) + u64::from(producer))
-                    % u64::from(groups);
-                Some(format!("g{g}"))
+                (seq.wrapping_mul(self.spec.producers as u64) + u64::from(producer))
+                    % u64::from(groups)
             }
-            Shape::Topic { .. } => Some(format!("k{}", rng.gen_range(0..TOPIC_KEYS))),
-        }
+            Shape::Topic { .. } => rng.gen_range(0..TOPIC_KEYS),
+        };
+        self.keys.get(i as usize).cloned()
     }
 
     fn in_window(&self, t: Instant) -> bool {
@@ -578,6 +585,14 @@ fn unacked_in(st: &Stats, group: u32) -> u64 {
         }
     }
     n
+}
+
+/// Appends `v` as `digits` lowercase hex digits (the header's fixed-width fields).
+fn push_hex(b: &mut Vec<u8>, v: u64, digits: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for i in (0..digits).rev() {
+        b.push(HEX[((v >> (4 * i)) & 0xf) as usize]);
+    }
 }
 
 fn parse_header(body: &[u8]) -> Option<(u32, u64, u64)> {
@@ -791,6 +806,11 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
             groups: (0..groups).map(|_| GroupState::default()).collect(),
         }),
         filler: "abcdefghijklmnopqrstuvwxyz012345".repeat(spec.size.max() / 32 + 1),
+        keys: match spec.shape {
+            Shape::Standard => Vec::new(),
+            Shape::Fifo { groups } => (0..groups).map(|g| format!("g{g}")).collect(),
+            Shape::Topic { .. } => (0..TOPIC_KEYS).map(|k| format!("k{k}")).collect(),
+        },
     });
     let mut tasks = Vec::new();
     let mut next_conn = 0usize;

@@ -13,7 +13,7 @@ use sluice_sdk::types::{CreateTopicRequest, SendMessageBatchRequestEntry};
 use sluice_sdk::{
     Client, ClientOptions, ErrorCode, GroupConsumer, GroupConsumerOptions, ReceiveOptions, Trust,
 };
-use sluice_storage::batch::{self, Record};
+use sluice_storage::batch::BatchBuilder;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -289,21 +289,22 @@ impl QuicConn {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let mut by_partition: BTreeMap<u32, Vec<Record>> = BTreeMap::new();
+        // Records go straight from the messages into each partition's batch (no owned copy).
+        let mut by_partition: BTreeMap<u32, BatchBuilder> = BTreeMap::new();
         for (i, m) in msgs.iter().enumerate() {
             let p = match &m.group {
                 Some(k) => partition_for_key(k.as_bytes(), partitions),
                 None => i as u32 % partitions.max(1),
             };
-            by_partition.entry(p).or_default().push(Record {
-                timestamp_ms: now_ms,
-                key: m.group.as_ref().map(|k| k.as_bytes().to_vec()),
-                value: m.body.clone(),
-                headers: Vec::new(),
-            });
+            by_partition.entry(p).or_default().push_parts(
+                now_ms,
+                m.group.as_ref().map(|k| k.as_bytes()),
+                &m.body,
+                std::iter::empty(),
+            );
         }
-        let sends = by_partition.into_iter().map(|(p, recs)| async move {
-            let bytes = batch::encode(&recs).ok_or_else(|| err("empty batch"))?;
+        let sends = by_partition.into_iter().map(|(p, b)| async move {
+            let bytes = b.finish().ok_or_else(|| err("empty batch"))?;
             self.client
                 .produce_batch(topic, Some(p), bytes)
                 .await

@@ -202,7 +202,11 @@ impl Client {
     pub async fn connect(addr: SocketAddr, options: ClientOptions) -> Result<Client> {
         let mut config = tls::client_config(&options.trust, options.identity.as_ref())?;
         let mut transport = quinn::TransportConfig::default();
-        transport.keep_alive_interval(Some(options.keep_alive));
+        let mut mtu = quinn::MtuDiscoveryConfig::default();
+        mtu.upper_bound(sluice_wire::handshake::QUIC_UDP_PAYLOAD_UPPER_BOUND);
+        transport
+            .keep_alive_interval(Some(options.keep_alive))
+            .mtu_discovery_config(Some(mtu));
         config.transport_config(Arc::new(transport));
         let bind: SocketAddr = if addr.is_ipv6() {
             "[::]:0".parse().expect("literal")

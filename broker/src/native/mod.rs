@@ -142,9 +142,17 @@ fn server_config(config: &BrokerConfig) -> Result<quinn::ServerConfig, String> {
         .max_concurrent_bidi_streams(VarInt::from_u32(STREAMS_PER_CONNECTION_MAX))
         .max_concurrent_uni_streams(VarInt::from_u32(0))
         .stream_receive_window(VarInt::from_u32(STREAM_RECEIVE_WINDOW_BYTES))
-        .receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW_BYTES));
+        .receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW_BYTES))
+        .mtu_discovery_config(Some(mtu_discovery()));
     server.transport_config(Arc::new(transport));
     Ok(server)
+}
+
+/// Path-MTU discovery up to [`sluice_wire::handshake::QUIC_UDP_PAYLOAD_UPPER_BOUND`].
+fn mtu_discovery() -> quinn::MtuDiscoveryConfig {
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(sluice_wire::handshake::QUIC_UDP_PAYLOAD_UPPER_BOUND);
+    mtu
 }
 
 /// One shard's native front end.

@@ -44,6 +44,9 @@ pub struct Settings {
     /// Pin shard i to CPU `cpus[i % len]`; empty: not pinned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<Vec<usize>>,
+    /// µs an idle shard spins before parking; unset: 50 if pinned (`cpus`), else 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spin_us: Option<u64>,
     /// Partitions of each new queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partitions: Option<u32>,
@@ -208,6 +211,7 @@ impl Settings {
             data_dir: self.data_dir.or(below.data_dir),
             shards: self.shards.or(below.shards),
             cpus: self.cpus.or(below.cpus),
+            spin_us: self.spin_us.or(below.spin_us),
             partitions: self.partitions.or(below.partitions),
             region: self.region.or(below.region),
             auth: AuthSettings {
@@ -242,6 +246,7 @@ impl Settings {
             data_dir: Some(PathBuf::from("sluice-data")),
             shards: Some(shards),
             cpus: Some(Vec::new()),
+            spin_us: None,    // by placement: see BrokerConfig::spin_before_park_us
             partitions: None, // the number of shards, once they are known
             region: Some("us-east-1".to_string()),
             auth: AuthSettings {
@@ -369,6 +374,7 @@ impl Settings {
         c.shards = self.shards.or(d.shards).expect("default");
         c.default_partitions = self.partitions.unwrap_or(c.shards as u32);
         c.cpus = self.cpus.clone().unwrap_or_default();
+        c.spin_before_park_us = self.spin_us;
         c.region = self.region.clone().or(d.region).expect("default");
         c.http_addr = self.http.addr.or(d.http.addr).expect("default");
         c.auth = self.auth_config();
@@ -406,6 +412,14 @@ impl Settings {
 
 #[cfg(test)]
 mod tests {
+    impl Settings {
+        /// The broker configuration of these settings with the data dir at `dir`.
+        fn broker_config_in(mut self, dir: &Path) -> BrokerConfig {
+            self.data_dir = Some(dir.to_path_buf());
+            self.broker_config().expect("broker config")
+        }
+    }
+
     use super::*;
 
     const EXAMPLE: &str = include_str!("../../sluice.toml");
@@ -425,6 +439,26 @@ mod tests {
         assert_eq!(r.auth, default.auth);
         assert_eq!(r.quic, default.quic);
         assert_eq!(r.metrics, default.metrics);
+    }
+
+    #[test]
+    fn shards_spin_only_on_cores_of_their_own_unless_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let unpinned = Settings::parse("", "f")
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(unpinned.spin_before_park(), std::time::Duration::ZERO);
+        let pinned = Settings::parse("cpus = [0, 1]\n", "f")
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(
+            pinned.spin_before_park(),
+            std::time::Duration::from_micros(crate::config::SPIN_PINNED_US)
+        );
+        let told = Settings::parse("cpus = [0]\nspin_us = 7\n", "f")
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(told.spin_before_park(), std::time::Duration::from_micros(7));
     }
 
     #[test]

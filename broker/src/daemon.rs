@@ -44,6 +44,9 @@ pub struct DaemonArgs {
     /// Pin shards to these CPUs (comma-separated) [default: not pinned].
     #[arg(long, env = "SLUICE_CPUS", value_delimiter = ',')]
     pub cpus: Vec<usize>,
+    /// µs an idle shard spins before it parks [default: 50 if pinned with --cpus, else 0].
+    #[arg(long, env = "SLUICE_SPIN_US")]
+    pub spin_us: Option<u64>,
     /// Partitions of each new queue [default: the number of shards].
     #[arg(long, env = "SLUICE_PARTITIONS")]
     pub partitions: Option<u32>,
@@ -98,6 +101,7 @@ impl DaemonArgs {
             data_dir: self.data_dir.clone(),
             shards: self.shards,
             cpus: (!self.cpus.is_empty()).then(|| self.cpus.clone()),
+            spin_us: self.spin_us,
             partitions: self.partitions,
             region: self.region.clone(),
             ..Settings::default()

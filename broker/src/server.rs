@@ -165,7 +165,7 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
             _ => Placement::Unbound,
         };
         let builder = sluice_storage::rt::executor_builder(&format!("shard-{id}"), placement)
-            .spin_before_park(std::time::Duration::from_micros(50));
+            .spin_before_park(config.spin_before_park());
         let handle = builder
             .spawn(move || async move {
                 let joined = match mesh {

@@ -87,8 +87,9 @@ pub async fn floor(
     let end = warm_end + seconds;
     let step = Duration::from_secs_f64(1.0 / rate_per_s.max(1e-3));
     let mut t = start;
+    let clock = crate::clock::Clock::start();
     while t < end {
-        tokio::time::sleep_until(t.into()).await;
+        clock.sleep_until(t).await;
         let permit = permits.clone().acquire_owned().await.expect("never closed");
         let (conn, hist, errors, body) = (conn.clone(), hist.clone(), errors.clone(), body.clone());
         let intended = t;

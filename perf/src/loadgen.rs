@@ -15,9 +15,10 @@
 //! - **Warm-up excluded**: latencies of messages intended before the warm-up ended, and
 //!   throughput of events outside the measured window, are not counted.
 //!
-//! Everything runs as local tasks on the caller's (single-threaded) tokio runtime; the timer has
-//! millisecond resolution, so intended-time latencies include up to ~1 ms of generator lag,
-//! reported separately as `send_lag` (the floors are measured the same way).
+//! Everything runs as local tasks on the caller's (single-threaded) tokio runtime. Open-loop
+//! sends are woken by [`crate::clock::Clock`] (tokio's own timer is millisecond-grained); what
+//! lag remains — the clock's slack and a busy runtime — is reported as `send_lag` and counts in
+//! every latency (the floors are measured the same way).
 
 use crate::target::{Conn, OutMsg, Shape, Target};
 use hdrhistogram::Histogram;
@@ -432,6 +433,8 @@ struct Shared {
     filler: String,
     /// The FIFO group ids (`g<i>`) or topic keys (`k<i>`), made once.
     keys: Vec<String>,
+    /// Wakes open-loop producers at their intended instants (tokio's timer is ms-grained).
+    clock: crate::clock::Clock,
 }
 
 impl Shared {
@@ -627,7 +630,7 @@ async fn open_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, rate_p
         if n == 0 {
             break;
         }
-        tokio::time::sleep_until(t.into()).await;
+        sh.clock.sleep_until(t).await;
         let permit = permits
             .clone()
             .acquire_owned()
@@ -778,6 +781,7 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
     let epoch = Instant::now();
     let warm_end = epoch + spec.warmup;
     let sh = Rc::new(Shared {
+        clock: crate::clock::Clock::start(),
         name: name.to_string(),
         spec: spec.clone(),
         epoch,

@@ -3,6 +3,7 @@
 //! Markdown report under `perf/results/`.
 
 mod capacity;
+mod clock;
 mod echo;
 mod fio;
 mod http_vs_quic;

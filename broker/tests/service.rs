@@ -188,6 +188,62 @@ fn long_poll_wakes_on_a_send_from_another_shard() {
 }
 
 #[test]
+fn a_fifo_long_poll_wakes_when_a_delete_frees_its_group() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let b = std::sync::Arc::new(start(tmp.path()));
+    let handle = b.run_on(0, |s| async move {
+        s.create_queue(
+            T,
+            "g.fifo",
+            attrs(&[("ContentBasedDeduplication", "true")]),
+            BTreeMap::new(),
+        )
+        .await
+        .expect("create");
+        let q = s.queue(T, "g.fifo").expect("q");
+        for body in ["first", "second"] {
+            let r = SendRequest {
+                group_id: Some("g".into()),
+                ..send(body)
+            };
+            s.send(&q, r).await.expect("send");
+        }
+        let got = s.receive(&q, recv(1, Some(60)), 0).await.expect("receive");
+        // The group's second message waits behind the first, in flight.
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].payload.body, "first");
+        s.receipt_handle(&got[0].receipt)
+    });
+    let b2 = b.clone();
+    let deleter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        b2.run_on(1, |s| async move {
+            let q = s.queue(T, "g.fifo").expect("q");
+            s.delete_message(&q, &handle).await.expect("delete");
+        });
+        Instant::now()
+    });
+    let got = b.run_on(0, |s| async move {
+        let q = s.queue(T, "g.fifo").expect("q");
+        s.receive(&q, recv(10, None), 10).await.expect("receive")
+    });
+    let returned = Instant::now();
+    let deleted = deleter.join().expect("deleter");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload.body, "second");
+    // Woken by the delete itself, not by the long poll's once-a-second re-check.
+    let after = returned.saturating_duration_since(deleted);
+    assert!(
+        after < Duration::from_millis(600),
+        "the long poll returned {after:?} after the delete"
+    );
+    std::sync::Arc::into_inner(b)
+        .expect("sole owner")
+        .shutdown();
+}
+
+#[test]
 fn fifo_order_dedup_and_dead_letter_moves() {
     let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("tmp");

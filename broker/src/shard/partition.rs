@@ -189,6 +189,8 @@ impl PartitionActor {
                 | Command::AcceptMove(_)
                 | Command::SetAttributes(_)
         );
+        // A delete may free the next message of a FIFO group for long polls parked meanwhile.
+        let deletes = matches!(cmd, Command::Delete { .. });
         let now = runtime::now_ms();
         let effects = self.engine.borrow_mut().execute(now, cmd)?;
         let ticket = if effects.records.is_empty() {
@@ -224,7 +226,7 @@ impl PartitionActor {
             crate::metrics::record_durable_wait(staged.elapsed());
         }
         self.rearm.notify();
-        if wakes {
+        if wakes || (deletes && self.waiters.get() > 0 && self.engine.borrow().has_deliverable()) {
             self.ready.notify();
         }
         self.ops.count(&effects.reply, effects.moves.len());

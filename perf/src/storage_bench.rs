@@ -32,6 +32,7 @@ pub fn run(
     dir: PathBuf,
     concurrency: usize,
     record_bytes: usize,
+    records_per_append: usize,
     seconds: f64,
     warmup: f64,
 ) -> Result<StorageResult, String> {
@@ -65,7 +66,9 @@ pub fn run(
                     if now >= end {
                         break;
                     }
-                    let rec = [Record::new(0, value.clone())];
+                    let rec: Vec<Record> = (0..records_per_append)
+                        .map(|_| Record::new(0, value.clone()))
+                        .collect();
                     let info = log.append_records(&rec).await;
                     let done = Instant::now();
                     if info.is_err() {
@@ -79,7 +82,7 @@ pub fn run(
                         let _ = hist.borrow_mut().record(us.max(1));
                         let mut c = counted.borrow_mut();
                         c.0 += 1;
-                        c.1 += record_bytes as u64;
+                        c.1 += (record_bytes * records_per_append) as u64;
                     }
                 }
             }));

@@ -98,6 +98,16 @@ fn utf8(body: &[u8]) -> Result<String, TargetError> {
     String::from_utf8(body.to_vec()).map_err(|_| err("SQS bodies are text: body is not UTF-8"))
 }
 
+/// The receipt handles among a receive's ack tokens (queues; topics ack by member).
+fn receipt_handles(acks: Vec<AckToken>) -> Vec<String> {
+    acks.into_iter()
+        .filter_map(|a| match a {
+            AckToken::Text(h) => Some(h),
+            _ => None,
+        })
+        .collect()
+}
+
 fn wait_seconds(wait: Duration) -> u32 {
     (wait.as_millis().div_ceil(1000)).min(20) as u32
 }
@@ -452,13 +462,7 @@ impl Conn for QuicConn {
                 return self.ack_topic(name, group, acks).await;
             }
             let url = self.names.url(name)?;
-            let handles: Vec<String> = acks
-                .into_iter()
-                .filter_map(|a| match a {
-                    AckToken::Text(h) => Some(h),
-                    _ => None,
-                })
-                .collect();
+            let handles = receipt_handles(acks);
             let deletes = handles.chunks(SQS_BATCH_MAX).map(|chunk| {
                 let url = &url;
                 async move {
@@ -649,13 +653,7 @@ impl Conn for HttpTargetConn {
     fn ack<'a>(&'a self, name: &'a str, _group: u32, acks: Vec<AckToken>) -> BoxFut<'a, ()> {
         Box::pin(async move {
             let url = self.names.url(name)?;
-            let handles: Vec<String> = acks
-                .into_iter()
-                .filter_map(|a| match a {
-                    AckToken::Text(h) => Some(h),
-                    _ => None,
-                })
-                .collect();
+            let handles = receipt_handles(acks);
             let deletes = handles.chunks(SQS_BATCH_MAX).map(|chunk| {
                 let url = &url;
                 async move {

@@ -163,17 +163,15 @@ pub fn measured(results: &Path, l: &Load) -> Result<Measured, String> {
                 } else {
                     file.clone()
                 };
-                let better = |cur: &Option<(f64, String)>, v: f64| {
-                    v > 0.0
-                        && cur
-                            .as_ref()
-                            .is_none_or(|(c, src)| src != "command line" && v > *c)
+                let better = |given: bool, cur: &Option<(f64, String)>, v: f64| {
+                    !given && v > 0.0 && cur.as_ref().is_none_or(|(c, _)| v > *c)
                 };
-                if better(&tin, best_in / shards(j)) {
-                    tin = Some((best_in / shards(j), how.clone()));
+                let (v_in, v_out) = (best_in / shards(j), best_out / shards(j));
+                if better(l.topic_in_mb_per_core.is_some(), &tin, v_in) {
+                    tin = Some((v_in, how.clone()));
                 }
-                if better(&tout, best_out / shards(j)) {
-                    tout = Some((best_out / shards(j), how));
+                if better(l.topic_out_mb_per_core.is_some(), &tout, v_out) {
+                    tout = Some((v_out, how));
                 }
             }
         }

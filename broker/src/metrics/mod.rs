@@ -492,7 +492,7 @@ pub fn render(
         &mut out,
         "sluice_log_fsync_duration_seconds",
         "histogram",
-        "Time of each group commit's fdatasync in the shard's queue partition logs (measured in storage around the call).",
+        "Time of each group commit's durable (O_DSYNC) write in the shard's queue partition logs (measured in storage around the write).",
     );
     for s in snapshots {
         let mut h = FsyncHistogram::default();
@@ -585,7 +585,7 @@ pub fn render(
         (
             "sluice_log_fsyncs_total",
             "counter",
-            "fdatasync calls since the logs opened.",
+            "Group-commit durable writes and fdatasync calls since the logs opened.",
             |p| p.log.fsyncs,
         ),
         (

@@ -2,8 +2,9 @@
 
 use super::{File, Fs};
 use glommio::io::{DmaFile, OpenOptions};
+use std::cell::RefCell;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,6 +65,29 @@ pub fn raise_memlock_limit() -> io::Result<u64> {
 
 pub struct DmaHandle {
     file: Rc<DmaFile>,
+    path: PathBuf,
+    /// A second descriptor of the same file, opened O_DSYNC on its first durable write: each
+    /// write on it completes once durable, in one io_uring operation (no fdatasync handed to a
+    /// kernel worker thread).
+    dsync: RefCell<Option<Rc<DmaFile>>>,
+}
+
+impl DmaHandle {
+    async fn dsync_file(&self) -> io::Result<Rc<DmaFile>> {
+        if let Some(f) = self.dsync.borrow().as_ref() {
+            return Ok(f.clone());
+        }
+        let f = Rc::new(
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DSYNC)
+                .dma_open(&self.path)
+                .await
+                .map_err(io::Error::from)?,
+        );
+        *self.dsync.borrow_mut() = Some(f.clone());
+        Ok(f)
+    }
 }
 
 impl File for DmaHandle {
@@ -76,6 +100,13 @@ impl File for DmaHandle {
         let mut buf = self.file.alloc_dma_buffer(data.len());
         buf.as_bytes_mut().copy_from_slice(data);
         self.file.write_at(buf, pos).await.map_err(io::Error::from)
+    }
+
+    async fn write_durable_at(&self, pos: u64, data: &[u8]) -> io::Result<usize> {
+        let file = self.dsync_file().await?;
+        let mut buf = file.alloc_dma_buffer(data.len());
+        buf.as_bytes_mut().copy_from_slice(data);
+        file.write_at(buf, pos).await.map_err(io::Error::from)
     }
 
     async fn sync_data(&self) -> io::Result<()> {
@@ -108,7 +139,11 @@ impl Fs for DmaFs {
             .dma_open(path)
             .await
             .map_err(io::Error::from)?;
-        Ok(DmaHandle { file: Rc::new(f) })
+        Ok(DmaHandle {
+            file: Rc::new(f),
+            path: path.to_path_buf(),
+            dsync: RefCell::new(None),
+        })
     }
 
     async fn remove(&self, path: &Path) -> io::Result<()> {

@@ -124,6 +124,12 @@ impl<F: Fs> FaultyFs<F> {
     }
 }
 
+/// A short write's part: O_DIRECT writes are short by whole blocks, never by less than one.
+fn short(data: &[u8]) -> &[u8] {
+    let half = super::align_down(data.len() as u64 / 2).max(super::BLOCK_BYTES);
+    &data[..(half as usize).min(data.len())]
+}
+
 pub struct FaultyFile<T: File> {
     inner: T,
     plan: FaultPlan,
@@ -138,15 +144,29 @@ impl<T: File> File for FaultyFile<T> {
     async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<usize> {
         match self.plan.check(Op::Write) {
             None => self.inner.write_at(pos, data).await,
-            Some(Fault::ShortWrite) => {
-                // O_DIRECT writes are short by whole blocks, never by less than one.
-                let half = super::align_down(data.len() as u64 / 2).max(super::BLOCK_BYTES);
-                let n = (half as usize).min(data.len());
-                self.inner.write_at(pos, &data[..n]).await
-            }
+            Some(Fault::ShortWrite) => self.inner.write_at(pos, short(data)).await,
             Some(Fault::NoSpace) => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
             Some(Fault::Eio) => Err(io::Error::from_raw_os_error(libc::EIO)),
         }
+    }
+
+    /// Faults of a write, then of a sync (a durable write is both; its flush can fail alone).
+    async fn write_durable_at(&self, pos: u64, data: &[u8]) -> io::Result<usize> {
+        let data = match self.plan.check(Op::Write) {
+            None => data,
+            Some(Fault::ShortWrite) => short(data),
+            Some(Fault::NoSpace) => return Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+            Some(Fault::Eio) => return Err(io::Error::from_raw_os_error(libc::EIO)),
+        };
+        if let Some(fault) = self.plan.check(Op::Sync) {
+            // The bytes may have reached the disk; the caller cannot know they are durable.
+            self.inner.write_at(pos, data).await?;
+            return Err(io::Error::from_raw_os_error(match fault {
+                Fault::NoSpace => libc::ENOSPC,
+                _ => libc::EIO,
+            }));
+        }
+        self.inner.write_durable_at(pos, data).await
     }
 
     async fn sync_data(&self) -> io::Result<()> {

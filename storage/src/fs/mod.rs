@@ -39,6 +39,10 @@ pub trait File: 'static {
     /// Writes `data` at `pos`; both block-aligned. May write less (a short write): returns
     /// the count written.
     async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<usize>;
+    /// Writes `data` at `pos` like [`File::write_at`], and returns only once the bytes written
+    /// (and whatever metadata reading them back needs, such as the file size) are durable:
+    /// O_DSYNC semantics. Other writes are not made durable by it.
+    async fn write_durable_at(&self, pos: u64, data: &[u8]) -> io::Result<usize>;
     /// Makes all completed writes (and the file size) durable.
     async fn sync_data(&self) -> io::Result<()>;
     async fn size(&self) -> io::Result<u64>;

@@ -17,8 +17,15 @@ const SECTOR_BYTES: usize = 512;
 
 #[derive(Debug, Clone)]
 enum PendingOp {
-    Write { pos: u64, data: Vec<u8> },
-    Truncate { size: u64 },
+    /// `durable`: an O_DSYNC write the disk acknowledged; it survives a crash whole.
+    Write {
+        pos: u64,
+        data: Vec<u8>,
+        durable: bool,
+    },
+    Truncate {
+        size: u64,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -68,7 +75,7 @@ impl SplitMix {
 
 fn apply(data: &mut Vec<u8>, op: &PendingOp) {
     match op {
-        PendingOp::Write { pos, data: d } => write_into(data, *pos, d),
+        PendingOp::Write { pos, data: d, .. } => write_into(data, *pos, d),
         PendingOp::Truncate { size } => data.resize(*size as usize, 0),
     }
 }
@@ -86,7 +93,7 @@ impl SimFs {
         SimFs::default()
     }
 
-    /// Number of `sync_data` calls so far (to check that commits really sync).
+    /// Number of `sync_data` calls and durable writes so far (to check that commits really sync).
     pub fn sync_count(&self) -> u64 {
         self.state.borrow().syncs
     }
@@ -127,13 +134,16 @@ impl SimFs {
             .expect("name came from one of the maps");
             let ino = inode.borrow();
             let mut data = ino.durable.clone();
-            if random {
-                for op in &ino.unsynced {
+            for op in &ino.unsynced {
+                if matches!(op, PendingOp::Write { durable: true, .. }) {
+                    // Acknowledged durable: it lands, over whatever earlier writes did there.
+                    apply(&mut data, op);
+                } else if random {
                     match rng.below(3) {
                         0 => {}
                         1 => apply(&mut data, op),
                         _ => match op {
-                            PendingOp::Write { pos, data: d } => {
+                            PendingOp::Write { pos, data: d, .. } => {
                                 for (i, sector) in d.chunks(SECTOR_BYTES).enumerate() {
                                     if rng.below(2) == 0 {
                                         write_into(
@@ -218,8 +228,26 @@ impl File for SimFile {
         ino.unsynced.push(PendingOp::Write {
             pos,
             data: data.to_vec(),
+            durable: false,
         });
         Ok(data.len())
+    }
+
+    /// A write that may be torn by a crash until the disk acknowledges it (one scheduling point
+    /// later); from then on it survives whole.
+    async fn write_durable_at(&self, pos: u64, data: &[u8]) -> io::Result<usize> {
+        let n = self.write_at(pos, data).await?;
+        io_point().await;
+        let mut ino = self.inode.borrow_mut();
+        // Still pending unless a sync_data covered it meanwhile.
+        if let Some(PendingOp::Write { durable, .. }) = ino.unsynced.iter_mut().rev().find(
+            |op| matches!(op, PendingOp::Write { pos: p, data: d, .. } if *p == pos && d == data),
+        ) {
+            *durable = true;
+        }
+        drop(ino);
+        self.fs.state.borrow_mut().syncs += 1;
+        Ok(n)
     }
 
     async fn sync_data(&self) -> io::Result<()> {

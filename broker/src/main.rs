@@ -5,6 +5,12 @@
 use clap::Parser;
 use sluice_broker::daemon::{DaemonArgs, SETTINGS_HELP};
 
+/// mimalloc (v3, its defaults): glibc's malloc and free took ~12% of the broker's CPU in the
+/// throughput scenario; measured with mimalloc, 2 KiB batch-10 send+receive+delete went from
+/// 18.3-20.4k to 21.7-22.5k msg/s (alternating runs, same machine).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "sluiced",

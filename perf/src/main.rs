@@ -2,6 +2,10 @@
 //! where the scenario has one, its peers) in the same run, and writes a JSON record and a
 //! Markdown report under `perf/results/`.
 
+/// The broker's allocator (see `sluiced`'s main): most scenarios run the broker in process.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod capacity;
 mod clock;
 mod echo;

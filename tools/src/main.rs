@@ -456,6 +456,10 @@ fn run(cli: Cli) -> Result<i32, CliError> {
     }
 }
 
+/// The broker allocator, for `sluice serve` (see `sluiced`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = Cli::parse();
     let format = cli.output;

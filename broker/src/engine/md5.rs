@@ -9,12 +9,24 @@ use super::attributes::{AttributeValue, MessageAttribute};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Md5Digest(pub [u8; 16]);
 
+impl Md5Digest {
+    /// The 32 lower-case hex digits, without going through the formatter (once per message
+    /// sent and per message received: `write!` per byte cost ~1.5% of the broker's CPU).
+    pub fn hex(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, b) in self.0.iter().enumerate() {
+            out[2 * i] = DIGITS[usize::from(b >> 4)];
+            out[2 * i + 1] = DIGITS[usize::from(b & 0xf)];
+        }
+        out
+    }
+}
+
 impl std::fmt::Display for Md5Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        let hex = self.hex();
+        f.write_str(std::str::from_utf8(&hex).expect("hex digits are ASCII"))
     }
 }
 

@@ -109,6 +109,18 @@ impl File for DmaHandle {
         file.write_at(buf, pos).await.map_err(io::Error::from)
     }
 
+    async fn write_durable_parts(
+        &self,
+        pos: u64,
+        parts: &[&[u8]],
+        len: usize,
+    ) -> io::Result<usize> {
+        let file = self.dsync_file().await?;
+        let mut buf = file.alloc_dma_buffer(len);
+        super::fill_parts(buf.as_bytes_mut(), parts);
+        file.write_at(buf, pos).await.map_err(io::Error::from)
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         self.file.fdatasync().await.map_err(io::Error::from)
     }

@@ -31,6 +31,16 @@ pub fn align_up(v: u64) -> u64 {
     (v + BLOCK_BYTES - 1) & !(BLOCK_BYTES - 1)
 }
 
+/// `parts` laid end to end, then zeros up to `len` bytes, into `out` (exactly `len` long).
+fn fill_parts(out: &mut [u8], parts: &[&[u8]]) {
+    let mut at = 0;
+    for p in parts {
+        out[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
+    }
+    out[at..].fill(0);
+}
+
 /// A file opened for reading and writing.
 #[allow(async_fn_in_trait)] // single-threaded by design: futures are not Send
 pub trait File: 'static {
@@ -43,6 +53,19 @@ pub trait File: 'static {
     /// (and whatever metadata reading them back needs, such as the file size) are durable:
     /// O_DSYNC semantics. Other writes are not made durable by it.
     async fn write_durable_at(&self, pos: u64, data: &[u8]) -> io::Result<usize>;
+    /// [`File::write_durable_at`] of `parts` laid end to end and zero-padded to `len` bytes
+    /// (`len` block-aligned, at least their total). [`DmaFs`] assembles them straight in the
+    /// I/O buffer; this default concatenates first.
+    async fn write_durable_parts(
+        &self,
+        pos: u64,
+        parts: &[&[u8]],
+        len: usize,
+    ) -> io::Result<usize> {
+        let mut buf = vec![0u8; len];
+        fill_parts(&mut buf, parts);
+        self.write_durable_at(pos, &buf).await
+    }
     /// Makes all completed writes (and the file size) durable.
     async fn sync_data(&self) -> io::Result<()>;
     async fn size(&self) -> io::Result<u64>;

@@ -50,6 +50,8 @@ enum Cmd {
         record_bytes: usize,
         /// Records per append (one batch): 1 measures per-append cost, 256 (512 KiB batches
         /// of 2 KiB records, as a stream producer sends) the bandwidth the engine reaches.
+        /// Each batch is encoded once up front, as a producer would send it; every append
+        /// clones it (the copy out of the network buffer) and the log verifies and commits it.
         #[arg(long, default_value_t = 1)]
         records_per_append: usize,
         #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]

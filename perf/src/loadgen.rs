@@ -31,8 +31,12 @@ use std::time::{Duration, Instant};
 
 /// Producer id (8 hex), sequence (16 hex), intended send time in ns since the epoch (16 hex).
 pub const HEADER_BYTES: usize = 40;
-/// Batches in flight per open-loop producer before it waits (the wait shows as latency).
+/// Batches in flight per open-loop producer before it waits (the wait shows as latency)...
 const OPEN_IN_FLIGHT_MAX: usize = 4096;
+/// ...and at most this many body bytes in flight per open-loop producer. Without it a stall
+/// of the system under test made the generator build and hold up to 4,096 batches of 2 MiB
+/// each: its thread went to clearing fresh pages and never caught up again.
+const OPEN_IN_FLIGHT_BYTES_MAX: usize = 64 << 20;
 /// Distinct topic keys (spread over the partitions).
 const TOPIC_KEYS: u64 = 1024;
 /// Longest latency a histogram holds, µs (longer values are clamped, not dropped).
@@ -623,7 +627,9 @@ async fn open_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, rate_p
     let arrival = spec.profile.arrival();
     // Producers start at random phases so that they do not send in lockstep.
     let mut t = sh.epoch + gap(&mut rng, Arrival::Uniform, batch_rate).mul_f64(rng.gen());
-    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(OPEN_IN_FLIGHT_MAX));
+    let batch_bytes = spec.batch.max(1) * spec.size.max().max(1);
+    let in_flight = (OPEN_IN_FLIGHT_BYTES_MAX / batch_bytes).clamp(1, OPEN_IN_FLIGHT_MAX);
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
     let mut seq = 0u64;
     while t < sh.measure_end {
         let n = sh.allot(spec.batch);
@@ -647,7 +653,7 @@ async fn open_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, rate_p
         t += gap(&mut rng, arrival, batch_rate * factor);
     }
     let _all = permits
-        .acquire_many(OPEN_IN_FLIGHT_MAX as u32)
+        .acquire_many(in_flight as u32)
         .await
         .expect("semaphore never closed");
     sh.producer_done();

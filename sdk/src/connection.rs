@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use sluice_wire::{
     decode_response, encode_request, FrameDecoder, Hello, HelloOk, Request, Response,
     FRAME_BYTES_MAX, FRAME_BYTES_MIN,
@@ -34,7 +35,7 @@ struct Waiters {
 }
 
 struct Stream {
-    writer: mpsc::Sender<Vec<u8>>,
+    writer: mpsc::Sender<Bytes>,
     waiters: Arc<Mutex<Waiters>>,
 }
 
@@ -75,7 +76,7 @@ impl Connection {
             .map_err(|e| Error::Connect(e.to_string()))?;
         let frame = encode_request(0, &Request::Hello(hello))
             .map_err(|e| Error::InvalidRequest(e.to_string()))?;
-        send.write_all(&frame)
+        send.write_chunk(frame)
             .await
             .map_err(|e| Error::Connect(e.to_string()))?;
         let mut decoder = FrameDecoder::new(FRAME_BYTES_MIN);
@@ -200,11 +201,13 @@ fn spawn_stream(
     decoder: FrameDecoder,
     leftover: Vec<u8>,
 ) -> Stream {
-    let (writer, mut frames) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE_FRAMES_MAX);
+    let (writer, mut frames) = mpsc::channel::<Bytes>(WRITE_QUEUE_FRAMES_MAX);
     let waiters = Arc::new(Mutex::new(Waiters::default()));
     tokio::spawn(async move {
+        // Frames go to quinn as they are (`write_chunk` takes the buffer; `write_all` would
+        // copy it into one of its own first).
         while let Some(frame) = frames.recv().await {
-            if send.write_all(&frame).await.is_err() {
+            if send.write_chunk(frame).await.is_err() {
                 return;
             }
         }

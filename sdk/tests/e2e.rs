@@ -363,6 +363,7 @@ fn hello(min: u16, max: u16) -> Vec<u8> {
         }),
     )
     .expect("encodes")
+    .to_vec()
 }
 
 /// Reads frames from `recv` until `n` arrived or the stream ended.

@@ -13,7 +13,12 @@ use rkyv::{Archive, Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::error_code::ErrorCode;
-use crate::frame::{encode_frame, Checksum, Frame, FrameKind};
+use bytes::Bytes;
+
+use crate::frame::{
+    frame_checksum, Checksum, Frame, FrameHeader, FrameKind, FLAG_CHECKSUM, FRAME_BYTES_MAX,
+    FRAME_HEADER_BYTES, FRAME_TRAILER_BYTES,
+};
 use crate::messages::*;
 
 /// Why a message could not be encoded.
@@ -161,9 +166,17 @@ macro_rules! messages {
                 }
             }
 
-            fn encode_body(&self) -> Result<AlignedVec, EncodeError> {
+            fn write_body(&self, frame: FrameWriter) -> Result<FrameWriter, EncodeError> {
                 match self {
-                    $(Request::$req(m) => encode_body(m),)*
+                    $(Request::$req(m) => frame.body(m),)*
+                }
+            }
+
+            /// The body archived on its own (tests: the in-place frame must hold these bytes).
+            #[cfg(test)]
+            fn standalone_body(&self) -> AlignedVec {
+                match self {
+                    $(Request::$req(m) => encode_body(m).expect("encodes"),)*
                 }
             }
 
@@ -183,9 +196,17 @@ macro_rules! messages {
                 }
             }
 
-            fn encode_body(&self) -> Result<AlignedVec, EncodeError> {
+            fn write_body(&self, frame: FrameWriter) -> Result<FrameWriter, EncodeError> {
                 match self {
-                    $(Response::$resp(m) => encode_body(m),)*
+                    $(Response::$resp(m) => frame.body(m),)*
+                }
+            }
+
+            /// The body archived on its own (tests: the in-place frame must hold these bytes).
+            #[cfg(test)]
+            fn standalone_body(&self) -> AlignedVec {
+                match self {
+                    $(Response::$resp(m) => encode_body(m).expect("encodes"),)*
                 }
             }
 
@@ -285,7 +306,7 @@ messages! {
 }
 
 /// Encodes a request frame (no checksum trailer: QUIC protects client traffic).
-pub fn encode_request(request_id: u64, request: &Request) -> Result<Vec<u8>, EncodeError> {
+pub fn encode_request(request_id: u64, request: &Request) -> Result<Bytes, EncodeError> {
     encode_request_with(request_id, request, Checksum::None)
 }
 
@@ -293,13 +314,15 @@ pub fn encode_request_with(
     request_id: u64,
     request: &Request,
     checksum: Checksum,
-) -> Result<Vec<u8>, EncodeError> {
-    let body = request.encode_body()?;
-    encode_frame(request.kind().as_u16(), request_id, &body, checksum)
+) -> Result<Bytes, EncodeError> {
+    let frame = FrameWriter::new(request.body_bytes_hint(), checksum);
+    request
+        .write_body(frame)?
+        .finish(request.kind().as_u16(), request_id)
 }
 
 /// Encodes a response frame; `request_id` is the id of the request it answers.
-pub fn encode_response(request_id: u64, response: &Response) -> Result<Vec<u8>, EncodeError> {
+pub fn encode_response(request_id: u64, response: &Response) -> Result<Bytes, EncodeError> {
     encode_response_with(request_id, response, Checksum::None)
 }
 
@@ -307,9 +330,131 @@ pub fn encode_response_with(
     request_id: u64,
     response: &Response,
     checksum: Checksum,
-) -> Result<Vec<u8>, EncodeError> {
-    let body = response.encode_body()?;
-    encode_frame(response.kind().as_u16(), request_id, &body, checksum)
+) -> Result<Bytes, EncodeError> {
+    let frame = FrameWriter::new(response.body_bytes_hint(), checksum);
+    response
+        .write_body(frame)?
+        .finish(response.kind().as_u16(), request_id)
+}
+
+/// A frame built in one buffer: room for the header, the body archived right after it, the
+/// header filled in last. The buffer is 16-byte aligned and the header is 16 bytes, so the body
+/// sits aligned as rkyv lays it out, and its bytes are the same as an archive made on its own
+/// (rkyv's positions are relative). The body is never copied: the buffer becomes the `Bytes`
+/// that a QUIC stream takes without copying either.
+struct FrameWriter {
+    buf: AlignedVec,
+    checksum: Checksum,
+}
+
+const _: () = assert!(
+    FRAME_HEADER_BYTES.is_multiple_of(16),
+    "the body must start 16-byte aligned"
+);
+
+impl FrameWriter {
+    fn new(body_bytes_hint: usize, checksum: Checksum) -> FrameWriter {
+        let cap = FRAME_HEADER_BYTES + body_bytes_hint.min(FRAME_BYTES_MAX) + FRAME_TRAILER_BYTES;
+        let mut buf = AlignedVec::with_capacity(cap);
+        buf.extend_from_slice(&[0u8; FRAME_HEADER_BYTES]);
+        FrameWriter { buf, checksum }
+    }
+
+    fn body<T: WireMessage>(self, value: &T) -> Result<FrameWriter, EncodeError>
+    where
+        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+            + Deserialize<T, HighDeserializer<rancor::Error>>,
+    {
+        let buf = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, self.buf)
+            .map_err(|e| EncodeError::Archive(e.to_string()))?;
+        Ok(FrameWriter {
+            buf,
+            checksum: self.checksum,
+        })
+    }
+
+    fn finish(mut self, kind: u16, request_id: u64) -> Result<Bytes, EncodeError> {
+        let body_len = self.buf.len() - FRAME_HEADER_BYTES;
+        let flags = match self.checksum {
+            Checksum::None => 0,
+            Checksum::Xxh3 => FLAG_CHECKSUM,
+        };
+        let frame_bytes = self.buf.len() + if flags != 0 { FRAME_TRAILER_BYTES } else { 0 };
+        if frame_bytes > FRAME_BYTES_MAX {
+            return Err(EncodeError::FrameTooLarge {
+                frame_bytes,
+                limit_bytes: FRAME_BYTES_MAX,
+            });
+        }
+        let header = FrameHeader {
+            kind,
+            flags,
+            // Fits: checked against FRAME_BYTES_MAX, which is below u32::MAX (const assert).
+            body_len: body_len as u32,
+            request_id,
+        };
+        let header_bytes = header.to_bytes();
+        self.buf[..FRAME_HEADER_BYTES].copy_from_slice(&header_bytes);
+        if flags != 0 {
+            let sum = frame_checksum(&header_bytes, &self.buf[FRAME_HEADER_BYTES..]);
+            self.buf.extend_from_slice(&sum.to_le_bytes());
+        }
+        debug_assert_eq!(self.buf.len(), header.frame_bytes());
+        Ok(Bytes::from_owner(self.buf))
+    }
+}
+
+/// About how many bytes an archived body takes: its payloads plus a little for everything
+/// else. Only a capacity hint (a frame that outgrows it grows its buffer), so that large bodies
+/// are archived without reallocating and copying as they go.
+fn payload_hint(payload_bytes: usize, items: usize) -> usize {
+    const SMALL_BODY_BYTES: usize = 256;
+    const PER_ITEM_BYTES: usize = 192;
+    SMALL_BODY_BYTES + payload_bytes + items * PER_ITEM_BYTES
+}
+
+fn attributes_hint(attrs: &MessageAttributeMap) -> usize {
+    attrs.len() * 64
+}
+
+impl Request {
+    fn body_bytes_hint(&self) -> usize {
+        match self {
+            Request::SendMessage(m) => payload_hint(
+                m.message_body.len() + attributes_hint(&m.message_attributes),
+                1,
+            ),
+            Request::SendMessageBatch(b) => payload_hint(
+                b.entries
+                    .iter()
+                    .map(|e| e.message_body.len() + attributes_hint(&e.message_attributes))
+                    .sum(),
+                b.entries.len(),
+            ),
+            Request::Produce(p) => payload_hint(p.batch.len() + p.topic.len(), 0),
+            _ => payload_hint(0, 0),
+        }
+    }
+}
+
+impl Response {
+    fn body_bytes_hint(&self) -> usize {
+        match self {
+            Response::ReceiveMessage(r) => payload_hint(
+                r.messages
+                    .iter()
+                    .map(|m| {
+                        m.body.len()
+                            + m.receipt_handle.len()
+                            + attributes_hint(&m.message_attributes)
+                    })
+                    .sum(),
+                r.messages.len(),
+            ),
+            Response::Fetch(f) => payload_hint(f.batches.len(), 0),
+            _ => payload_hint(0, 0),
+        }
+    }
 }
 
 /// Reads a request out of a decoded frame (server side).
@@ -354,9 +499,19 @@ mod tests {
         frames.pop().expect("one frame")
     }
 
+    /// The body archived in place after the header is byte for byte the archive made on its
+    /// own, laid out by `encode_frame`: building frames in one buffer changes no wire byte.
+    fn assert_frame_is_standalone_archive(frame: &[u8], body: &[u8], checksum: Checksum) {
+        let header = FrameHeader::parse(frame[..FRAME_HEADER_BYTES].try_into().expect("16"));
+        let laid_out = crate::frame::encode_frame(header.kind, header.request_id, body, checksum)
+            .expect("fits");
+        assert_eq!(frame, &laid_out[..]);
+    }
+
     fn check_request(request: Request, request_id: u64, chunk: usize) {
         for checksum in [Checksum::None, Checksum::Xxh3] {
             let bytes = encode_request_with(request_id, &request, checksum).expect("encodes");
+            assert_frame_is_standalone_archive(&bytes, &request.standalone_body(), checksum);
             let frame = decode_chunked(&bytes, chunk);
             assert_eq!(frame.kind(), Some(request.kind()));
             assert!(!request.kind().is_response());
@@ -374,6 +529,7 @@ mod tests {
     fn check_response(response: Response, request_id: u64, chunk: usize) {
         for checksum in [Checksum::None, Checksum::Xxh3] {
             let bytes = encode_response_with(request_id, &response, checksum).expect("encodes");
+            assert_frame_is_standalone_archive(&bytes, &response.standalone_body(), checksum);
             let frame = decode_chunked(&bytes, chunk);
             assert_eq!(frame.kind(), Some(response.kind()));
             assert!(response.kind().is_response());
@@ -501,7 +657,7 @@ mod tests {
         /// valid message, never a panic.
         #[test]
         fn body_bit_flips_never_panic(request in any::<Request>(), bit in any::<proptest::sample::Index>()) {
-            let mut bytes = encode_request(7, &request).expect("encodes");
+            let mut bytes = encode_request(7, &request).expect("encodes").to_vec();
             let body_bits = (bytes.len() - FRAME_HEADER_BYTES) * 8;
             if body_bits > 0 {
                 let b = FRAME_HEADER_BYTES * 8 + bit.index(body_bits);
@@ -578,7 +734,10 @@ mod tests {
             message_body: "hello".into(),
             ..Default::default()
         });
-        let body = send.encode_body().expect("encodes");
+        let Request::SendMessage(m) = &send else {
+            unreachable!("built above")
+        };
+        let body = encode_body(m).expect("encodes");
         let bytes =
             crate::frame::encode_frame(FrameKind::DeleteMessage.as_u16(), 3, &body, Checksum::None)
                 .expect("fits");

@@ -513,7 +513,7 @@ mod tests {
         let bytes =
             encode_request_with(0x0102_0304, &send("bits"), Checksum::Xxh3).expect("encodes");
         for bit in 0..bytes.len() * 8 {
-            let mut flipped = bytes.clone();
+            let mut flipped = bytes.to_vec();
             flipped[bit / 8] ^= 1 << (bit % 8);
             let (_frames, errors) = run(&flipped, 7, REQUEST_FRAME_BYTES_MAX);
             // Clearing the CHECKSUM flag makes the frame 8 bytes shorter: it then decodes, and
@@ -532,7 +532,7 @@ mod tests {
 
     #[test]
     fn reserved_flags_are_refused() {
-        let mut bytes = encode_request(1, &send("x")).expect("encodes");
+        let mut bytes = encode_request(1, &send("x")).expect("encodes").to_vec();
         bytes[1] |= 0x80;
         let (_, errors) = run(&bytes, 64, REQUEST_FRAME_BYTES_MAX);
         assert_eq!(
@@ -597,7 +597,7 @@ mod tests {
     fn decode_one_wants_exactly_one_frame() {
         let bytes = encode_request(1, &send("one")).expect("encodes");
         assert!(decode_one(&bytes, REQUEST_FRAME_BYTES_MAX).is_ok());
-        let mut two = bytes.clone();
+        let mut two = bytes.to_vec();
         two.extend_from_slice(&bytes);
         assert_eq!(
             decode_one(&two, REQUEST_FRAME_BYTES_MAX),

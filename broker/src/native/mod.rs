@@ -317,7 +317,7 @@ async fn within<F: Future>(ms: u64, f: F) -> Option<F::Output> {
     }
 }
 
-fn error_frame(request_id: u64, e: ErrorResponse) -> Vec<u8> {
+fn error_frame(request_id: u64, e: ErrorResponse) -> bytes::Bytes {
     encode_response(request_id, &Response::Error(e)).expect("an error frame is small")
 }
 
@@ -326,12 +326,12 @@ fn error_frame(request_id: u64, e: ErrorResponse) -> Vec<u8> {
 async fn refuse_connection(
     conn: &quinn::Connection,
     mut send: quinn::SendStream,
-    frame: Vec<u8>,
+    frame: bytes::Bytes,
     code: ErrorCode,
     reason: &str,
 ) {
     let _ = within(STREAM_FINISH_WAIT_MS, async {
-        if send.write_all(&frame).await.is_ok() && send.finish().is_ok() {
+        if send.write_chunk(frame).await.is_ok() && send.finish().is_ok() {
             let _ = send.stopped().await;
         }
     })
@@ -457,7 +457,7 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
 }
 
 /// A frame for a stream's writer, with the budget share of the request it answers.
-type Outgoing = (Vec<u8>, Option<InFlight>);
+type Outgoing = (bytes::Bytes, Option<InFlight>);
 
 /// Releases a request's share of the connection's budget once its answer is written (or the
 /// answer is dropped).
@@ -506,7 +506,7 @@ async fn serve_stream(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     mut decoder: FrameDecoder,
-    first_frame: Option<Vec<u8>>,
+    first_frame: Option<bytes::Bytes>,
     pending: bytes::Bytes,
 ) {
     let Some(guard) = connection.tracker.start() else {
@@ -524,7 +524,9 @@ async fn serve_stream(
     // broker queue answers without bound).
     let writer = glommio::spawn_local(async move {
         while let Some((frame, in_flight)) = rx.next().await {
-            if send.write_all(&frame).await.is_err() {
+            // `write_chunk` hands the frame's buffer to quinn as it is (`write_all` would copy
+            // it into one of quinn's first).
+            if send.write_chunk(frame).await.is_err() {
                 // The peer stopped the stream or the connection is gone: drop the rest.
                 return;
             }

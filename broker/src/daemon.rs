@@ -195,6 +195,9 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
         return EXIT_OK;
     }
     init_logging();
+    if let Err(e) = sluice_storage::rt::disable_transparent_huge_pages() {
+        tracing::warn!(error = %e, "could not turn transparent huge pages off");
+    }
     tracing::info!(
         config = %shown.to_line(),
         file = ?args.config,

@@ -173,6 +173,11 @@ fn machine() -> String {
 
 fn main() {
     let cli = Cli::parse();
+    // As the broker does (`sluice_storage::rt::disable_transparent_huge_pages` says why): the
+    // generator and an in-process broker both allocate and free megabyte buffers.
+    if let Err(e) = sluice_storage::rt::disable_transparent_huge_pages() {
+        eprintln!("sluice-perf: could not turn transparent huge pages off: {e}");
+    }
     match cli.cmd {
         Cmd::Run {
             scenarios,

@@ -222,6 +222,12 @@ fn no_secret_reaches_the_log_and_the_effective_config_is_logged() {
     let (mut log, rx) = wait_for_line(&mut child, "daemon: ready");
     let mut child = KillOnDrop(child);
     let pid = child.0.id().to_string();
+    // The daemon turned transparent huge pages off for itself (`sluice_storage::rt`). Kernels
+    // without the status field (before 5.0) are not checked.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    if let Some(thp) = status.lines().find(|l| l.starts_with("THP_enabled:")) {
+        assert_eq!(thp.split_whitespace().nth(1), Some("0"), "{thp}");
+    }
     let status = Command::new("kill")
         .args(["-TERM", &pid])
         .status()

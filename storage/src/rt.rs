@@ -28,9 +28,9 @@ pub fn executor_builder(
 /// kernel zeroed it on the faulting thread. Measured on `stream-iggy` (82,200 records/s of
 /// 2 KiB in batches of 1,000, in process): `clear_page_erms` under huge-page faults took 92% of
 /// the generator thread for the first ~2.5 s of every other run, while the shards sat idle (the
-/// "start stall"), and ~29% of it later; system CPU of a 6 s run was ~8.5 s. With huge pages
-/// off (`MIMALLOC_ALLOW_THP=0` first, then this call): no stall in 3 of 3 runs, ~5 s of system
-/// CPU. Latency-minded servers commonly turn THP off for the same reason (the zeroing of a
+/// "start stall"), and ~29% of it later; system CPU of a 6 s run was ~8.2 s. With huge pages
+/// off (`MIMALLOC_ALLOW_THP=0` first, then this call): no stall in 3 of 3 runs each, 5.0-5.6 s
+/// and 6.0-6.2 s of system CPU. Latency-minded servers commonly turn THP off for the same reason (the zeroing of a
 /// huge page is a fault of ~0.5 ms on whichever thread touches it first).
 ///
 /// Process-wide, so it is for binaries to call (`sluiced`, `sluice serve`, `sluice-perf`), not

@@ -16,8 +16,8 @@ use crate::error_code::ErrorCode;
 use bytes::Bytes;
 
 use crate::frame::{
-    frame_checksum, Checksum, Frame, FrameHeader, FrameKind, FLAG_CHECKSUM, FRAME_BYTES_MAX,
-    FRAME_HEADER_BYTES, FRAME_TRAILER_BYTES,
+    seal_frame, Checksum, Frame, FrameKind, FRAME_BYTES_MAX, FRAME_HEADER_BYTES,
+    FRAME_TRAILER_BYTES,
 };
 use crate::messages::*;
 
@@ -374,32 +374,16 @@ impl FrameWriter {
     }
 
     fn finish(mut self, kind: u16, request_id: u64) -> Result<Bytes, EncodeError> {
-        let body_len = self.buf.len() - FRAME_HEADER_BYTES;
-        let flags = match self.checksum {
-            Checksum::None => 0,
-            Checksum::Xxh3 => FLAG_CHECKSUM,
-        };
-        let frame_bytes = self.buf.len() + if flags != 0 { FRAME_TRAILER_BYTES } else { 0 };
-        if frame_bytes > FRAME_BYTES_MAX {
-            return Err(EncodeError::FrameTooLarge {
-                frame_bytes,
-                limit_bytes: FRAME_BYTES_MAX,
-            });
-        }
-        let header = FrameHeader {
+        let (header, trailer) = seal_frame(
             kind,
-            flags,
-            // Fits: checked against FRAME_BYTES_MAX, which is below u32::MAX (const assert).
-            body_len: body_len as u32,
             request_id,
-        };
-        let header_bytes = header.to_bytes();
-        self.buf[..FRAME_HEADER_BYTES].copy_from_slice(&header_bytes);
-        if flags != 0 {
-            let sum = frame_checksum(&header_bytes, &self.buf[FRAME_HEADER_BYTES..]);
-            self.buf.extend_from_slice(&sum.to_le_bytes());
+            &self.buf[FRAME_HEADER_BYTES..],
+            self.checksum,
+        )?;
+        self.buf[..FRAME_HEADER_BYTES].copy_from_slice(&header);
+        if let Some(t) = trailer {
+            self.buf.extend_from_slice(&t);
         }
-        debug_assert_eq!(self.buf.len(), header.frame_bytes());
         Ok(Bytes::from_owner(self.buf))
     }
 }
@@ -502,7 +486,8 @@ mod tests {
     /// The body archived in place after the header is byte for byte the archive made on its
     /// own, laid out by `encode_frame`: building frames in one buffer changes no wire byte.
     fn assert_frame_is_standalone_archive(frame: &[u8], body: &[u8], checksum: Checksum) {
-        let header = FrameHeader::parse(frame[..FRAME_HEADER_BYTES].try_into().expect("16"));
+        let header =
+            crate::frame::FrameHeader::parse(frame[..FRAME_HEADER_BYTES].try_into().expect("16"));
         let laid_out = crate::frame::encode_frame(header.kind, header.request_id, body, checksum)
             .expect("fits");
         assert_eq!(frame, &laid_out[..]);

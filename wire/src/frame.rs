@@ -405,14 +405,15 @@ pub fn frame_checksum(header: &[u8; FRAME_HEADER_BYTES], body: &[u8]) -> u64 {
     h.digest()
 }
 
-/// Lays out one frame around an already-encoded body. Fails only if the frame would exceed
-/// [`FRAME_BYTES_MAX`] (which no receiver would accept).
-pub fn encode_frame(
+/// The header of a frame around `body`, and its trailer if `checksum` asks for one. Fails only
+/// if the frame would exceed [`FRAME_BYTES_MAX`] (which no receiver would accept). Shared by
+/// [`encode_frame`] and the codec, which archives bodies in place after room for the header.
+pub(crate) fn seal_frame(
     kind: u16,
     request_id: u64,
     body: &[u8],
     checksum: Checksum,
-) -> Result<Vec<u8>, crate::EncodeError> {
+) -> Result<([u8; FRAME_HEADER_BYTES], Option<[u8; FRAME_TRAILER_BYTES]>), crate::EncodeError> {
     let flags = match checksum {
         Checksum::None => 0,
         Checksum::Xxh3 => FLAG_CHECKSUM,
@@ -432,14 +433,27 @@ pub fn encode_frame(
         body_len: body.len() as u32,
         request_id,
     };
+    debug_assert_eq!(header.frame_bytes(), frame_bytes);
     let header_bytes = header.to_bytes();
-    let mut out = Vec::with_capacity(frame_bytes);
-    out.extend_from_slice(&header_bytes);
+    let trailer = (flags != 0).then(|| frame_checksum(&header_bytes, body).to_le_bytes());
+    Ok((header_bytes, trailer))
+}
+
+/// Lays out one frame around an already-encoded body. Fails only if the frame would exceed
+/// [`FRAME_BYTES_MAX`] (which no receiver would accept).
+pub fn encode_frame(
+    kind: u16,
+    request_id: u64,
+    body: &[u8],
+    checksum: Checksum,
+) -> Result<Vec<u8>, crate::EncodeError> {
+    let (header, trailer) = seal_frame(kind, request_id, body, checksum)?;
+    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + body.len() + FRAME_TRAILER_BYTES);
+    out.extend_from_slice(&header);
     out.extend_from_slice(body);
-    if flags != 0 {
-        out.extend_from_slice(&frame_checksum(&header_bytes, body).to_le_bytes());
+    if let Some(t) = trailer {
+        out.extend_from_slice(&t);
     }
-    debug_assert_eq!(out.len(), header.frame_bytes());
     Ok(out)
 }
 

@@ -62,6 +62,45 @@ where
 
 #[cfg(test)]
 mod tests {
+    /// glommio is patched (vendor/README.md): an executor about to park fences instead of
+    /// issuing a process-wide membarrier, and a remote sender fences before it looks at the
+    /// sleeper's flag. If either side's ordering were wrong, a message sent while its receiver
+    /// parks would not wake it and this ping-pong (every hop a park and a wake-up) would stall.
+    #[test]
+    fn executors_that_park_between_messages_never_miss_a_wake_up() {
+        use glommio::channels::shared_channel;
+        const ROUND_TRIPS: u32 = 20_000;
+        let (ping_tx, ping_rx) = shared_channel::new_bounded::<u32>(1);
+        let (pong_tx, pong_rx) = shared_channel::new_bounded::<u32>(1);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let a = super::executor_builder("ping", glommio::Placement::Unbound)
+            .spawn(move || async move {
+                let (tx, rx) = (ping_tx.connect().await, pong_rx.connect().await);
+                for i in 0..ROUND_TRIPS {
+                    tx.send(i).await.expect("peer alive");
+                    assert_eq!(rx.recv().await, Some(i));
+                }
+            })
+            .expect("spawn ping executor");
+        let b = super::executor_builder("pong", glommio::Placement::Unbound)
+            .spawn(move || async move {
+                let (rx, tx) = (ping_rx.connect().await, pong_tx.connect().await);
+                while let Some(i) = rx.recv().await {
+                    tx.send(i).await.expect("peer alive");
+                }
+            })
+            .expect("spawn pong executor");
+        std::thread::spawn(move || {
+            let _ = done_tx.send(a.join().is_ok() && b.join().is_ok());
+        });
+        let finished = done_rx.recv_timeout(std::time::Duration::from_secs(120));
+        assert_eq!(
+            finished,
+            Ok(true),
+            "{ROUND_TRIPS} cross-executor round trips did not finish: a wake-up was lost"
+        );
+    }
+
     #[test]
     fn transparent_huge_pages_can_be_turned_off_for_the_process() {
         super::disable_transparent_huge_pages().expect("prctl(PR_SET_THP_DISABLE)");

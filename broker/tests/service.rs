@@ -187,6 +187,44 @@ fn long_poll_wakes_on_a_send_from_another_shard() {
         .shutdown();
 }
 
+/// A long poll parked on the partition a send lands in leases the message before the send's
+/// group commit starts, so one durable write covers both (publish→receive costs one commit,
+/// not two in a row). Counted in the partition's log statistics.
+#[test]
+fn a_parked_long_poll_takes_its_message_in_the_senders_commit() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let b = start(tmp.path());
+    b.run_on(0, |s| async move {
+        s.create_queue(T, "joined", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("create");
+    });
+    let (got, commits) = b.run_on(0, |s| async move {
+        let q = s.queue(T, "joined").expect("q");
+        let commits = |snaps: Vec<sluice_broker::metrics::ShardSnapshot>| -> u64 {
+            snaps
+                .iter()
+                .flat_map(|sn| &sn.partitions)
+                .filter(|p| p.queue_id == q.id)
+                .map(|p| p.log.commits)
+                .sum()
+        };
+        let before = commits(s.metrics_snapshots().await);
+        let (s2, q2) = (s.clone(), q.clone());
+        let parked = glommio::spawn_local(async move { s2.receive(&q2, recv(1, None), 5).await });
+        glommio::timer::sleep(Duration::from_millis(200)).await;
+        // Sent on shard 0: to its own partition, where the receive of shard 0 is parked.
+        s.send(&q, send("joined")).await.expect("send");
+        let got = parked.await.expect("receive");
+        (got, commits(s.metrics_snapshots().await) - before)
+    });
+    assert_eq!(got.len(), 1, "the parked receive got the message");
+    assert_eq!(got[0].payload.body, "joined");
+    assert_eq!(commits, 1, "send and lease in one group commit");
+    b.shutdown();
+}
+
 #[test]
 fn a_fifo_long_poll_wakes_when_a_delete_frees_its_group() {
     let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());

@@ -874,8 +874,9 @@ impl Shard {
     ) -> ServiceResult<Vec<Delivered>> {
         self.check_ready()?;
         let deadline = runtime::now_ms() + u64::from(wait_s) * 1000;
+        let mut woken_by = None;
         loop {
-            let got = self.receive_pass(q, &req).await?;
+            let got = self.receive_pass(q, &req, woken_by).await?;
             if !got.is_empty() || runtime::now_ms() >= deadline {
                 return Ok(got);
             }
@@ -892,23 +893,39 @@ impl Shard {
                     },
                 ))
             });
-            // The first partition that may have a message ends the wait.
-            let (first, _, _) = futures::future::select_all(waits).await;
-            if let ShardResponse::Ready(Err(e)) = first {
-                return Err(e);
+            // The first partition that may have a message ends the wait; the next pass asks it
+            // first (no empty look at this shard's partitions before the hop).
+            let (first, index, _) = futures::future::select_all(waits).await;
+            match first {
+                ShardResponse::Ready(Err(e)) => return Err(e),
+                ShardResponse::Ready(Ok(true)) => woken_by = Some(index as u32),
+                _ => woken_by = None,
             }
         }
     }
 
+    /// One receive over the partitions, `first` (the one whose wake-up this is) before the
+    /// rest.
     async fn receive_pass(
         &self,
         q: &QueueMeta,
         req: &ReceiveRequest,
+        first: Option<u32>,
     ) -> ServiceResult<Vec<Delivered>> {
         let mut out: Vec<Delivered> = Vec::new();
-        for p in self.partition_order(q) {
+        let mut order = self.partition_order(q);
+        if let Some(i) = first.and_then(|f| order.iter().position(|&p| p == f)) {
+            order[..=i].rotate_right(1);
+        }
+        for p in order {
             let want = req.max_messages.saturating_sub(out.len() as u32);
             if want == 0 {
+                break;
+            }
+            // With messages in hand, don't make the consumer wait for another core's partition
+            // (a hop, and that partition's commit if it leases more): return what this core
+            // had. SQS answers with fewer than the maximum too; the next receive asks again.
+            if !out.is_empty() && self.owner(q.id, p) != self.id {
                 break;
             }
             let r = ReceiveRequest {

@@ -38,8 +38,14 @@ pub struct PartitionActor {
     config: RefCell<PartitionConfig>,
     engine: RefCell<Partition>,
     log: RefCell<Rc<Log<DmaFs>>>,
-    /// Something may have become deliverable (a send, an expired lease, a released message).
+    /// Something may have become deliverable (a send, an expired lease, a released message):
+    /// long polls wake on it. A command notifies it as soon as the engine has applied it, before
+    /// its records are durable, so a woken receive stages its lease into the same group commit
+    /// (a receive's reply waits for its own records, which follow the send's in the log).
     ready: Event,
+    /// Records became durable: readers of the log as a stream wake on it (they see only
+    /// durable records).
+    appended: Event,
     /// The next timer deadline may have moved earlier.
     rearm: Event,
     broken: Cell<bool>,
@@ -85,6 +91,7 @@ impl PartitionActor {
             engine: RefCell::new(engine),
             log: RefCell::new(Rc::new(log)),
             ready: Event::default(),
+            appended: Event::default(),
             rearm: Event::default(),
             broken: Cell::new(false),
             closed: Cell::new(false),
@@ -154,6 +161,7 @@ impl PartitionActor {
         *self.engine.borrow_mut() = engine;
         self.broken.set(false);
         self.ready.notify();
+        self.appended.notify();
         self.rearm.notify();
         Ok(())
     }
@@ -217,8 +225,19 @@ impl PartitionActor {
                 }
             }
         };
+        // Wake parked long polls now, not after the commit: a woken receive on this shard runs
+        // before the commit starts (the yield below) and its lease joins the send's commit, so
+        // publish→receive costs one durable write, not two in a row.
+        let wake_polls = self.waiters.get() > 0
+            && (wakes || (deletes && self.engine.borrow().has_deliverable()));
+        if wake_polls {
+            self.ready.notify();
+        }
         if let Some(t) = ticket {
             let staged = std::time::Instant::now();
+            if wake_polls {
+                runtime::yield_now().await;
+            }
             if let Err(e) = log.durable(t).await {
                 self.broken.set(true);
                 return Err(e.into());
@@ -226,8 +245,8 @@ impl PartitionActor {
             crate::metrics::record_durable_wait(staged.elapsed());
         }
         self.rearm.notify();
-        if wakes || (deletes && self.waiters.get() > 0 && self.engine.borrow().has_deliverable()) {
-            self.ready.notify();
+        if wakes {
+            self.appended.notify();
         }
         self.ops.count(&effects.reply, effects.moves.len());
         for mv in effects.moves {
@@ -319,7 +338,7 @@ impl PartitionActor {
         }
     }
 
-    /// Waits for the next readiness notification (a send, among others) or the deadline,
+    /// Waits until records next become durable (a send, among others) or the deadline,
     /// whatever is deliverable now: for readers of the log as a stream
     /// (`crate::stream::queue_view`), which must not spin while messages sit visible.
     pub(crate) async fn wait_notified(&self, deadline_ms: u64) -> ServiceResult<bool> {
@@ -330,7 +349,7 @@ impl PartitionActor {
         }
         self.waiters.set(self.waiters.get() + 1);
         let _guard = WaiterGuard(&self.waiters);
-        Ok(self.ready.listen_until(deadline_ms).await)
+        Ok(self.appended.listen_until(deadline_ms).await)
     }
 
     pub fn counters(&self) -> Counters {
@@ -365,6 +384,7 @@ impl PartitionActor {
         self.closed.set(true);
         self.rearm.notify();
         self.ready.notify();
+        self.appended.notify();
         self.log().close().await?;
         Ok(())
     }
@@ -428,6 +448,7 @@ impl PartitionActor {
                 (this.moves)(mv);
             }
             this.ready.notify();
+            this.appended.notify();
             if this
                 .engine
                 .borrow()

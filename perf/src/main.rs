@@ -120,6 +120,10 @@ enum Cmd {
         /// Skip the scenario's floors (fio, quinn echo).
         #[arg(long)]
         no_floors: bool,
+        /// Shards (and partitions per queue) of the in-process broker [default: one per core,
+        /// the embedded default]. The load generator runs on the same cores.
+        #[arg(long)]
+        shards: Option<usize>,
         /// An external broker's QUIC address instead of an in-process one (needs --cert).
         #[arg(long)]
         sluice_quic: Option<std::net::SocketAddr>,
@@ -187,6 +191,7 @@ fn main() {
             warmup_seconds,
             seed,
             no_floors,
+            shards,
             sluice_quic,
             cert,
             sluice_http,
@@ -200,6 +205,7 @@ fn main() {
                 warmup_seconds,
                 seed,
                 no_floors,
+                shards,
                 work,
                 out,
                 sluice_quic,

@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub warmup_seconds: Option<f64>,
     pub seed: Option<u64>,
     pub no_floors: bool,
+    /// Shards of the in-process broker (None: the embedded default, one per core).
+    pub shards: Option<usize>,
     pub work: PathBuf,
     pub out: PathBuf,
     pub sluice_quic: Option<SocketAddr>,
@@ -98,7 +100,7 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
         durability: sc.durability.clone(),
         unix_time: crate::stamp(),
         machine: crate::machine(),
-        sluice_shards: shards_embedded(),
+        sluice_shards: o.shards.unwrap_or_else(shards_embedded),
         seed,
         fio_floors,
         echo_floors: Vec::new(),
@@ -122,7 +124,7 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
                 let broker = if external {
                     None
                 } else {
-                    match InProcess::start(&o.work.join("sluice")) {
+                    match InProcess::start(&o.work.join("sluice"), o.shards) {
                         Ok(b) => Some(b),
                         Err(e) => {
                             rec.failed.push(miss(case, t, e));

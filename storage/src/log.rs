@@ -163,8 +163,42 @@ struct Chunk {
     segment: u64,
     /// Seal the current active segment and create `segment` first.
     roll: bool,
-    bytes: Vec<u8>,
+    /// The chunk's bytes, in order: each part holds whole batches (small ones coalesced,
+    /// large ones alone, as they were staged).
+    parts: Vec<Vec<u8>>,
+    /// Bytes in `parts`.
+    len: usize,
     batches: Vec<StagedBatch>,
+}
+
+impl Chunk {
+    /// Appends a staged batch: one smaller than `coalesce_max` after a last part still smaller
+    /// than that (copied), anything else as a part of its own (moved).
+    fn push_bytes(&mut self, bytes: Vec<u8>, coalesce_max: usize) {
+        self.len += bytes.len();
+        match self.parts.last_mut() {
+            Some(last) if bytes.len() < coalesce_max && last.len() < coalesce_max => {
+                last.extend_from_slice(&bytes)
+            }
+            _ => self.parts.push(bytes),
+        }
+    }
+
+    /// The last `n` bytes of `head` followed by the chunk's parts (`n` ≤ their length).
+    fn last_bytes(&self, head: &[u8], n: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(n);
+        let mut skip = (head.len() + self.len) - n;
+        for part in std::iter::once(head).chain(self.parts.iter().map(Vec::as_slice)) {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            out.extend_from_slice(&part[skip..]);
+            skip = 0;
+        }
+        debug_assert_eq!(out.len(), n);
+        out
+    }
 }
 
 struct Segment<F: Fs> {
@@ -681,7 +715,8 @@ impl<F: Fs> Log<F> {
             i.staged.push(Chunk {
                 segment: i.proj_segment,
                 roll,
-                bytes: Vec::new(),
+                parts: Vec::new(),
+                len: 0,
                 batches: Vec::new(),
             });
         }
@@ -689,16 +724,12 @@ impl<F: Fs> Log<F> {
         let slot: Slot = Rc::new(RefCell::new(None));
         chunk.batches.push(StagedBatch {
             header,
-            at: chunk.bytes.len(),
+            at: chunk.len,
             slot: slot.clone(),
         });
         i.staged_bytes += bytes.len();
-        if chunk.bytes.is_empty() {
-            // A chunk's first batch moves in: a large batch is never copied to be staged.
-            chunk.bytes = bytes;
-        } else {
-            chunk.bytes.extend_from_slice(&bytes);
-        }
+        // A large batch moves in: it is never copied to be staged.
+        chunk.push_bytes(bytes, self.config.coalesce_batch_bytes_max);
         i.proj_size += len;
         i.proj_first_ts.get_or_insert(header.first_timestamp_ms);
         i.next_offset = header.next_offset();
@@ -940,7 +971,7 @@ impl<F: Fs> Log<F> {
             (b, s.file.clone(), s.size, s.tail.clone(), s.zeroed_until)
         };
         let path = self.path(base, "log");
-        let end = size + chunk.bytes.len() as u64;
+        let end = size + chunk.len as u64;
         let wpos = align_down(size);
         let data_end = align_up(end);
         let len = (data_end - wpos) as usize;
@@ -955,7 +986,7 @@ impl<F: Fs> Log<F> {
         // A large commit skips it: its flush's extension cost is spread over many bytes,
         // while zeroing ahead of it would double the bytes written (measured, 512 KiB commits:
         // 377-395 MB/s with zero-ahead, 484-575 MB/s without; fio 1.0-1.35 GB/s).
-        let small = chunk.bytes.len() < ZERO_AHEAD_CHUNK_BYTES_MAX;
+        let small = chunk.len < ZERO_AHEAD_CHUNK_BYTES_MAX;
         let zero = (small && zeroed_until < want_until).then(|| {
             let from = zeroed_until.max(data_end);
             let step = ZERO_AHEAD_STEP_BYTES.max(data_end - wpos);
@@ -965,9 +996,12 @@ impl<F: Fs> Log<F> {
         // then an fdatasync took two, the second handed to a kernel worker thread (measured,
         // 4 KiB appends at concurrency 16: 17.8-23.5k appends/s with fdatasync, 36.2-37.1k).
         let started = std::time::Instant::now();
-        // The rewritten partial tail block and the chunk go straight into the I/O buffer.
+        // The rewritten partial tail block and the chunk's parts go straight into the I/O
+        // buffer: the one copy of each byte on its way to disk.
         let data_write = async {
-            let parts: [&[u8]; 2] = [&tail, &chunk.bytes];
+            let parts: Vec<&[u8]> = std::iter::once(tail.as_slice())
+                .chain(chunk.parts.iter().map(Vec::as_slice))
+                .collect();
             let n = file.write_durable_parts(wpos, &parts, len).await?;
             if n < len {
                 // A short write: the rest from a contiguous copy (rare; not worth avoiding).
@@ -1046,11 +1080,7 @@ impl<F: Fs> Log<F> {
             }
             s.size = end;
             // The new partial last block: [align_down(end), end) of tail ++ chunk.
-            let keep_from = (align_down(end) - wpos) as usize;
-            s.tail = match keep_from.checked_sub(tail.len()) {
-                Some(in_chunk) => chunk.bytes[in_chunk..].to_vec(),
-                None => [&tail[keep_from..], &chunk.bytes[..]].concat(),
-            };
+            s.tail = chunk.last_bytes(&tail, (end - align_down(end)) as usize);
             let persist = (s.index.len() - s.index_persisted_entries
                 >= self.config.index_persist_entries)
                 .then(|| {
@@ -1062,12 +1092,17 @@ impl<F: Fs> Log<F> {
             i.stats.fsyncs += 1;
             i.stats.batches_appended += chunk.batches.len() as u64;
             i.stats.records_appended += records;
-            i.stats.bytes_appended += chunk.bytes.len() as u64;
-            // Keep the chunk for tail reads (it is not needed any more: moved, not copied).
-            let bytes = Bytes::from(std::mem::take(&mut chunk.bytes));
-            i.cache_bytes += bytes.len();
-            i.cache.insert((base, size), bytes);
-            i.cache_order.push_back((base, size));
+            i.stats.bytes_appended += chunk.len as u64;
+            // Keep the chunk's parts for tail reads, each at its position (they are not needed
+            // any more: moved, not copied).
+            let mut at = size;
+            for part in std::mem::take(&mut chunk.parts) {
+                let len = part.len();
+                i.cache_bytes += len;
+                i.cache.insert((base, at), Bytes::from(part));
+                i.cache_order.push_back((base, at));
+                at += len as u64;
+            }
             while i.cache_bytes > self.config.read_cache_bytes_max {
                 let Some(k) = i.cache_order.pop_front() else {
                     break;

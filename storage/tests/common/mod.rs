@@ -38,6 +38,8 @@ pub fn small_config() -> LogConfig {
         prealloc_chunk_bytes: 16 * 1024,
         write_buffer_bytes_max: 32 * 1024,
         batch_bytes_max: 16 * 1024,
+        // Batches of the tests are up to ~5 KiB: both sides of this happen in one commit.
+        coalesce_batch_bytes_max: 2 * 1024,
         read_cache_bytes_max: 8 * 1024,
         index_cache_bytes_max: 1024,
         index_persist_entries: 4,

@@ -34,22 +34,6 @@ pub async fn sleep_until_ms(deadline_ms: u64) {
     }
 }
 
-/// Lets every task that is ready to run on this shard run once before the caller goes on (the
-/// caller is queued behind them). Used to gather work into one group commit.
-pub async fn yield_now() {
-    let mut yielded = false;
-    std::future::poll_fn(move |cx| {
-        if yielded {
-            Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    })
-    .await;
-}
-
 /// A broadcast event on one shard: waiters park until the next `notify`. Cheap, unbounded in
 /// waiters only as far as callers bound them.
 #[derive(Clone, Default)]

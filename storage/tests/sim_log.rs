@@ -308,6 +308,34 @@ fn concurrent_appends_share_commits() {
     assert_eq!(s.fsync.buckets.iter().sum::<u64>(), s.commits);
 }
 
+/// Appends that are ready to run when a commit would start stage first and share it: the first
+/// appender lets every ready task run once before its commit takes what is staged.
+#[test]
+fn appends_ready_together_share_one_commit() {
+    let fs = SimFs::new();
+    let log = Rc::new(open(&fs, &small_config()));
+    let mut pool = LocalPool::new();
+    for i in 0..50 {
+        let l = log.clone();
+        pool.spawner()
+            .spawn_local(async move {
+                l.append_records(&[Record::new(i, vec![2; 100])])
+                    .await
+                    .expect("append");
+            })
+            .expect("spawn");
+    }
+    pool.run();
+    let s = log.stats();
+    assert_eq!(s.batches_appended, 50);
+    assert_eq!(
+        s.commits, 1,
+        "50 appends ready at once took {} commits",
+        s.commits
+    );
+    assert_eq!(read_all(&log, 0).len(), 50);
+}
+
 fn faulty(config: &LogConfig) -> (SimFs, FaultPlan, Log<FaultyFs<SimFs>>) {
     let sim = SimFs::new();
     let plan = FaultPlan::new();

@@ -226,8 +226,8 @@ impl PartitionActor {
             }
         };
         // Wake parked long polls now, not after the commit: a woken receive on this shard runs
-        // before the commit starts (the yield below) and its lease joins the send's commit, so
-        // publish→receive costs one durable write, not two in a row.
+        // before the commit starts (`Log::durable` lets ready tasks stage first) and its lease
+        // joins the send's commit, so publish→receive costs one durable write, not two in a row.
         let wake_polls = self.waiters.get() > 0
             && (wakes || (deletes && self.engine.borrow().has_deliverable()));
         if wake_polls {
@@ -235,9 +235,6 @@ impl PartitionActor {
         }
         if let Some(t) = ticket {
             let staged = std::time::Instant::now();
-            if wake_polls {
-                runtime::yield_now().await;
-            }
             if let Err(e) = log.durable(t).await {
                 self.broken.set(true);
                 return Err(e.into());

@@ -29,6 +29,8 @@ pub struct BrokerHandle {
     /// Holds the QUIC ports picked at start (`quic_addr` port 0, the per-shard endpoints)
     /// until every shard has bound its own.
     quic_port_reservation: std::sync::Mutex<Vec<std::net::UdpSocket>>,
+    /// Holds the HTTP API's port the same way (`crate::http::reserve_port`).
+    http_port_reservation: std::sync::Mutex<Option<socket2::Socket>>,
     pub config: Arc<BrokerConfig>,
 }
 
@@ -66,7 +68,16 @@ impl BrokerHandle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.http_port_reservation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         Ok(())
+    }
+
+    /// The address the SQS HTTP API listens on (the real port when configured as 0).
+    pub fn http_addr(&self) -> std::net::SocketAddr {
+        self.config.http_addr
     }
 
     /// The address the native QUIC protocol listens on (the real port when configured as 0).
@@ -131,6 +142,8 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
             quic_port_reservation.push(socket);
         }
     }
+    let (http_socket, http_addr) = crate::http::reserve_port(config.http_addr)?;
+    config.http_addr = http_addr;
     let started = std::time::Instant::now();
     // Bound before the shards start, so that port 0 is resolved in the shared config.
     let mut metrics_listener = crate::metrics::serve::bind(config.metrics_addr);
@@ -227,6 +240,7 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         threads,
         ready: std::sync::Mutex::new(ready),
         quic_port_reservation: std::sync::Mutex::new(quic_port_reservation),
+        http_port_reservation: std::sync::Mutex::new(Some(http_socket)),
         config,
     })
 }

@@ -15,28 +15,21 @@ static ONE_BROKER: Mutex<()> = Mutex::new(());
 /// Every socket read in these tests gives up after this: a hang is a failure, not a stall.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
     for (k, v) in env {
         std::env::set_var(k, v);
     }
-    let port = free_port();
     let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
     c.shards = 2;
     c.default_partitions = 2;
-    c.http_addr = format!("127.0.0.1:{port}").parse().expect("addr");
-    c.quic_addr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     // As sluiced does: authentication from SLUICE_AUTH / SLUICE_ACCESS_KEYS.
     c.auth = sluice_broker::http::auth::AuthConfig::from_env().expect("auth settings");
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
+    let port = b.http_addr().port();
+    assert_ne!(port, 0, "port 0 is resolved at start");
     // Every shard binds its listener as it starts serving: wait until connections are accepted.
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -779,4 +772,29 @@ fn amz_date(unix_s: u64) -> String {
         secs % 3600 / 60,
         secs % 60
     )
+}
+
+#[test]
+fn a_taken_http_port_fails_the_start_instead_of_serving_without_the_api() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    // Another program's listener (no SO_REUSEPORT) holds the port.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = other.local_addr().expect("addr");
+    let mut c = BrokerConfig::embedded(tmp.path().to_path_buf()).expect("config");
+    c.shards = 2;
+    c.http_addr = taken;
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    let e = match server::start(c) {
+        Ok(b) => {
+            b.shutdown();
+            panic!("the broker started on a port another program listens on");
+        }
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    assert!(e.to_string().contains("SQS HTTP API on"), "{e}");
+    // The other program still has its port.
+    drop(other);
 }

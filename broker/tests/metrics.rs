@@ -11,19 +11,11 @@ use std::time::{Duration, Instant};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 fn start(dir: &std::path::Path) -> (BrokerHandle, SocketAddr, SocketAddr) {
     let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
     c.shards = 2;
     c.default_partitions = 2;
-    c.http_addr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_enabled = false;
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
     let b = server::start(c).expect("start");

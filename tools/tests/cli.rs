@@ -31,7 +31,7 @@ impl Broker {
         let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
         c.shards = 2;
         c.default_partitions = 2;
-        c.http_addr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        c.http_addr = "127.0.0.1:0".parse().expect("addr");
         c.quic_addr = "127.0.0.1:0".parse().expect("addr");
         c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
         let b = server::start(c).expect("start");

@@ -142,14 +142,39 @@ pub async fn serve(shard: Rc<Shard>) {
     }
 }
 
-/// Binds `addr` with SO_REUSEPORT so that every shard can listen on it.
-fn bind(addr: std::net::SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
+/// Binds `addr` (port 0: a free port) with SO_REUSEPORT, without listening, and holds it
+/// until every shard listens on it (`BrokerHandle::wait_ready` drops it): the port is resolved
+/// before the configuration is shared, nothing else bound at start-up can take it meanwhile
+/// (the metrics listener's port 0 once did: the shards' binds failed and HTTP requests reached
+/// the metrics server), and a port held by another program fails the start instead of leaving
+/// the broker running without its HTTP API.
+pub fn reserve_port(
+    addr: std::net::SocketAddr,
+) -> std::io::Result<(socket2::Socket, std::net::SocketAddr)> {
+    let socket = reuseport_socket(addr)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}")))?;
+    let bound = socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| std::io::Error::other("HTTP API: not an IP address"))?;
+    Ok((socket, bound))
+}
+
+/// A TCP socket bound to `addr` with SO_REUSEPORT (and SO_REUSEADDR), not listening.
+fn reuseport_socket(addr: std::net::SocketAddr) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_port(true)?;
     socket.set_reuse_address(true)?;
-    socket.set_nodelay(true)?;
     socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+/// Binds `addr` with SO_REUSEPORT so that every shard can listen on it.
+fn bind(addr: std::net::SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
+    let socket = reuseport_socket(addr)?;
+    // Accepted connections inherit it.
+    socket.set_nodelay(true)?;
     socket.listen(LISTEN_BACKLOG)?;
     // SAFETY: the descriptor is a bound, listening TCP socket that we own; `into_raw_fd` gives
     // up our ownership so glommio's listener is its only owner.

@@ -1,6 +1,8 @@
 //! The load generator: producers and consumers over several connections to one [`Target`],
-//! open loop (a fixed arrival rate, steady or bursty) or closed loop (as fast as acks come back,
-//! `in_flight` batches per producer).
+//! open loop (a fixed arrival rate, steady or bursty), closed loop (as fast as acks come back,
+//! `in_flight` batches per producer), or round trips (each producer, on a fixed schedule, sends
+//! a batch, receives it back with short polls and deletes it: one request of each kind at a
+//! time, so each call's latency is its round trip on an otherwise idle connection).
 //!
 //! - **No coordinated omission.** In open loop every batch has an *intended* send time from the
 //!   arrival schedule, fixed before anything is sent; sends do not wait for earlier acks, and every
@@ -43,11 +45,23 @@ const TOPIC_KEYS: u64 = 1024;
 const LATENCY_US_MAX: u64 = 3_600_000_000;
 /// Points kept of each percentile curve.
 const CURVE_POINTS_MAX: usize = 400;
+/// Round-trip mode: how long a producer keeps short-polling for the messages it just sent.
+const ROUND_TRIP_RECEIVE_CHASE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
 pub enum Mode {
-    Open { rate_per_s: f64 },
-    Closed { in_flight: usize },
+    Open {
+        rate_per_s: f64,
+    },
+    Closed {
+        in_flight: usize,
+    },
+    /// Round trips: `rate_per_s` messages per second in all, each producer one
+    /// send → receive → delete cycle at a time on its schedule; consumers only drain what is
+    /// left once the producers stopped.
+    RoundTrip {
+        rate_per_s: f64,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -321,6 +335,8 @@ pub struct RunResult {
     pub send_errors: u64,
     pub receive_errors: u64,
     pub ack_errors: u64,
+    /// Receive calls that returned no message.
+    pub receives_empty: u64,
     pub first_error: Option<String>,
     pub mean_body_bytes: f64,
     /// Acknowledged sends per second in the measured window.
@@ -400,6 +416,8 @@ struct Stats {
     send_lag: Histogram<u64>,
     receive_call: Histogram<u64>,
     ack_call: Histogram<u64>,
+    /// Receive calls that returned nothing (round-trip mode: not in `receive_call`).
+    receives_empty: u64,
     /// Per producer: sequences whose send was acknowledged.
     sent_ok: Vec<Bits>,
     sent: u64,
@@ -462,6 +480,20 @@ impl Shared {
         push_hex(&mut b, ns, 16);
         b.extend_from_slice(&self.filler.as_bytes()[..fill]);
         b
+    }
+
+    /// A scheduled producer's next batch: waits until its intended time `t` and takes its
+    /// size from the budget; `None` once the window or the budget is over.
+    async fn slot(&self, t: Instant) -> Option<usize> {
+        if t >= self.measure_end {
+            return None;
+        }
+        let n = self.allot(self.spec.batch);
+        if n == 0 {
+            return None;
+        }
+        self.clock.sleep_until(t).await;
+        Some(n)
     }
 
     fn group_key(&self, producer: u32, seq: u64, rng: &mut SmallRng) -> Option<String> {
@@ -620,23 +652,30 @@ fn gap(rng: &mut SmallRng, arrival: Arrival, rate_per_s: f64) -> Duration {
     Duration::from_secs_f64(g.min(3600.0))
 }
 
+/// A scheduled producer's start: its random source, its batches per second, the arrival
+/// process, and its first intended send time — a random phase, so that producers do not send
+/// in lockstep.
+fn schedule(
+    sh: &Shared,
+    producer: u32,
+    salt: u64,
+    rate_per_s: f64,
+) -> (SmallRng, f64, Arrival, Instant) {
+    let spec = &sh.spec;
+    let mut rng = SmallRng::seed_from_u64(spec.seed ^ (u64::from(producer) << 32 | salt));
+    let batch_rate = rate_per_s / spec.producers as f64 / spec.batch as f64;
+    let first = sh.epoch + gap(&mut rng, Arrival::Uniform, batch_rate).mul_f64(rng.gen());
+    (rng, batch_rate, spec.profile.arrival(), first)
+}
+
 async fn open_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, rate_per_s: f64) {
     let spec = &sh.spec;
-    let mut rng = SmallRng::seed_from_u64(spec.seed ^ (u64::from(producer) << 32 | 0x9e37));
-    let batch_rate = rate_per_s / spec.producers as f64 / spec.batch as f64;
-    let arrival = spec.profile.arrival();
-    // Producers start at random phases so that they do not send in lockstep.
-    let mut t = sh.epoch + gap(&mut rng, Arrival::Uniform, batch_rate).mul_f64(rng.gen());
+    let (mut rng, batch_rate, arrival, mut t) = schedule(&sh, producer, 0x9e37, rate_per_s);
     let batch_bytes = spec.batch.max(1) * spec.size.max().max(1);
     let in_flight = (OPEN_IN_FLIGHT_BYTES_MAX / batch_bytes).clamp(1, OPEN_IN_FLIGHT_MAX);
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
     let mut seq = 0u64;
-    while t < sh.measure_end {
-        let n = sh.allot(spec.batch);
-        if n == 0 {
-            break;
-        }
-        sh.clock.sleep_until(t).await;
+    while let Some(n) = sh.slot(t).await {
         let permit = permits
             .clone()
             .acquire_owned()
@@ -688,34 +727,90 @@ async fn closed_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, in_f
 }
 
 async fn consumer(sh: Rc<Shared>, conn: Rc<dyn Conn>, group: u32) {
-    let spec = &sh.spec;
+    if matches!(sh.spec.mode, Mode::RoundTrip { .. }) {
+        // Round trips: the producers receive their own messages; consumers only drain.
+        while sh.producers_done_at.get().is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     while !sh.consumer_done(group) {
+        if sh
+            .receive_and_ack(&*conn, group, sh.spec.receive_wait, true)
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// One send → receive → delete cycle at a time, on the schedule: the round trip of each call.
+async fn round_trip_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, rate_per_s: f64) {
+    let spec = &sh.spec;
+    let (mut rng, batch_rate, arrival, mut t) = schedule(&sh, producer, 0x71, rate_per_s);
+    let mut seq = 0u64;
+    while let Some(n) = sh.slot(t).await {
+        let msgs = sh.batch(producer, seq, n, t, &mut rng);
+        sh.send_batch(&*conn, producer, seq, msgs, t).await;
+        seq += n as u64;
+        // Take back as many messages as were sent (any producer's: the queue is shared),
+        // with short polls; bounded, so that a lost message ends the chase (the drain and the
+        // checks then tell).
+        let chase_end = Instant::now() + ROUND_TRIP_RECEIVE_CHASE;
+        let mut got = 0;
+        while got < n && Instant::now() < chase_end {
+            match sh.receive_and_ack(&*conn, 0, Duration::ZERO, false).await {
+                Ok(k) => got += k,
+                // Counted already; a failing target is not hammered in a tight loop.
+                Err(()) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        let factor = spec.profile.factor(t - sh.epoch);
+        t += gap(&mut rng, arrival, batch_rate * factor)
+            .max(Instant::now().saturating_duration_since(t));
+    }
+    sh.producer_done();
+}
+
+impl Shared {
+    /// One receive call for `group` and the acknowledgement of what it returned; the number of
+    /// messages received. Empty receives count in `receive_call` only if `record_empty` (a
+    /// long poll's wait is part of its latency; a short poll that found nothing is not a
+    /// round trip with a message).
+    async fn receive_and_ack(
+        &self,
+        conn: &dyn Conn,
+        group: u32,
+        wait: Duration,
+        record_empty: bool,
+    ) -> Result<usize, ()> {
+        let spec = &self.spec;
         let t0 = Instant::now();
         let r = conn
-            .receive(&sh.name, group, spec.receive_max, spec.receive_wait)
+            .receive(&self.name, group, spec.receive_max, wait)
             .await;
         let now = Instant::now();
         let msgs = match r {
             Ok(m) => m,
             Err(e) => {
-                {
-                    let mut st = sh.stats.borrow_mut();
-                    st.receive_errors += 1;
-                    st.error("receive", e);
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
+                let mut st = self.stats.borrow_mut();
+                st.receive_errors += 1;
+                st.error("receive", e);
+                return Err(());
             }
         };
         let mut tokens = Vec::with_capacity(msgs.len());
         {
-            let mut st = sh.stats.borrow_mut();
-            if t0 >= sh.warm_end {
+            let mut st = self.stats.borrow_mut();
+            if msgs.is_empty() {
+                st.receives_empty += 1;
+            }
+            if t0 >= self.warm_end && (record_empty || !msgs.is_empty()) {
                 st.receive_call.saturating_record(us(now - t0));
             }
-            let warm_ns = (sh.warm_end - sh.epoch).as_nanos() as u64;
-            let now_ns = (now - sh.epoch).as_nanos() as u64;
-            let in_window = sh.in_window(now);
+            let warm_ns = (self.warm_end - self.epoch).as_nanos() as u64;
+            let now_ns = (now - self.epoch).as_nanos() as u64;
+            let in_window = self.in_window(now);
             for m in msgs {
                 let len = m.body.len() as u64;
                 // Every token goes back, `AckToken::None` included: a topic adapter commits
@@ -748,21 +843,21 @@ async fn consumer(sh: Rc<Shared>, conn: Rc<dyn Conn>, group: u32) {
                 }
             }
         }
-        let n = tokens.len() as u64;
+        let n = tokens.len();
         if n == 0 {
-            continue;
+            return Ok(0);
         }
         let t1 = Instant::now();
-        let r = conn.ack(&sh.name, group, tokens).await;
+        let r = conn.ack(&self.name, group, tokens).await;
         let done = Instant::now();
-        let mut st = sh.stats.borrow_mut();
+        let mut st = self.stats.borrow_mut();
         match r {
             Ok(()) => {
-                if t1 >= sh.warm_end {
+                if t1 >= self.warm_end {
                     st.ack_call.saturating_record(us(done - t1));
                 }
-                if sh.in_window(done) {
-                    st.groups[group as usize].acked_window += n;
+                if self.in_window(done) {
+                    st.groups[group as usize].acked_window += n as u64;
                 }
             }
             Err(e) => {
@@ -770,6 +865,7 @@ async fn consumer(sh: Rc<Shared>, conn: Rc<dyn Conn>, group: u32) {
                 st.error("ack", e);
             }
         }
+        Ok(n)
     }
 }
 
@@ -803,6 +899,7 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
             send_lag: hist(),
             receive_call: hist(),
             ack_call: hist(),
+            receives_empty: 0,
             sent_ok: vec![Bits::default(); spec.producers],
             sent: 0,
             sent_failed_msgs: 0,
@@ -841,6 +938,9 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
             }
             Mode::Closed { in_flight } => {
                 tokio::task::spawn_local(closed_producer(sh.clone(), conn(), p, in_flight))
+            }
+            Mode::RoundTrip { rate_per_s } => {
+                tokio::task::spawn_local(round_trip_producer(sh.clone(), conn(), p, rate_per_s))
             }
         };
         tasks.push(task);
@@ -888,9 +988,12 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
             Mode::Closed { in_flight } => {
                 format!("closed loop, {in_flight} batches in flight per producer")
             }
+            Mode::RoundTrip { .. } => {
+                "round trips (per producer: send, short-poll receive, delete; one at a time)".into()
+            }
         },
         offered_rate_per_s: match spec.mode {
-            Mode::Open { rate_per_s } => Some(rate_per_s),
+            Mode::Open { rate_per_s } | Mode::RoundTrip { rate_per_s } => Some(rate_per_s),
             Mode::Closed { .. } => None,
         },
         profile: spec.profile.describe(),
@@ -906,6 +1009,7 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         send_errors: st.send_errors,
         receive_errors: st.receive_errors,
         ack_errors: st.ack_errors,
+        receives_empty: st.receives_empty,
         first_error: st.first_error.clone(),
         mean_body_bytes: mean_body,
         send_msgs_per_s: st.sent_window as f64 / secs,

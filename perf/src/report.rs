@@ -69,6 +69,65 @@ fn is_open(r: &RunResult) -> bool {
     r.offered_rate_per_s.is_some()
 }
 
+fn is_round_trip(r: &RunResult) -> bool {
+    r.mode.starts_with("round trips")
+}
+
+/// The calls of a round-trip case: (name, latency).
+fn round_trip_calls(r: &RunResult) -> [(&'static str, &Pcts); 3] {
+    [
+        ("send", &r.latency.send_call),
+        ("receive", &r.latency.receive_call),
+        ("delete", &r.latency.ack_call),
+    ]
+}
+
+/// Each target's send, receive and delete round trips against the transport floor (a quinn
+/// echo of the same size at the same rate) and against transport plus disk (the echo's p50
+/// plus fio's 4 KiB write and fdatasync p50: what a call that is durable before its answer
+/// cannot go below).
+fn round_trip_ratios(
+    s: &mut String,
+    runs: &[&RunResult],
+    echo: &EchoFloor,
+    fio4k: Option<&FioResult>,
+) {
+    let f = &echo.round_trip;
+    let durable_floor_us = fio4k.map(|d| f.p50_us as f64 + d.write_p50_us + d.sync_p50_us);
+    for r in runs {
+        for (call, p) in round_trip_calls(r) {
+            let _ = write!(
+                s,
+                "- {} {call} round trip / quinn echo: p50 **{}**, p99 **{}**, p99.9 **{}** ({} / {} / {} vs {} / {} / {} ms)",
+                r.target,
+                ratio(p.p50_us as f64, f.p50_us as f64),
+                ratio(p.p99_us as f64, f.p99_us as f64),
+                ratio(p.p999_us as f64, f.p999_us as f64),
+                ms(p.p50_us),
+                ms(p.p99_us),
+                ms(p.p999_us),
+                ms(f.p50_us),
+                ms(f.p99_us),
+                ms(f.p999_us),
+            );
+            match durable_floor_us {
+                Some(d) => {
+                    let _ = writeln!(
+                        s,
+                        "; p50 / (echo p50 + fio 4 KiB write and fdatasync p50): **{}** ({} vs {} ms)",
+                        ratio(p.p50_us as f64, d),
+                        ms(p.p50_us),
+                        ms(d as u64)
+                    );
+                }
+                None => {
+                    let _ = writeln!(s);
+                }
+            }
+        }
+    }
+}
+
 /// The Markdown report. `charts` are the file names of the SVGs written beside it.
 pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
     let mut s = String::new();
@@ -151,7 +210,12 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
                 ms(f.p99_us)
             );
         }
-        if fio_bw > 0.0 {
+        if is_round_trip(base) {
+            if let Some(e) = rec.echo_floors.iter().find(|e| e.case == *case) {
+                round_trip_ratios(&mut s, &runs, e, fio4k);
+            }
+        }
+        if fio_bw > 0.0 && !is_round_trip(base) {
             let _ = writeln!(
                 s,
                 "- {} ingest / fio bandwidth floor: **{:.0}%** ({:.1} of {:.1} MB/s)",
@@ -244,6 +308,34 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
         );
     }
     let _ = writeln!(s);
+    if rec.runs.iter().any(is_round_trip) {
+        let _ = writeln!(
+            s,
+            "Round trips (ms; each call alone on its connection; receives that found nothing are counted, not timed):\n"
+        );
+        let _ = writeln!(
+            s,
+            "| case | target | fsync policy | send p50 / p99 / p99.9 | receive p50 / p99 / p99.9 | delete p50 / p99 / p99.9 | calls each | empty receives |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        for r in rec.runs.iter().filter(|r| is_round_trip(r)) {
+            let cell =
+                |p: &Pcts| format!("{} / {} / {}", ms(p.p50_us), ms(p.p99_us), ms(p.p999_us));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.case,
+                r.target,
+                r.fsync_policy,
+                cell(&r.latency.send_call),
+                cell(&r.latency.receive_call),
+                cell(&r.latency.ack_call),
+                r.latency.send_call.count,
+                r.receives_empty
+            );
+        }
+        let _ = writeln!(s);
+    }
     if let Some(r) = rec.runs.first() {
         let _ = writeln!(
             s,

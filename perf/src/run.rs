@@ -152,7 +152,7 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
             }
             if sc.floors.iter().any(|f| f == "quinn-echo") && !o.no_floors {
                 let rate = match case.load.mode {
-                    Mode::Open { rate_per_s } => rate_per_s,
+                    Mode::Open { rate_per_s } | Mode::RoundTrip { rate_per_s } => rate_per_s,
                     Mode::Closed { .. } => ECHO_RATE_CLOSED_PER_S,
                 };
                 let bytes = case.load.size.mean();
@@ -283,6 +283,16 @@ async fn one(target: &dyn Target, case: &Case, rec: &mut ScenarioRecord) {
             case,
             &name,
             format!("no {}", loadgen::describe_shape(&case.load.shape)),
+        ));
+        return;
+    }
+    if matches!(case.load.mode, Mode::RoundTrip { .. }) && !target.receive_is_a_request() {
+        rec.skipped.push(miss(
+            case,
+            &name,
+            "round trips: its client's receive reads messages the server pushed ahead \
+             (prefetch), not a request and its answer"
+                .into(),
         ));
         return;
     }

@@ -50,7 +50,9 @@ fn default_targets() -> Vec<String> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LoadFile {
-    /// "open" (fixed arrival rate) or "closed" (max throughput, `in_flight` batches per producer).
+    /// "open" (fixed arrival rate), "closed" (max throughput, `in_flight` batches per producer)
+    /// or "rtt" (round trips at `rate_per_s`: each producer sends, receives back and deletes,
+    /// one call at a time).
     mode: String,
     rate_per_s: Option<f64>,
     #[serde(default = "one")]
@@ -236,17 +238,27 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
     if l.receive_wait_ms > 20_000 {
         return Err("load.receive_wait_ms: at most 20000".into());
     }
+    let rate = |kind: &str| -> Result<f64, String> {
+        let r = l
+            .rate_per_s
+            .ok_or(format!("load.rate_per_s: {kind} scenario needs a rate"))?;
+        if !(r.is_finite() && r > 0.0 && r <= RATE_PER_S_MAX) {
+            return Err(format!(
+                "load.rate_per_s = {r}: must be in (0, {RATE_PER_S_MAX}]"
+            ));
+        }
+        Ok(r)
+    };
     let mode = match l.mode.as_str() {
-        "open" => {
-            let r = l
-                .rate_per_s
-                .ok_or("load.rate_per_s: an open-loop scenario needs a rate")?;
-            if !(r.is_finite() && r > 0.0 && r <= RATE_PER_S_MAX) {
-                return Err(format!(
-                    "load.rate_per_s = {r}: must be in (0, {RATE_PER_S_MAX}]"
-                ));
+        "open" => Mode::Open {
+            rate_per_s: rate("an open-loop")?,
+        },
+        "rtt" => {
+            let r = rate("a round-trip")?;
+            if matches!(f.shape.kind.as_str(), "topic") {
+                return Err("load.mode \"rtt\": round trips are of queue calls (standard or fifo), not of a topic".into());
             }
-            Mode::Open { rate_per_s: r }
+            Mode::RoundTrip { rate_per_s: r }
         }
         "closed" => {
             if l.rate_per_s.is_some() {
@@ -256,7 +268,7 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
                 in_flight: l.in_flight,
             }
         }
-        m => return Err(format!("load.mode {m:?}: \"open\" or \"closed\"")),
+        m => return Err(format!("load.mode {m:?}: \"open\", \"closed\" or \"rtt\"")),
     };
     let profile = match &l.profile {
         None => Profile::Steady {
@@ -451,5 +463,24 @@ mod tests {
         assert!(parse("name = ").is_err());
         let tiny = OK.replace("size = 2048", "size = 3");
         assert!(parse(&tiny).unwrap_err().contains("message.size"));
+    }
+
+    #[test]
+    fn round_trips_are_of_queue_calls_at_a_rate() {
+        let rtt = OK.replace(r#"mode = "open""#, r#"mode = "rtt""#);
+        assert!(parse(&rtt).unwrap_err().contains("not of a topic"));
+        let queue = rtt
+            .replace(r#"kind = "topic""#, r#"kind = "standard""#)
+            .replace("partitions = 2\n", "")
+            .replace("groups = [1, 2, 4]", "");
+        let s = parse(&queue).expect("parses");
+        assert!(matches!(
+            s.cases[0].load.mode,
+            Mode::RoundTrip { rate_per_s } if rate_per_s == 100.0
+        ));
+        let no_rate = queue.replace("rate_per_s = 100", "");
+        assert!(parse(&no_rate)
+            .unwrap_err()
+            .contains("round-trip scenario needs a rate"));
     }
 }

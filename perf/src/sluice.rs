@@ -57,8 +57,7 @@ impl InProcess {
             c.shards = n.max(1);
             c.default_partitions = c.shards as u32;
         }
-        let http: SocketAddr = ([127, 0, 0, 1], crate::http_vs_quic::free_port()).into();
-        c.http_addr = http;
+        c.http_addr = "127.0.0.1:0".parse().expect("literal");
         c.quic_addr = "127.0.0.1:0".parse().expect("literal");
         c.metrics_addr = "127.0.0.1:0".parse().expect("literal");
         let broker = sluice_broker::server::start(c).map_err(|e| format!("start broker: {e}"))?;
@@ -66,7 +65,7 @@ impl InProcess {
         let endpoints = Endpoints {
             quic: Some(broker.quic_addr()),
             cert: Some(dir.join("quic-selfsigned-cert.pem")),
-            http: Some(http),
+            http: Some(broker.http_addr()),
         };
         Ok(InProcess {
             broker: Some(broker),

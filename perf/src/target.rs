@@ -79,6 +79,13 @@ pub trait Target {
     /// Whether this target can run the shape at all (peers that have no FIFO groups say no, and
     /// the scenario is reported as skipped for them).
     fn supports(&self, shape: &Shape) -> bool;
+    /// Whether a `receive` is a request the broker answers (Sluice, Redis) rather than a read
+    /// of messages the broker pushed to this client ahead of time (a prefetching consumer):
+    /// only then does the round-trip mode time something, and only then can a message that
+    /// one connection was sent be received on another.
+    fn receive_is_a_request(&self) -> bool {
+        true
+    }
     /// Creates (or recreates empty) the queue or topic named `name` with this shape, and for
     /// topics its consumer groups `0..groups`.
     fn setup<'a>(&'a self, name: &'a str, shape: &'a Shape) -> BoxFut<'a, ()>;

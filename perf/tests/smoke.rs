@@ -128,6 +128,7 @@ fn scenario_files_run_against_sluice_and_report() {
         ("smoke-open", 1, vec![1]),
         ("smoke-fifo", 2, vec![1, 1]),
         ("smoke-topic", 2, vec![1, 2]),
+        ("smoke-rtt", 2, vec![1, 1]),
     ] {
         let path = scenario(name);
         perf(&["run", path.to_str().expect("utf8"), "--work", w, "--out", o]);
@@ -166,6 +167,20 @@ fn scenario_files_run_against_sluice_and_report() {
             "{md}"
         );
     }
+    let rtt = result(&out, "smoke-rtt");
+    for r in rtt["runs"].as_array().expect("runs") {
+        for call in ["send_call", "receive_call", "ack_call"] {
+            assert!(
+                r["latency"][call]["count"].as_u64().is_some_and(|n| n > 0),
+                "the round-trip smoke times every {call}: {r}"
+            );
+        }
+    }
+    let md = std::fs::read_to_string(out.join("smoke-rtt-latest.md")).expect("report");
+    assert!(
+        md.contains("send round trip / quinn echo") && md.contains("| send p50 / p99 / p99.9 |"),
+        "{md}"
+    );
     let open = result(&out, "smoke-open");
     assert_eq!(
         open["echo_floors"].as_array().map(Vec::len),

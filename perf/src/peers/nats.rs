@@ -84,6 +84,11 @@ impl Target for NatsTarget {
         !matches!(shape, Shape::Fifo { .. })
     }
 
+    /// The adapter's pull stream fetches ahead: a receive reads what was already delivered.
+    fn receive_is_a_request(&self) -> bool {
+        false
+    }
+
     fn setup<'a>(&'a self, name: &'a str, shape: &'a Shape) -> BoxFut<'a, ()> {
         Box::pin(async move {
             let (groups, retention) = match shape {

@@ -182,6 +182,11 @@ impl Target for RabbitTarget {
         !matches!(shape, Shape::Fifo { .. })
     }
 
+    /// The adapter's consumer holds messages the server pushed ahead (prefetch).
+    fn receive_is_a_request(&self) -> bool {
+        false
+    }
+
     fn setup<'a>(&'a self, name: &'a str, shape: &'a Shape) -> BoxFut<'a, ()> {
         Box::pin(async move {
             let groups = match shape {

@@ -98,9 +98,13 @@ pub struct ClientOptions {
     pub keep_alive: Duration,
     /// Reported to the broker in `Hello`.
     pub client_name: String,
-    /// Send requests that name a partition (produce, fetch) straight to the broker core that
-    /// owns it, over a connection to that core's own endpoint (saves a hop inside the
-    /// broker). Default true; falls back to the shared connection when not possible.
+    /// Send requests that name a partition (produce, fetch, a FIFO group's sends) straight to
+    /// the broker core that owns it, over a connection to that core's own endpoint (saves a
+    /// hop inside the broker), and every other request to this client's *home core*: one
+    /// core per client, handed out round-robin to the clients of a process, so that the
+    /// clients' work spreads evenly over the broker's cores instead of where the kernel's
+    /// hash of their connections puts it. Default true; falls back to the shared connection
+    /// when not possible.
     pub route_to_owner: bool,
     /// An access key and its secret, for brokers that require authentication (the same keys
     /// that sign SQS HTTP requests). Sent once per connection, inside TLS.
@@ -283,7 +287,28 @@ impl Client {
 
     /// Sends any request and returns the broker's answer (an `Error` answer becomes
     /// [`Error::Service`]). Retries retryable failures.
+    ///
+    /// Requests that name no partition go to this client's home core over a connection to
+    /// that core's own endpoint (see [`ClientOptions::route_to_owner`]); when that connection
+    /// cannot be made or breaks, the call is made again on the shared connection (a send whose
+    /// answer was lost may then be stored twice, as with any retry: at-least-once).
     pub async fn call(&self, request: Request) -> Result<Response> {
+        if routing::goes_home(&request) {
+            if let Some(home) = self.home().await {
+                match home.call_here(&request).await {
+                    Err(e @ (Error::Connect(_) | Error::ConnectionLost(_))) => {
+                        tracing::debug!(error = %e, "sluice: home core lost, using the shared connection");
+                        self.pause_routing().await;
+                    }
+                    other => return other,
+                }
+            }
+        }
+        self.call_here(&request).await
+    }
+
+    /// [`Client::call`] on this client's own connection (no routing).
+    async fn call_here(&self, request: &Request) -> Result<Response> {
         let timeout = self.inner.options.request_timeout
             + match &request {
                 Request::ReceiveMessage(r) => {
@@ -296,7 +321,7 @@ impl Client {
         let mut attempt = 0;
         loop {
             let result = match self.connection().await {
-                Ok(c) => c.call(&request, timeout).await,
+                Ok(c) => c.call(request, timeout).await,
                 Err(e) => Err(e),
             };
             match result {

@@ -11,7 +11,8 @@ use sluice_broker::config::BrokerConfig;
 use sluice_sdk::stream::partition_for_key;
 use sluice_sdk::types::*;
 use sluice_sdk::{
-    Client, ClientOptions, ErrorCode, GroupConsumer, GroupConsumerOptions, Seek, Trust,
+    Client, ClientOptions, ErrorCode, GroupConsumer, GroupConsumerOptions, ReceiveOptions, Seek,
+    Trust,
 };
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -476,7 +477,6 @@ fn topic_publisher_batches_with_linger_and_answers_each_record() {
 /// the shared endpoint put the connection.
 #[test]
 fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
-    use std::io::{Read, Write};
     let broker = TestBroker::start(None);
     let metrics = broker.handle.config.metrics_addr;
     assert_eq!(
@@ -484,29 +484,7 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
         2,
         "one endpoint per core"
     );
-    // Native requests counted per (shard, action), from /metrics.
-    let counted = move |action: &str| -> Vec<u64> {
-        let mut s = std::net::TcpStream::connect(metrics).expect("metrics");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .expect("write");
-        let mut body = String::new();
-        s.read_to_string(&mut body).expect("read");
-        (0..2)
-            .map(|shard| {
-                body.lines()
-                    .find(|l| {
-                        l.starts_with("sluice_requests_total{")
-                            && l.contains(&format!("shard=\"{shard}\""))
-                            && l.contains("frontend=\"native\"")
-                            && l.contains(&format!("action=\"{action}\""))
-                    })
-                    .and_then(|l| l.rsplit(' ').next())
-                    .map_or(0, |v| v.parse().expect("a count"))
-            })
-            .collect()
-    };
+    let counted = |action: &str| requests_per_shard(metrics, action);
     let (routing, fifo_sends) = broker.run(|client| async move {
         client
             .create_topic(CreateTopicRequest {
@@ -597,6 +575,114 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
     assert_eq!(counted("Produce"), vec![5 * owned(0), 5 * owned(1)]);
     assert_eq!(counted("Fetch"), vec![3 * owned(0), 3 * owned(1)]);
     assert_eq!(counted("SendMessage"), fifo_sends);
+    broker.shutdown();
+}
+
+/// Native requests of `action` counted per shard (of two), from the broker's /metrics.
+fn requests_per_shard(metrics: std::net::SocketAddr, action: &str) -> Vec<u64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics).expect("metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("read");
+    (0..2)
+        .map(|shard| {
+            body.lines()
+                .find(|l| {
+                    l.starts_with("sluice_requests_total{")
+                        && l.contains(&format!("shard=\"{shard}\""))
+                        && l.contains("frontend=\"native\"")
+                        && l.contains(&format!("action=\"{action}\""))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .map_or(0, |v| v.parse().expect("a count"))
+        })
+        .collect()
+}
+
+/// Standard-queue work spreads over the cores by client: each client has a home core, handed
+/// out round-robin, and sends, receives and deletes there — not wherever the kernel's hash
+/// of its connection to the shared endpoint put it (4 connections land on one core of two
+/// one time in 8). Four clients, two per core: their sends are counted two clients' worth on
+/// each shard, and each client's receives and deletes on its own home core.
+#[test]
+fn clients_spread_standard_queue_work_over_the_cores() {
+    let broker = TestBroker::start(None);
+    let metrics = broker.handle.config.metrics_addr;
+    let addr = broker.handle.quic_addr();
+    let cert = broker.dir.path().join("quic-selfsigned-cert.pem");
+    broker.run(|admin| async move {
+        let q = admin.create_queue("spread").await.expect("create");
+        let before = |action| requests_per_shard(metrics, action);
+        let (sends0, receives0) = (before("SendMessageBatch"), before("ReceiveMessage"));
+        let mut clients = Vec::new();
+        for c in 0..4 {
+            let client = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert.clone())))
+                .await
+                .expect("connect");
+            for b in 0..3 {
+                let entries = (0..10)
+                    .map(|i| SendMessageBatchRequestEntry {
+                        id: i.to_string(),
+                        message_body: format!("c{c}-b{b}-m{i}"),
+                        ..Default::default()
+                    })
+                    .collect();
+                let r = client.send_batch(&q, entries).await.expect("send");
+                assert!(r.failed.is_empty(), "{r:?}");
+            }
+            clients.push(client);
+        }
+        let sends = requests_per_shard(metrics, "SendMessageBatch");
+        assert_eq!(
+            [sends[0] - sends0[0], sends[1] - sends0[1]],
+            [6, 6],
+            "12 batches from 4 clients, 2 clients per core"
+        );
+        // Each client drains, deleting what it took: a client's receives all count on one
+        // shard, and the clients' on both.
+        let mut seen = BTreeSet::new();
+        let mut shards_used = BTreeSet::new();
+        for client in &clients {
+            let r0 = requests_per_shard(metrics, "ReceiveMessage");
+            let mut got = 0;
+            while got < 30 {
+                let msgs = client
+                    .receive(&q, ReceiveOptions::long_poll(10, 1))
+                    .await
+                    .expect("receive");
+                if msgs.is_empty() {
+                    break; // another core's partition holds the rest: a later client's
+                }
+                got += msgs.len();
+                let handles: Vec<String> = msgs.iter().map(|m| m.receipt_handle.clone()).collect();
+                for m in msgs {
+                    assert!(seen.insert(m.body), "received once");
+                }
+                let d = client.delete_batch(&q, &handles).await.expect("delete");
+                assert!(d.failed.is_empty(), "{d:?}");
+            }
+            let r1 = requests_per_shard(metrics, "ReceiveMessage");
+            let on: Vec<usize> = (0..2).filter(|&s| r1[s] > r0[s]).collect();
+            assert_eq!(
+                on.len(),
+                1,
+                "one client's receives on one core: {r0:?} -> {r1:?}"
+            );
+            shards_used.insert(on[0]);
+        }
+        assert_eq!(seen.len(), 120, "every message received once");
+        assert_eq!(shards_used.len(), 2, "the clients' receives on both cores");
+        let receives = requests_per_shard(metrics, "ReceiveMessage");
+        assert!(receives[0] > receives0[0] && receives[1] > receives0[1]);
+        for c in clients {
+            c.close().await;
+        }
+        admin.close().await;
+    });
     broker.shutdown();
 }
 

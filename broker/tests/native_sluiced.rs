@@ -157,3 +157,60 @@ fn acknowledged_messages_and_the_certificate_survive_a_restart() {
     });
     broker.stop();
 }
+
+/// A client keeps working across a restart that moved the broker cores' own endpoints (their
+/// ports are picked at start): calls that went to its home core fall back to the shared
+/// address, which the broker binds again, and nothing acknowledged is lost.
+#[test]
+fn a_client_outlives_a_restart_that_moves_the_cores_endpoints() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_udp_port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let cert = dir.path().join("quic-selfsigned-cert.pem");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    let broker = Sluiced::start(dir.path(), port);
+    let (client, q) = rt.block_on(async {
+        connect(port, &cert).await.close().await; // up, and its certificate written
+        let c = Client::connect(addr, ClientOptions::new(Trust::PemFile(cert.clone())))
+            .await
+            .expect("connect");
+        let q = c.create_queue("moved").await.expect("create");
+        c.send(&q, "before").await.expect("send");
+        (c, q)
+    });
+    broker.stop();
+
+    let broker = Sluiced::start(dir.path(), port);
+    rt.block_on(async {
+        connect(port, &cert).await.close().await;
+        client
+            .send(&q, "after")
+            .await
+            .expect("a send after the restart");
+        let mut bodies = std::collections::BTreeSet::new();
+        for _ in 0..20 {
+            let got = client
+                .receive(&q, ReceiveOptions::long_poll(10, 1))
+                .await
+                .expect("receive");
+            for m in got {
+                client.delete(&q, &m.receipt_handle).await.expect("delete");
+                bodies.insert(m.body);
+            }
+            if bodies.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(
+            bodies,
+            ["after", "before"].map(String::from).into_iter().collect(),
+            "both messages, from before and after the restart"
+        );
+        client.close().await;
+    });
+    broker.stop();
+}

@@ -63,6 +63,14 @@ pub(crate) fn goes_home(request: &Request) -> bool {
 }
 
 impl Routes {
+    /// Nothing learnt, and no routing for [`ROUTING_RETRY_AFTER`] from now.
+    fn paused_from_now() -> Routes {
+        Routes {
+            retry_after: Some(std::time::Instant::now() + ROUTING_RETRY_AFTER),
+            ..Routes::default()
+        }
+    }
+
     fn paused(&self) -> bool {
         self.retry_after
             .is_some_and(|t| std::time::Instant::now() < t)
@@ -243,10 +251,7 @@ impl Client {
             Err(e) => {
                 // Its address is stale (the broker restarted?) or not reachable from here:
                 // learn everything anew, and not before a while.
-                *routes = Routes {
-                    retry_after: Some(std::time::Instant::now() + ROUTING_RETRY_AFTER),
-                    ..Routes::default()
-                };
+                *routes = Routes::paused_from_now();
                 Err(e)
             }
         }
@@ -263,10 +268,7 @@ impl Client {
     pub(crate) async fn pause_routing(&self) {
         let old = std::mem::replace(
             &mut *self.inner.routes.lock().await,
-            Routes {
-                retry_after: Some(std::time::Instant::now() + ROUTING_RETRY_AFTER),
-                ..Routes::default()
-            },
+            Routes::paused_from_now(),
         );
         for c in old.into_clients() {
             Box::pin(c.close()).await;

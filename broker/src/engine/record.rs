@@ -76,15 +76,30 @@ pub const PARTITIONS_MAX: u32 = 1 << 16;
 /// Message ids per partition: 48 bits of a MessageId (2.8e14; nine years at 1M msg/s).
 pub const MSG_ID_MAX: u64 = 1 << 48;
 
-impl std::fmt::Display for MessageId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl MessageId {
+    /// The UUID text (8-4-4-4-12 lower-case hex digits), without going through the formatter:
+    /// it is made once per message sent and per message received, and `write!` per byte cost
+    /// ~2.5% of the broker's CPU in the closed-loop throughput scenario.
+    pub fn text(&self) -> [u8; 36] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [b'-'; 36];
+        let mut at = 0;
         for (i, b) in self.0.iter().enumerate() {
             if matches!(i, 4 | 6 | 8 | 10) {
-                f.write_str("-")?;
+                at += 1;
             }
-            write!(f, "{b:02x}")?;
+            out[at] = DIGITS[usize::from(b >> 4)];
+            out[at + 1] = DIGITS[usize::from(b & 0xf)];
+            at += 2;
         }
-        Ok(())
+        out
+    }
+}
+
+impl std::fmt::Display for MessageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.text();
+        f.write_str(std::str::from_utf8(&text).expect("hex digits and dashes are ASCII"))
     }
 }
 
@@ -996,6 +1011,18 @@ pub(crate) mod tests {
         assert_eq!(
             MessageId::derive(1, 2, 3).to_string(),
             "00000000-0000-0001-0002-000000000003"
+        );
+        let every_digit: [u8; 16] = std::array::from_fn(|i| ((i as u8) * 0x11) ^ 0x0f);
+        assert_eq!(
+            MessageId(every_digit).to_string(),
+            every_digit
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let dash = if matches!(i, 4 | 6 | 8 | 10) { "-" } else { "" };
+                    format!("{dash}{b:02x}")
+                })
+                .collect::<String>()
         );
     }
 }

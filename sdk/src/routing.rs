@@ -17,7 +17,7 @@
 //! Anything that fails on the way falls back to the shared connection.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -58,6 +58,17 @@ fn pick_home(cores: usize) -> usize {
 
 /// Whether `request` goes to the client's home core (rather than the shared connection):
 /// everything except the handshake-like requests that the routing itself makes.
+/// Where to reach a core that advertised `advertised`: a core bound to the unspecified
+/// address (0.0.0.0 or ::) is reached at the IP this client reached the broker at (`broker`);
+/// anything that does not parse is no address (that core is not routed to).
+fn core_addr(advertised: &str, broker: IpAddr) -> Option<SocketAddr> {
+    let mut a = advertised.parse::<SocketAddr>().ok()?;
+    if a.ip().is_unspecified() {
+        a.set_ip(broker);
+    }
+    Some(a)
+}
+
 pub(crate) fn goes_home(request: &Request) -> bool {
     !matches!(request, Request::GetRouting(_))
 }
@@ -146,16 +157,7 @@ impl Client {
                 shard_addrs: g
                     .shard_addrs
                     .iter()
-                    .map(|a| {
-                        // A core bound to the unspecified address is reached at the address
-                        // this client reached the broker at.
-                        a.parse::<SocketAddr>().ok().map(|mut a| {
-                            if a.ip().is_unspecified() {
-                                a.set_ip(self.inner.addr.ip());
-                            }
-                            a
-                        })
-                    })
+                    .map(|a| core_addr(a, self.inner.addr.ip()))
                     .collect(),
                 partition_shards: g.partition_shards,
             }),
@@ -280,4 +282,27 @@ impl Client {
 struct Learnt {
     shard_addrs: Vec<Option<SocketAddr>>,
     partition_shards: Vec<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::core_addr;
+
+    #[test]
+    fn a_core_on_the_unspecified_address_is_reached_where_the_broker_was() {
+        let v4 = "10.1.2.3".parse().expect("ip");
+        let v6 = "fd00::7".parse().expect("ip");
+        assert_eq!(core_addr("0.0.0.0:7401", v4), "10.1.2.3:7401".parse().ok());
+        assert_eq!(core_addr("[::]:7402", v6), "[fd00::7]:7402".parse().ok());
+        // A core with an address of its own keeps it.
+        assert_eq!(core_addr("10.9.9.9:7401", v4), "10.9.9.9:7401".parse().ok());
+        assert_eq!(
+            core_addr("[fd00::9]:7401", v6),
+            "[fd00::9]:7401".parse().ok()
+        );
+        // Garbage from the broker is no address, not a panic.
+        assert_eq!(core_addr("", v4), None);
+        assert_eq!(core_addr("0.0.0.0", v4), None);
+        assert_eq!(core_addr("not an address:1", v4), None);
+    }
 }

@@ -1,6 +1,8 @@
 //! End-to-end tests: the SDK against an in-process broker (two shards, real QUIC on loopback),
 //! and raw quinn streams sending malformed frames to the broker's native front end.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -826,20 +828,13 @@ fn dead_letters_are_redriven_by_a_move_task() {
 
 #[test]
 fn native_requests_and_errors_are_counted_in_metrics() {
-    use std::io::{Read, Write};
     run(async {
         let c = client().await;
         let q = c.create_queue("counted").await.expect("create");
         c.send(&q, "x").await.expect("send");
         c.get_queue_url("not-there").await.expect_err("missing");
     });
-    let mut s = std::net::TcpStream::connect(broker().metrics).expect("metrics");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .expect("write");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("read");
+    let body = common::scrape_metrics(broker().metrics);
     assert!(
         body.lines().any(|l| l.starts_with("sluice_requests_total")
             && l.contains("frontend=\"native\"")

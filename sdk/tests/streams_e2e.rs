@@ -2,6 +2,8 @@
 //! batching producer, two group consumers sharing a topic with commit after processing, a
 //! second group (fan-out), manual commit and seek, and typed errors.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -580,14 +582,7 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
 
 /// Native requests of `action` counted per shard (of two), from the broker's /metrics.
 fn requests_per_shard(metrics: std::net::SocketAddr, action: &str) -> Vec<u64> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(metrics).expect("metrics");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .expect("write");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("read");
+    let body = common::scrape_metrics(metrics);
     (0..2)
         .map(|shard| {
             body.lines()

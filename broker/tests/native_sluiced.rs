@@ -2,7 +2,7 @@
 //! before a graceful stop (SIGTERM) is there after a restart, served with the same persisted
 //! self-signed certificate.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -96,15 +96,40 @@ async fn connect(port: u16, cert: &Path) -> Client {
     }
 }
 
+/// What a restart test needs: a data directory, a QUIC port kept across restarts, where the
+/// broker writes its certificate, and a runtime for the client.
+struct RestartCase {
+    dir: tempfile::TempDir,
+    port: u16,
+    cert: PathBuf,
+    rt: tokio::runtime::Runtime,
+}
+
+impl RestartCase {
+    fn new() -> RestartCase {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cert = dir.path().join("quic-selfsigned-cert.pem");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        RestartCase {
+            dir,
+            port: free_udp_port(),
+            cert,
+            rt,
+        }
+    }
+}
+
 #[test]
 fn acknowledged_messages_and_the_certificate_survive_a_restart() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let port = free_udp_port();
-    let cert = dir.path().join("quic-selfsigned-cert.pem");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let RestartCase {
+        dir,
+        port,
+        cert,
+        rt,
+    } = RestartCase::new();
 
     let broker = Sluiced::start(dir.path(), port);
     let pinned = rt.block_on(async {
@@ -163,14 +188,13 @@ fn acknowledged_messages_and_the_certificate_survive_a_restart() {
 /// address, which the broker binds again, and nothing acknowledged is lost.
 #[test]
 fn a_client_outlives_a_restart_that_moves_the_cores_endpoints() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let port = free_udp_port();
+    let RestartCase {
+        dir,
+        port,
+        cert,
+        rt,
+    } = RestartCase::new();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-    let cert = dir.path().join("quic-selfsigned-cert.pem");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
 
     let broker = Sluiced::start(dir.path(), port);
     let (client, q) = rt.block_on(async {

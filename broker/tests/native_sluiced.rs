@@ -98,38 +98,19 @@ async fn connect(port: u16, cert: &Path) -> Client {
 
 /// What a restart test needs: a data directory, a QUIC port kept across restarts, where the
 /// broker writes its certificate, and a runtime for the client.
-struct RestartCase {
-    dir: tempfile::TempDir,
-    port: u16,
-    cert: PathBuf,
-    rt: tokio::runtime::Runtime,
-}
-
-impl RestartCase {
-    fn new() -> RestartCase {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let cert = dir.path().join("quic-selfsigned-cert.pem");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        RestartCase {
-            dir,
-            port: free_udp_port(),
-            cert,
-            rt,
-        }
-    }
+fn restart_case() -> (tempfile::TempDir, u16, PathBuf, tokio::runtime::Runtime) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cert = dir.path().join("quic-selfsigned-cert.pem");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    (dir, free_udp_port(), cert, rt)
 }
 
 #[test]
 fn acknowledged_messages_and_the_certificate_survive_a_restart() {
-    let RestartCase {
-        dir,
-        port,
-        cert,
-        rt,
-    } = RestartCase::new();
+    let (dir, port, cert, rt) = restart_case();
 
     let broker = Sluiced::start(dir.path(), port);
     let pinned = rt.block_on(async {
@@ -188,12 +169,7 @@ fn acknowledged_messages_and_the_certificate_survive_a_restart() {
 /// address, which the broker binds again, and nothing acknowledged is lost.
 #[test]
 fn a_client_outlives_a_restart_that_moves_the_cores_endpoints() {
-    let RestartCase {
-        dir,
-        port,
-        cert,
-        rt,
-    } = RestartCase::new();
+    let (dir, port, cert, rt) = restart_case();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
 
     let broker = Sluiced::start(dir.path(), port);

@@ -56,8 +56,6 @@ fn pick_home(cores: usize) -> usize {
     (n.wrapping_add(std::process::id() as usize)) % cores.max(1)
 }
 
-/// Whether `request` goes to the client's home core (rather than the shared connection):
-/// everything except the handshake-like requests that the routing itself makes.
 /// Where to reach a core that advertised `advertised`: a core bound to the unspecified
 /// address (0.0.0.0 or ::) is reached at the IP this client reached the broker at (`broker`);
 /// anything that does not parse is no address (that core is not routed to).
@@ -69,6 +67,8 @@ fn core_addr(advertised: &str, broker: IpAddr) -> Option<SocketAddr> {
     Some(a)
 }
 
+/// Whether `request` goes to the client's home core (rather than the shared connection):
+/// everything except the handshake-like requests that the routing itself makes.
 pub(crate) fn goes_home(request: &Request) -> bool {
     !matches!(request, Request::GetRouting(_))
 }

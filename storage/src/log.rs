@@ -28,8 +28,8 @@ const ZERO_FILL_PIECE_BYTES: usize = 1024 * 1024;
 /// with a commit. Small, because the disk serves a durable write queued behind a zero write
 /// only after it: measured with fio on the AMD host, 20 KiB O_DSYNC writes beside 1 MiB zero
 /// writes at the same pace had p99 3.2 ms, beside 256 KiB ones 0.85 ms (alone 0.2 ms); the
-/// storage bench's 20 KiB appends went from p99 4.3 to 1.4 ms at one appender (2.7-6.5 to
-/// 1.6-2.7 ms at 2-4) at even or better appends/s.
+/// storage bench's 20 KiB appends went from p99 4.1-4.3 to 1.4 ms at one appender (5.4-6.6
+/// to 1.6-2.7 ms at two and four) at even or better appends/s.
 const ZERO_AHEAD_STEP_BYTES: u64 = 256 * 1024;
 /// Only commits smaller than this carry zero-ahead (small fdatasyncs are the ones an extension
 /// makes 2-4x slower; large ones are bandwidth, which zeroing would halve).

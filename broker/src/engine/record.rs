@@ -81,16 +81,17 @@ impl MessageId {
     /// it is made once per message sent and per message received, and `write!` per byte cost
     /// ~2.5% of the broker's CPU in the closed-loop throughput scenario.
     pub fn text(&self) -> [u8; 36] {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let hex = super::md5::hex16(&self.0);
         let mut out = [b'-'; 36];
-        let mut at = 0;
-        for (i, b) in self.0.iter().enumerate() {
-            if matches!(i, 4 | 6 | 8 | 10) {
-                at += 1;
-            }
-            out[at] = DIGITS[usize::from(b >> 4)];
-            out[at + 1] = DIGITS[usize::from(b & 0xf)];
-            at += 2;
+        // Digit runs of 8-4-4-4-12, each after the dash that ends the previous one.
+        for (from, to, at) in [
+            (0, 8, 0),
+            (8, 12, 9),
+            (12, 16, 14),
+            (16, 20, 19),
+            (20, 32, 24),
+        ] {
+            out[at..at + (to - from)].copy_from_slice(&hex[from..to]);
         }
         out
     }

@@ -81,7 +81,10 @@ impl LogConfig {
 
     /// The furthest a torn commit can reach past the durable end of the active segment: bytes
     /// found beyond this after a bad batch cannot be a torn tail, so they signal corruption.
+    /// The commits in flight write at most a write buffer's bytes (those started beside others
+    /// are bounded by it too), plus a partial block rewritten and a block skipped by each.
     pub fn torn_window_bytes(&self) -> u64 {
-        self.write_buffer_bytes_max as u64 + 2 * BLOCK_BYTES
+        self.write_buffer_bytes_max as u64
+            + (crate::log::COMMITS_IN_FLIGHT_MAX as u64 + 2) * BLOCK_BYTES
     }
 }

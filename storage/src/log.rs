@@ -9,7 +9,7 @@
 use crate::batch::{self, BatchHeader, BatchView, Record, BATCH_HEADER_BYTES};
 use crate::config::LogConfig;
 use crate::error::{Result, StorageError};
-use crate::fs::{align_down, align_up, File, Fs};
+use crate::fs::{align_down, align_up, File, Fs, BLOCK_BYTES};
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use bytes::Bytes;
 use std::cell::RefCell;
@@ -34,6 +34,15 @@ const ZERO_AHEAD_STEP_BYTES: u64 = 256 * 1024;
 /// Only commits smaller than this carry zero-ahead (small fdatasyncs are the ones an extension
 /// makes 2-4x slower; large ones are bandwidth, which zeroing would halve).
 const ZERO_AHEAD_CHUNK_BYTES_MAX: usize = 256 * 1024;
+
+/// Group commits that may be in flight at once. A second one starts while the first is on
+/// its way to the disk, so a batch staged meanwhile waits about one durable write instead of the
+/// rest of that one and all of its own.
+pub const COMMITS_IN_FLIGHT_MAX: usize = 2;
+/// A commit starts beside others only while the bytes of all of them stay within this (and
+/// within the write buffer): the overlap is for small, latency-bound commits; large ones are
+/// bandwidth-bound and gain nothing from it.
+const OVERLAP_BYTES_MAX: usize = 512 * 1024;
 
 pub fn segment_file_name(base: u64, ext: &str) -> String {
     format!("{base:020}.{ext}")
@@ -124,6 +133,8 @@ pub struct LogStats {
     pub records_appended: u64,
     pub bytes_appended: u64,
     pub commits: u64,
+    /// Commits that started while another was in flight (each wrote from a block boundary).
+    pub commits_overlapped: u64,
     pub fsyncs: u64,
     pub commit_failures: u64,
     pub corruptions_detected: u64,
@@ -222,6 +233,12 @@ struct Segment<F: Fs> {
     /// Active segment only: bytes `[align_down(size), size)`, rewritten with each commit.
     tail: Vec<u8>,
     zeroed_until: u64,
+    /// Active segment only: where the last commit started writes to (`size` when none is in
+    /// flight); a commit started beside others writes from the next block boundary after it.
+    write_end: u64,
+    /// Active segment only: where a zero-ahead write in flight starts (`u64::MAX` if none). No
+    /// commit may write data there until it lands.
+    zeroing_from: u64,
 }
 
 struct SealedIndexes {
@@ -239,7 +256,19 @@ struct Inner<F: Fs> {
     proj_segment: u64,
     proj_size: u64,
     proj_first_ts: Option<i64>,
-    committing: bool,
+    /// Commits started and not yet finished (at most [`COMMITS_IN_FLIGHT_MAX`]).
+    in_flight: usize,
+    /// Bytes of the batches those commits write.
+    in_flight_bytes: usize,
+    /// A commit in flight seals a segment: no other commit may start beside it.
+    rolling: bool,
+    /// Sequence number of the next commit to start, and of the one whose turn it is to finish
+    /// (commits finish, and acknowledge, in the order they started).
+    next_seq: u64,
+    turn_seq: u64,
+    /// Set while a failed commit waits for the ones started after it (they fail too) before it
+    /// repairs the tail; no commit starts meanwhile.
+    failure: Option<StorageError>,
     poisoned: bool,
     closed: bool,
     flush_gen: u64,
@@ -251,6 +280,28 @@ struct Inner<F: Fs> {
     index_cache: VecDeque<(u64, Rc<SealedIndexes>)>,
     index_cache_bytes: usize,
     stats: LogStats,
+}
+
+/// What one group commit writes (see `Log::start_commit`).
+struct CommitJob {
+    seq: u64,
+    chunks: Vec<Chunk>,
+    /// Where a commit started beside others writes (a block boundary); `None`: from the
+    /// durable end.
+    at: Option<u64>,
+    bytes: usize,
+    rolls: bool,
+}
+
+impl<F: Fs> Inner<F> {
+    fn finish_commit(&mut self, seq: u64, bytes: usize, rolls: bool) {
+        self.in_flight -= 1;
+        self.in_flight_bytes -= bytes;
+        self.turn_seq = self.turn_seq.max(seq + 1);
+        if rolls {
+            self.rolling = false;
+        }
+    }
 }
 
 /// A partition log in a directory of segments.
@@ -312,7 +363,12 @@ impl<F: Fs> Log<F> {
                 proj_segment: 0,
                 proj_size: 0,
                 proj_first_ts: None,
-                committing: false,
+                in_flight: 0,
+                in_flight_bytes: 0,
+                rolling: false,
+                next_seq: 0,
+                turn_seq: 0,
+                failure: None,
                 poisoned: false,
                 closed: false,
                 flush_gen: 0,
@@ -396,6 +452,8 @@ impl<F: Fs> Log<F> {
             index_persisted_entries: 0,
             tail: Vec::new(),
             zeroed_until: size,
+            write_end: size,
+            zeroing_from: u64::MAX,
         };
         self.inner.borrow_mut().segments.insert(base, seg);
         // The segment's newest timestamp (for retention and time lookups) comes from its time
@@ -452,6 +510,8 @@ impl<F: Fs> Log<F> {
                 index_persisted_entries: 0,
                 tail: Vec::new(),
                 zeroed_until: zeroed,
+                write_end: 0,
+                zeroing_from: u64::MAX,
             },
         );
         Ok(())
@@ -505,39 +565,42 @@ impl<F: Fs> Log<F> {
         let mut since_index = 0u64;
         let mut bad_at = None;
         while pos < file_size {
-            match read_batch_verified(&file, pos, file_size).await {
-                Ok(Some(b)) if b.header.base_offset == expected => {
-                    let h = b.header;
-                    if pos == 0 {
-                        first_ts = Some(h.first_timestamp_ms);
+            let b = match read_batch_verified(&file, pos, file_size).await {
+                Ok(Some(b)) if b.header.base_offset == expected => b,
+                found => {
+                    if padding_gap(&file, pos, expected, file_size).await {
+                        pos = align_up(pos);
+                        continue;
                     }
-                    if since_index >= self.config.index_interval_bytes {
-                        let rel = (h.base_offset - base) as u32;
-                        if index.last().is_none_or(|l| l.rel_offset < rel) {
-                            index.push(OffsetEntry {
-                                rel_offset: rel,
-                                position: pos as u32,
-                            });
-                            let m =
-                                max_ts.map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms));
-                            timeindex.push(TimeEntry {
-                                max_timestamp_ms: m,
-                                rel_offset: rel,
-                            });
-                        }
-                        since_index = 0;
+                    if !matches!(found, Ok(None)) {
+                        bad_at = Some(pos);
                     }
-                    max_ts = Some(max_ts.map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms)));
-                    pos += u64::from(h.batch_len);
-                    since_index += u64::from(h.batch_len);
-                    expected = h.next_offset();
+                    break; // zeros: the clean end
                 }
-                Ok(None) => break, // zeros: the clean end
-                Ok(Some(_)) | Err(_) => {
-                    bad_at = Some(pos);
-                    break;
-                }
+            };
+            let h = b.header;
+            if pos == 0 {
+                first_ts = Some(h.first_timestamp_ms);
             }
+            if since_index >= self.config.index_interval_bytes {
+                let rel = (h.base_offset - base) as u32;
+                if index.last().is_none_or(|l| l.rel_offset < rel) {
+                    index.push(OffsetEntry {
+                        rel_offset: rel,
+                        position: pos as u32,
+                    });
+                    let m = max_ts.map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms));
+                    timeindex.push(TimeEntry {
+                        max_timestamp_ms: m,
+                        rel_offset: rel,
+                    });
+                }
+                since_index = 0;
+            }
+            max_ts = Some(max_ts.map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms)));
+            pos += u64::from(h.batch_len);
+            since_index += u64::from(h.batch_len);
+            expected = h.next_offset();
         }
         if let Some(bad) = bad_at {
             let window_end = bad + self.config.torn_window_bytes();
@@ -550,24 +613,31 @@ impl<F: Fs> Log<F> {
                     ),
                 ));
             }
-            // A torn tail: zero it durably so stale bytes of the lost commit can never be taken
-            // for batches later.
-            let zero_end = window_end.min(file_size);
+        }
+        // Past the end, as far as a torn commit can reach, everything is zeroed durably: a torn
+        // commit's bytes, or whole batches of a commit that landed while one started before it
+        // did not (never acknowledged), must never be taken for batches once later commits
+        // reach up to them.
+        let scrub_end = (pos + self.config.torn_window_bytes()).min(file_size);
+        if any_nonzero(&file, pos, scrub_end)
+            .await
+            .map_err(|e| StorageError::io("read", &path, e))?
+        {
             let tail = file
-                .read_at(align_down(bad), (bad - align_down(bad)) as usize)
+                .read_at(align_down(pos), (pos - align_down(pos)) as usize)
                 .await
                 .map_err(|e| StorageError::io("read", &path, e))?;
             let mut buf = tail;
-            buf.resize((align_up(zero_end) - align_down(bad)) as usize, 0);
-            write_all(&file, align_down(bad), &buf)
+            buf.resize((align_up(scrub_end) - align_down(pos)) as usize, 0);
+            write_all(&file, align_down(pos), &buf)
                 .await
                 .map_err(|e| StorageError::io("write", &path, e))?;
             file.sync_data()
                 .await
                 .map_err(|e| StorageError::io("fdatasync", &path, e))?;
             let mut inner = self.inner.borrow_mut();
-            inner.stats.torn_tail_bytes_truncated += zero_end - bad;
-            tracing::warn!(path = %path.display(), position = bad, "truncated torn tail of active segment");
+            inner.stats.torn_tail_bytes_truncated += scrub_end - pos;
+            tracing::warn!(path = %path.display(), position = pos, "truncated torn tail of active segment");
         }
         let tail = file
             .read_at(align_down(pos), (pos - align_down(pos)) as usize)
@@ -589,6 +659,8 @@ impl<F: Fs> Log<F> {
                 index_persisted_entries: keep_entries,
                 tail,
                 zeroed_until: align_up(file_size.max(pos)),
+                write_end: pos,
+                zeroing_from: u64::MAX,
             },
         );
         Ok(())
@@ -628,21 +700,19 @@ impl<F: Fs> Log<F> {
     pub async fn wait_for_space(&self, len_bytes: usize) -> Result<()> {
         loop {
             self.check_writable()?;
-            let (full, committing) = {
+            let (full, in_flight) = {
                 let i = self.inner.borrow();
                 (
                     i.staged_bytes > 0
                         && i.staged_bytes + len_bytes > self.config.write_buffer_bytes_max,
-                    i.committing,
+                    i.in_flight > 0,
                 )
             };
             if !full {
                 return Ok(());
             }
-            if committing {
+            if in_flight || !self.commit().await {
                 self.wait_flush_gen().await;
-            } else {
-                self.commit().await;
             }
         }
     }
@@ -669,23 +739,30 @@ impl<F: Fs> Log<F> {
         Ok(AppendTicket { info, slot })
     }
 
-    /// Resolves when the staged batch is durable (driving the group commit if nobody is).
+    /// Resolves when the staged batch is durable (driving a group commit if one may start).
     pub async fn durable(&self, ticket: AppendTicket) -> Result<AppendInfo> {
         loop {
             if let Some(r) = ticket.slot.borrow_mut().take() {
                 return r.map(|()| ticket.info);
             }
-            if self.inner.borrow().committing {
-                self.wait_flush_gen().await;
-            } else {
+            let may_start = {
+                let i = self.inner.borrow();
+                i.failure.is_none()
+                    && !i.staged.is_empty()
+                    && (i.in_flight == 0 || (i.in_flight < COMMITS_IN_FLIGHT_MAX && !i.rolling))
+            };
+            if may_start {
                 // Gather first: every task that is ready to run now (requests just decoded,
                 // long polls just woken) gets to stage before the commit takes what is staged,
                 // instead of waiting a whole commit for the next one.
                 yield_once().await;
-                if !self.inner.borrow().committing {
-                    self.commit().await;
+                if self.commit().await || ticket.slot.borrow().is_some() {
+                    continue;
                 }
             }
+            // Every reason a commit could not start ends when one in flight finishes (and the
+            // flush generation is read now, with no await since the checks above).
+            self.wait_flush_gen().await;
         }
     }
 
@@ -770,20 +847,85 @@ impl<F: Fs> Log<F> {
         }
     }
 
-    /// Commits everything staged: the group commit. Results go to each batch's slot.
-    async fn commit(&self) {
-        let chunks = {
-            let mut i = self.inner.borrow_mut();
-            if i.committing || i.staged.is_empty() {
-                return;
-            }
-            i.committing = true;
+    /// Takes what the next commit writes, if one may start now. With none in flight: everything
+    /// staged, written from the durable end (rewriting its partial last block). Beside commits
+    /// in flight: the first staged chunk, written from the block boundary after their end, so
+    /// no two writes in flight share a block (the disk may land them in any order); the bytes
+    /// skipped are zeros, which readers step over (see `scan`). A chunk that seals a segment,
+    /// or that would not fit beside the ones in flight, waits until none is.
+    fn start_commit(&self) -> Option<CommitJob> {
+        let mut guard = self.inner.borrow_mut();
+        let i = &mut *guard;
+        if i.staged.is_empty() || i.failure.is_some() {
+            return None;
+        }
+        let (chunks, at) = if i.in_flight == 0 {
+            let chunks = std::mem::take(&mut i.staged);
             i.staged_bytes = 0;
-            std::mem::take(&mut i.staged)
+            (chunks, None)
+        } else {
+            let first = &i.staged[0];
+            let overlap_max = OVERLAP_BYTES_MAX.min(self.config.write_buffer_bytes_max);
+            if i.in_flight >= COMMITS_IN_FLIGHT_MAX
+                || i.rolling
+                || first.roll
+                || i.in_flight_bytes + first.len > overlap_max
+            {
+                return None;
+            }
+            let (&base, s) = i.segments.iter_mut().next_back()?;
+            let at = align_up(s.write_end);
+            let end = at + first.len as u64;
+            if first.segment != base
+                || end > self.config.segment_bytes_max
+                || align_up(end) > s.zeroing_from
+            {
+                return None;
+            }
+            let gap = at - s.write_end;
+            s.write_end = end;
+            let chunk = i.staged.remove(0);
+            i.staged_bytes -= chunk.len;
+            if chunk.segment == i.proj_segment {
+                i.proj_size += gap;
+            }
+            i.stats.commits_overlapped += 1;
+            (vec![chunk], Some(at))
         };
-        let mut chunks = chunks;
+        let rolls = chunks.iter().any(|c| c.roll);
+        i.rolling |= rolls;
+        let bytes = chunks.iter().map(|c| c.len).sum();
+        i.in_flight += 1;
+        i.in_flight_bytes += bytes;
+        let seq = i.next_seq;
+        i.next_seq += 1;
+        Some(CommitJob {
+            seq,
+            chunks,
+            at,
+            bytes,
+            rolls,
+        })
+    }
+
+    /// Runs one group commit, if one may start (returns whether it did). Results go to each
+    /// batch's slot, in the order the commits started.
+    async fn commit(&self) -> bool {
+        let Some(job) = self.start_commit() else {
+            return false;
+        };
+        let CommitJob {
+            seq,
+            mut chunks,
+            at,
+            bytes,
+            rolls,
+        } = job;
         let mut guard = CommitGuard {
             log: self,
+            seq,
+            bytes,
+            rolls,
             slots: chunks
                 .iter()
                 .flat_map(|c| &c.batches)
@@ -800,7 +942,7 @@ impl<F: Fs> Log<F> {
                 if chunk.roll {
                     self.roll(chunk.segment).await?;
                 }
-                self.write_chunk(chunk).await
+                self.write_chunk(chunk, at, seq).await
             }
             .await;
             match result {
@@ -813,27 +955,56 @@ impl<F: Fs> Log<F> {
                     for b in chunks[n..].iter().flat_map(|c| &c.batches) {
                         *b.slot.borrow_mut() = Some(Err(e.duplicate()));
                     }
-                    self.fail_commit(&e).await;
+                    self.wait_turn(seq).await;
+                    // A failure of an earlier commit failed this one too; that one repairs.
+                    if self.inner.borrow().failure.is_none() {
+                        self.fail_commit(&e, seq).await;
+                    }
                     break;
                 }
             }
         }
         guard.armed = false;
-        self.inner.borrow_mut().committing = false;
+        self.inner.borrow_mut().finish_commit(seq, bytes, rolls);
         self.wake_all();
+        true
     }
 
-    /// After a failed commit: fail every batch staged meanwhile (their offsets assumed the
-    /// failed ones), reset the next offset to the durable end, and zero whatever the failed write
-    /// may have left beyond it. If that repair fails too, the log becomes read-only (poisoned).
-    async fn fail_commit(&self, e: &StorageError) {
+    /// Waits until every commit started before `seq` has finished.
+    async fn wait_turn(&self, seq: u64) {
+        loop {
+            {
+                let i = self.inner.borrow();
+                if i.turn_seq >= seq || i.poisoned {
+                    return;
+                }
+            }
+            self.wait_flush_gen().await;
+        }
+    }
+
+    /// After a failed commit (at its turn): fail the commits started after it and every batch
+    /// staged meanwhile (their offsets assumed the failed ones), reset the next offset to the
+    /// durable end, and zero whatever the failed writes may have left beyond it. If that repair
+    /// fails too, the log becomes read-only (poisoned).
+    async fn fail_commit(&self, e: &StorageError, seq: u64) {
         tracing::error!(error = %e, "commit failed");
+        {
+            let mut i = self.inner.borrow_mut();
+            i.failure = Some(e.duplicate());
+            i.turn_seq = i.turn_seq.max(seq + 1);
+        }
+        self.wake_all();
+        while self.inner.borrow().in_flight > 1 {
+            self.wait_flush_gen().await;
+        }
         let (active_base, staged) = {
             let mut i = self.inner.borrow_mut();
             i.stats.commit_failures += 1;
             let staged = std::mem::take(&mut i.staged);
             i.staged_bytes = 0;
-            let (&base, active) = i.segments.iter().next_back().expect("active segment");
+            let (&base, active) = i.segments.iter_mut().next_back().expect("active segment");
+            active.write_end = active.size;
             let (size, first_ts, next) = (active.size, active.first_ts, active.next_offset);
             i.next_offset = next;
             i.proj_segment = base;
@@ -848,6 +1019,7 @@ impl<F: Fs> Log<F> {
             tracing::error!(error = %re, "repair after a failed commit failed; log is read-only");
             self.inner.borrow_mut().poisoned = true;
         }
+        self.inner.borrow_mut().failure = None;
     }
 
     async fn repair_tail(&self, base: u64) -> Result<()> {
@@ -972,36 +1144,54 @@ impl<F: Fs> Log<F> {
         Ok(())
     }
 
-    /// Writes one chunk into the active segment with one durable (O_DSYNC) write.
-    async fn write_chunk(&self, chunk: &mut Chunk) -> Result<()> {
-        let (base, file, size, tail, zeroed_until) = {
-            let i = self.inner.borrow();
-            let (&b, s) = i.segments.iter().next_back().expect("active segment");
+    /// Writes one chunk into the active segment with one durable (O_DSYNC) write: from the
+    /// durable end, or from `at` (a block boundary) for a commit started beside others. Takes
+    /// the commit's results into the segment at its turn (`seq`).
+    async fn write_chunk(&self, chunk: &mut Chunk, at: Option<u64>, seq: u64) -> Result<()> {
+        let seg_max = align_up(self.config.segment_bytes_max);
+        let (base, file, start, tail, zero) = {
+            let mut i = self.inner.borrow_mut();
+            let (&b, s) = i.segments.iter_mut().next_back().expect("active segment");
             assert_eq!(b, chunk.segment, "a chunk goes to the active segment");
-            (b, s.file.clone(), s.size, s.tail.clone(), s.zeroed_until)
+            let (start, tail) = match at {
+                Some(p) => (p, Vec::new()),
+                None => (s.size, s.tail.clone()),
+            };
+            let data_end = align_up(start + chunk.len as u64);
+            // Zero-ahead: keep about `prealloc_chunk_bytes` of zeroed space past the data, so
+            // that commits overwrite allocated blocks (their flush need not journal an
+            // extension). The zeros go out in steps, plain writes concurrent with this commit's
+            // durable data write — never as a separate stall of a whole chunk plus its own sync.
+            // They need no sync of their own: the first durable write into a step makes its
+            // allocation durable with it, as O_DSYNC does for whatever metadata reading the
+            // data back needs. Only a commit with none beside it zeroes; the range is claimed
+            // now, and no commit writes data into it until it lands (`start_commit`).
+            let want_until = (data_end + self.config.prealloc_chunk_bytes).min(seg_max);
+            // A large commit skips it: its flush's extension cost is spread over many bytes,
+            // while zeroing ahead of it would double the bytes written (measured, 512 KiB
+            // commits: 377-395 MB/s with zero-ahead, 484-575 MB/s without; fio 1.0-1.35 GB/s).
+            let small = chunk.len < ZERO_AHEAD_CHUNK_BYTES_MAX;
+            let zero = (at.is_none() && small && s.zeroed_until < want_until)
+                .then(|| {
+                    let from = s.zeroed_until.max(data_end);
+                    let step = ZERO_AHEAD_STEP_BYTES.max(data_end - align_down(start));
+                    (from, (from + step).min(seg_max))
+                })
+                .filter(|(from, to)| from < to);
+            if let Some((from, to)) = zero {
+                s.zeroed_until = to;
+                s.zeroing_from = from;
+            }
+            if at.is_none() {
+                s.write_end = start + chunk.len as u64;
+            }
+            (b, s.file.clone(), start, tail, zero)
         };
         let path = self.path(base, "log");
-        let end = size + chunk.len as u64;
-        let wpos = align_down(size);
+        let end = start + chunk.len as u64;
+        let wpos = align_down(start);
         let data_end = align_up(end);
         let len = (data_end - wpos) as usize;
-        // Zero-ahead: keep about `prealloc_chunk_bytes` of zeroed space past the data, so that
-        // commits overwrite allocated blocks (their flush need not journal an extension). The
-        // zeros go out in steps, plain writes concurrent with this commit's durable data write
-        // — never as a separate stall of a whole chunk plus its own sync. They need no sync of
-        // their own: the first durable write into a step makes its allocation durable with it,
-        // as O_DSYNC does for whatever metadata reading the data back needs.
-        let seg_max = align_up(self.config.segment_bytes_max);
-        let want_until = (data_end + self.config.prealloc_chunk_bytes).min(seg_max);
-        // A large commit skips it: its flush's extension cost is spread over many bytes,
-        // while zeroing ahead of it would double the bytes written (measured, 512 KiB commits:
-        // 377-395 MB/s with zero-ahead, 484-575 MB/s without; fio 1.0-1.35 GB/s).
-        let small = chunk.len < ZERO_AHEAD_CHUNK_BYTES_MAX;
-        let zero = (small && zeroed_until < want_until).then(|| {
-            let from = zeroed_until.max(data_end);
-            let step = ZERO_AHEAD_STEP_BYTES.max(data_end - wpos);
-            (from, (from + step).min(seg_max))
-        });
         // The data goes out in durable writes (O_DSYNC): one io_uring operation, where a write
         // then an fdatasync took two, the second handed to a kernel worker thread (measured,
         // 4 KiB appends at concurrency 16: 17.8-23.5k appends/s with fdatasync, 36.2-37.1k).
@@ -1033,26 +1223,43 @@ impl<F: Fs> Log<F> {
                 .await
                 .map_err(|e| StorageError::io("write", &path, e))
         };
-        match zero {
-            Some((from, to)) if from < to => {
+        let written = match zero {
+            Some((from, to)) => {
                 let zeros = async {
                     zero_fill(&*file, from, to)
                         .await
                         .map_err(|e| StorageError::io("zero_fill", &path, e))
                 };
                 let (written, zeroed) = futures::join!(data_write, zeros);
-                written?;
-                zeroed?;
+                let mut i = self.inner.borrow_mut();
+                if let Some(s) = i.segments.get_mut(&base) {
+                    s.zeroing_from = u64::MAX;
+                    if zeroed.is_err() {
+                        s.zeroed_until = s.zeroed_until.min(from);
+                    }
+                }
+                written.and(zeroed)
             }
-            _ => data_write.await?,
-        }
+            None => data_write.await,
+        };
         let fsync_took = started.elapsed();
+        written?;
         {
             let mut i = self.inner.borrow_mut();
             i.stats.fsync.observe(fsync_took);
             if let Some(s) = i.segments.get_mut(&base) {
-                let zeroed_to = zero.map_or(0, |(_, to)| to);
-                s.zeroed_until = s.zeroed_until.max(data_end).max(zeroed_to);
+                s.zeroed_until = s.zeroed_until.max(data_end);
+            }
+        }
+        // Commits take effect, and are acknowledged, in the order they started.
+        self.wait_turn(seq).await;
+        {
+            let i = self.inner.borrow();
+            if let Some(e) = &i.failure {
+                return Err(e.duplicate());
+            }
+            if i.poisoned {
+                return Err(StorageError::Poisoned);
             }
         }
 
@@ -1063,7 +1270,7 @@ impl<F: Fs> Log<F> {
             let mut records = 0u64;
             for b in &chunk.batches {
                 let h = b.header;
-                let pos = size + b.at as u64;
+                let pos = start + b.at as u64;
                 if s.bytes_since_index >= self.config.index_interval_bytes {
                     let rel = u32::try_from(h.base_offset - base).expect("segment offsets fit u32");
                     s.index.push(OffsetEntry {
@@ -1105,7 +1312,7 @@ impl<F: Fs> Log<F> {
             i.stats.bytes_appended += chunk.len as u64;
             // Keep the chunk's parts for tail reads, each at its position (they are not needed
             // any more: moved, not copied).
-            let mut at = size;
+            let mut at = start;
             for part in std::mem::take(&mut chunk.parts) {
                 let len = part.len();
                 i.cache_bytes += len;
@@ -1198,7 +1405,7 @@ impl<F: Fs> Log<F> {
                 break;
             };
             let mut done = false;
-            self.scan(base, pos, want, |b| {
+            self.scan(base, pos, want, |_, b| {
                 if b.header.last_offset() < want {
                     return true;
                 }
@@ -1247,16 +1454,16 @@ impl<F: Fs> Log<F> {
         )))
     }
 
-    /// Calls `f` with each verified batch of segment `base` from `pos` on, until it returns
-    /// false or the segment ends. A batch out of offset sequence or failing its checksum is
-    /// corruption (unless the first batch disagrees with a stale index hint: then the scan
-    /// restarts at the segment's start).
+    /// Calls `f` with each verified batch of segment `base` from `pos` on, and its position,
+    /// until it returns false or the segment ends; gaps (see `is_gap`) are stepped over. A batch
+    /// out of offset sequence or failing its checksum is corruption (unless the first batch
+    /// disagrees with a stale index hint: then the scan restarts at the segment's start).
     async fn scan(
         &self,
         base: u64,
         mut pos: u64,
         want: u64,
-        mut f: impl FnMut(ReadBatch) -> bool,
+        mut f: impl FnMut(u64, ReadBatch) -> bool,
     ) -> Result<()> {
         let (file, seg_size) = {
             let i = self.inner.borrow();
@@ -1273,6 +1480,10 @@ impl<F: Fs> Log<F> {
         let mut expected: Option<u64> = (pos == 0).then_some(base);
         let mut window: Option<(u64, Bytes)> = None;
         while pos < seg_size {
+            if self.cached_gap(base, pos) {
+                pos = align_up(pos);
+                continue;
+            }
             let bytes = match self.cached_batch(base, pos) {
                 Some(b) => b,
                 None => {
@@ -1283,6 +1494,10 @@ impl<F: Fs> Log<F> {
             let path = || self.path(base, "log");
             let view = match BatchView::parse(&bytes) {
                 Ok(v) => v,
+                Err(_) if is_gap(&bytes, pos) => {
+                    pos = align_up(pos);
+                    continue;
+                }
                 Err(e) => return Err(self.corruption(path(), pos, e.to_string())),
             };
             let h = view.header;
@@ -1308,13 +1523,31 @@ impl<F: Fs> Log<F> {
                 header: h,
                 bytes: bytes.slice(..h.batch_len as usize),
             };
+            let at = pos;
             pos += len;
             expected = Some(h.next_offset());
-            if !f(batch) {
+            if !f(at, batch) {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Whether `pos` starts the zeros that a commit started beside another skipped, as the
+    /// cache knows it: a part ends at `pos`, none starts there, one starts at the next block
+    /// boundary. (Parts enter the cache in position order and leave it oldest first, so it
+    /// holds every part after the oldest one it still has.)
+    fn cached_gap(&self, base: u64, pos: u64) -> bool {
+        if pos.is_multiple_of(BLOCK_BYTES) {
+            return false;
+        }
+        let i = self.inner.borrow();
+        !i.cache.contains_key(&(base, pos))
+            && i.cache.contains_key(&(base, align_up(pos)))
+            && i.cache
+                .range(..(base, pos))
+                .next_back()
+                .is_some_and(|(&(b, at), c)| b == base && at + c.len() as u64 == pos)
     }
 
     fn cached_batch(&self, base: u64, pos: u64) -> Option<Bytes> {
@@ -1344,7 +1577,8 @@ impl<F: Fs> Log<F> {
         window: &mut Option<(u64, Bytes)>,
     ) -> Result<Bytes> {
         let path = || self.path(base, "log");
-        let need_header = BATCH_HEADER_BYTES as u64;
+        // A header, or the zeros up to the next block boundary (a gap; see `is_gap`).
+        let need_header = (BATCH_HEADER_BYTES as u64).max(align_up(pos) - pos);
         let in_window = |w: &Option<(u64, Bytes)>, len: u64| {
             w.as_ref()
                 .is_some_and(|(s, b)| pos >= *s && pos + len <= s + b.len() as u64)
@@ -1429,10 +1663,9 @@ impl<F: Fs> Log<F> {
         let mut timeindex = TimeIndex::default();
         let mut since = 0u64;
         let mut max_ts: Option<i64> = None;
-        let mut pos = 0u64;
         let mut last_rel = 0u32;
         let interval = self.config.index_interval_bytes;
-        self.scan(base, 0, base, |b| {
+        self.scan(base, 0, base, |pos, b| {
             let h = b.header;
             let rel = (h.base_offset - base) as u32;
             let m = max_ts.map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms));
@@ -1449,7 +1682,6 @@ impl<F: Fs> Log<F> {
             }
             max_ts = Some(m);
             since += u64::from(h.batch_len);
-            pos += u64::from(h.batch_len);
             last_rel = (h.last_offset() - base) as u32;
             true
         })
@@ -1491,7 +1723,7 @@ impl<F: Fs> Log<F> {
             };
             let mut found = None;
             let mut bad = None;
-            self.scan(b, pos, from, |batch| {
+            self.scan(b, pos, from, |_, batch| {
                 if batch.header.max_timestamp_ms < ts_ms || batch.header.last_offset() < from {
                     return true;
                 }
@@ -1618,15 +1850,13 @@ impl<F: Fs> Log<F> {
     /// Commits what is staged, writes the active segment's index durably and closes the log.
     pub async fn close(&self) -> Result<()> {
         loop {
-            let (staged, committing) = {
+            let (staged, in_flight) = {
                 let i = self.inner.borrow();
-                (!i.staged.is_empty(), i.committing)
+                (!i.staged.is_empty(), i.in_flight > 0)
             };
-            if committing {
+            if in_flight || (staged && !self.commit().await) {
                 self.wait_flush_gen().await;
-            } else if staged {
-                self.commit().await;
-            } else {
+            } else if !staged {
                 break;
             }
         }
@@ -1697,6 +1927,9 @@ impl<F: Fs> Future for WaitGen<'_, F> {
 /// turns read-only (reopen recovers), and everyone waiting is told.
 struct CommitGuard<'a, F: Fs> {
     log: &'a Log<F>,
+    seq: u64,
+    bytes: usize,
+    rolls: bool,
     slots: Vec<Slot>,
     armed: bool,
 }
@@ -1715,7 +1948,7 @@ impl<F: Fs> Drop for CommitGuard<'_, F> {
         {
             let mut i = self.log.inner.borrow_mut();
             i.poisoned = true;
-            i.committing = false;
+            i.finish_commit(self.seq, self.bytes, self.rolls);
         }
         self.log.wake_all();
     }
@@ -1762,6 +1995,47 @@ async fn write_all_with<T: File>(
         done += advanced;
     }
     Ok(())
+}
+
+/// Whether a gap (see `is_gap`) starts at `pos` in a file under recovery: zeros up to the next
+/// block boundary, and there the batch with the `expected` offset.
+async fn padding_gap<T: File>(file: &T, pos: u64, expected: u64, file_size: u64) -> bool {
+    let next = align_up(pos);
+    if next == pos || next >= file_size {
+        return false;
+    }
+    match file.read_at(pos, (next - pos) as usize).await {
+        Ok(b) if is_gap(&b, pos) => {}
+        _ => return false,
+    }
+    matches!(
+        read_batch_verified(file, next, file_size).await,
+        Ok(Some(b)) if b.header.base_offset == expected
+    )
+}
+
+/// Whether any byte in `[from, to)` of `file` is not zero.
+async fn any_nonzero<T: File>(file: &T, from: u64, to: u64) -> std::io::Result<bool> {
+    let mut pos = from;
+    while pos < to {
+        let n = ((to - pos) as usize).min(ZERO_FILL_PIECE_BYTES);
+        let data = file.read_at(pos, n).await?;
+        if data.iter().any(|b| *b != 0) {
+            return Ok(true);
+        }
+        if data.len() < n {
+            break;
+        }
+        pos += n as u64;
+    }
+    Ok(false)
+}
+
+/// Whether `bytes` (read from `pos` on, no batch parsed there) start with the zeros a commit
+/// started beside another left before the next block boundary: a gap that readers skip.
+fn is_gap(bytes: &[u8], pos: u64) -> bool {
+    let gap = (align_up(pos) - pos) as usize;
+    gap > 0 && bytes.len() >= gap && bytes[..gap].iter().all(|b| *b == 0)
 }
 
 /// The verified batch at `pos`: `Ok(None)` if the header bytes there are all zero (the clean end

@@ -12,6 +12,7 @@
 use crate::output::CliError;
 use serde_json::{json, Value};
 use sluice_storage::batch::BATCH_HEADER_BYTES;
+use sluice_storage::fs::BLOCK_BYTES;
 use sluice_storage::index::OffsetIndex;
 use sluice_storage::BatchView;
 use std::path::{Path, PathBuf};
@@ -194,6 +195,17 @@ pub fn walk(
     let mut next = base.or(expected_base);
     let mut data_end = 0usize;
     while pos + BATCH_HEADER_BYTES <= bytes.len() {
+        // Zeros up to the next 4 KiB boundary with a batch there: a gap that a commit started
+        // beside another left (the log's readers step over it too).
+        let block_end = pos.next_multiple_of(BLOCK_BYTES as usize);
+        if BatchView::parse(&bytes[pos..]).is_err()
+            && block_end < bytes.len()
+            && bytes[pos..block_end].iter().all(|b| *b == 0)
+            && BatchView::parse(&bytes[block_end..]).is_ok()
+        {
+            pos = block_end;
+            continue;
+        }
         let head = &bytes[pos..pos + BATCH_HEADER_BYTES];
         if head.iter().all(|b| *b == 0) {
             break;
@@ -367,4 +379,46 @@ pub fn verify(path: &Path) -> Result<(Value, bool), CliError> {
         eprintln!();
     }
     Ok((Value::Array(out), corrupt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_storage::batch::{encode, set_base_offset};
+    use sluice_storage::Record;
+
+    /// A commit started beside another writes from the next 4 KiB boundary; the zeros before it
+    /// are a gap, not the end of the log, and not corruption.
+    #[test]
+    fn walk_steps_over_the_gap_before_a_block_boundary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("00000000000000000000.log");
+        let first =
+            encode(&[Record::new(1, vec![7; 1000]), Record::new(2, vec![8; 10])]).expect("batch");
+        let mut second = encode(&[Record::new(3, vec![9; 100])]).expect("batch");
+        set_base_offset(&mut second, 2);
+        let mut file = first.clone();
+        file.resize(BLOCK_BYTES as usize, 0);
+        file.extend_from_slice(&second);
+        file.resize(3 * BLOCK_BYTES as usize, 0);
+        std::fs::write(&path, &file).expect("write");
+        let select = Select {
+            records: false,
+            values: false,
+            from_offset: 0,
+            max_batches: 10,
+        };
+        let report = walk(&path, None, select, &mut 10).expect("walk");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.next_offset, 3);
+        assert_eq!(report.json["batches"], 2);
+        assert_eq!(report.json["data_bytes"], BLOCK_BYTES + second.len() as u64);
+        let positions: Vec<u64> = report.json["batch_list"]
+            .as_array()
+            .expect("batches")
+            .iter()
+            .map(|b| b["position"].as_u64().expect("position"))
+            .collect();
+        assert_eq!(positions, [0, BLOCK_BYTES]);
+    }
 }

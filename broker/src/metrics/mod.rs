@@ -545,7 +545,7 @@ pub fn render(
         &'static str,
         fn(&PartitionSnapshot) -> u64,
     );
-    let logs: [LogFigure; 9] = [
+    let logs: [LogFigure; 10] = [
         (
             "sluice_partitions",
             "gauge",
@@ -581,6 +581,12 @@ pub fn render(
             "counter",
             "Group commits (one write + one fdatasync each) since the logs opened.",
             |p| p.log.commits,
+        ),
+        (
+            "sluice_log_commits_overlapped_total",
+            "counter",
+            "Group commits started while another was on its way to the disk.",
+            |p| p.log.commits_overlapped,
         ),
         (
             "sluice_log_fsyncs_total",

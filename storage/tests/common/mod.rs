@@ -109,3 +109,21 @@ impl Stepper {
         false
     }
 }
+
+/// Gives way `n` times (each a step of a [`Stepper`]): an appender's pause between appends, so
+/// that appenders arrive at different moments (some while a commit is in flight).
+pub async fn pause(n: u32) {
+    for _ in 0..n {
+        let mut yielded = false;
+        std::future::poll_fn(|cx| {
+            if yielded {
+                std::task::Poll::Ready(())
+            } else {
+                yielded = true;
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+}

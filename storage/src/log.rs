@@ -617,8 +617,13 @@ impl<F: Fs> Log<F> {
         // Past the end, as far as a torn commit can reach, everything is zeroed durably: a torn
         // commit's bytes, or whole batches of a commit that landed while one started before it
         // did not (never acknowledged), must never be taken for batches once later commits
-        // reach up to them.
-        let scrub_end = (pos + self.config.torn_window_bytes()).min(file_size);
+        // reach up to them. After a clean end only the second kind can be there, within the
+        // reach of overlapping commits (a bounded read at every open, not a torn window's).
+        let reach = match bad_at {
+            Some(_) => self.config.torn_window_bytes(),
+            None => self.overlap_reach_bytes(),
+        };
+        let scrub_end = (pos + reach).min(file_size);
         if any_nonzero(&file, pos, scrub_end)
             .await
             .map_err(|e| StorageError::io("read", &path, e))?
@@ -847,6 +852,17 @@ impl<F: Fs> Log<F> {
         }
     }
 
+    /// The furthest past the durable end that commits in flight together can write: the bytes
+    /// they may hold, a partial block rewritten and a block skipped by each.
+    fn overlap_reach_bytes(&self) -> u64 {
+        self.overlap_bytes_max() as u64 + (COMMITS_IN_FLIGHT_MAX as u64 + 2) * BLOCK_BYTES
+    }
+
+    /// The bytes commits in flight together may hold when one started beside another.
+    fn overlap_bytes_max(&self) -> usize {
+        OVERLAP_BYTES_MAX.min(self.config.write_buffer_bytes_max)
+    }
+
     /// Takes what the next commit writes, if one may start now. With none in flight: everything
     /// staged, written from the durable end (rewriting its partial last block). Beside commits
     /// in flight: the first staged chunk, written from the block boundary after their end, so
@@ -865,11 +881,10 @@ impl<F: Fs> Log<F> {
             (chunks, None)
         } else {
             let first = &i.staged[0];
-            let overlap_max = OVERLAP_BYTES_MAX.min(self.config.write_buffer_bytes_max);
             if i.in_flight >= COMMITS_IN_FLIGHT_MAX
                 || i.rolling
                 || first.roll
-                || i.in_flight_bytes + first.len > overlap_max
+                || i.in_flight_bytes + first.len > self.overlap_bytes_max()
             {
                 return None;
             }

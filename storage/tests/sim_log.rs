@@ -7,7 +7,7 @@ use common::*;
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use rand::Rng;
-use sluice_storage::batch::Record;
+use sluice_storage::batch::{Record, BATCH_HEADER_BYTES as BATCH_HEADER};
 use sluice_storage::fs::{CrashMode, Fault, FaultPlan, FaultyFs, Fs, Op, SimFs};
 use sluice_storage::{Log, LogConfig, StorageError};
 use std::cell::RefCell;
@@ -210,6 +210,7 @@ fn power_loss_keeps_every_acknowledged_batch() {
             } else {
                 overlapping_config(config.clone())
             };
+            fs.set_durable_write_extra_polls(rng.gen_range(0..4));
             let log = Rc::new(open(&fs, &config));
             if log.stats().torn_tail_bytes_truncated > 0 {
                 torn_recoveries += 1;
@@ -382,6 +383,7 @@ fn overlapping_commits_leave_gaps_that_every_reader_steps_over() {
         let mut rng = rng(seed);
         let config = overlapping_config(small_config());
         let fs = SimFs::new();
+        fs.set_durable_write_extra_polls(2);
         let log = Rc::new(open(&fs, &config));
         let mut pool = Stepper::default();
         let sent: Rc<RefCell<BTreeMap<u64, Vec<Record>>>> = Rc::default();
@@ -458,6 +460,7 @@ fn write_failures_beside_overlapping_commits_lose_nothing_acknowledged() {
             ..small_config()
         });
         let (sim, plan, log) = faulty(&config);
+        sim.set_durable_write_extra_polls(2);
         let log = Rc::new(log);
         let acked: Rc<RefCell<BTreeMap<u64, Vec<Record>>>> = Rc::default();
         let failed: Rc<RefCell<u64>> = Rc::default();
@@ -531,6 +534,77 @@ fn write_failures_beside_overlapping_commits_lose_nothing_acknowledged() {
             .expect("append after the crash");
         assert!(acked.borrow().keys().all(|b| *b < info.base_offset));
     });
+}
+
+/// A power loss that keeps the second of two overlapping commits and loses the first: recovery
+/// ends the log before both (neither was acknowledged) and zeroes the second's batches, so that
+/// when the same batch is appended again at the same place, a later recovery cannot step over
+/// the gap into the stale batch and take it for the next one.
+#[test]
+fn a_commit_that_landed_without_the_one_before_it_never_comes_back() {
+    let config = overlapping_config(small_config());
+    let first = vec![Record::new(1, vec![1; 1000])];
+    let second = vec![Record::new(2, vec![2; 1000])];
+    let seg = dir().join(format!("{:020}.log", 0));
+    let magic = sluice_storage::batch::BATCH_MAGIC.to_le_bytes();
+    let block = sluice_storage::fs::BLOCK_BYTES as usize;
+    let (mut overlapped, mut found) = (false, false);
+    'search: for (wait, extra_steps) in (0..4).flat_map(|w| (0..6).map(move |e| (w, e))) {
+        for seed in 0..64u64 {
+            let fs = SimFs::new();
+            fs.set_durable_write_extra_polls(6);
+            let log = Rc::new(open(&fs, &config));
+            let mut pool = Stepper::default();
+            let (l, recs) = (log.clone(), first.clone());
+            pool.spawn(async move {
+                let _ = l.append_records(&recs).await;
+            });
+            let (l, recs) = (log.clone(), second.clone());
+            pool.spawn(async move {
+                pause(wait).await;
+                let _ = l.append_records(&recs).await;
+            });
+            let mut steps = 0;
+            while log.stats().commits_overlapped == 0 && steps < 1000 {
+                pool.step();
+                steps += 1;
+            }
+            if log.stats().commits_overlapped == 0 {
+                continue 'search; // the second arrived too early or too late
+            }
+            overlapped = true;
+            for _ in 0..extra_steps {
+                pool.step();
+            }
+            drop(pool);
+            drop(log);
+            let fs = fs.crash(CrashMode::Random { seed });
+            let raw = fs.read_file(&seg).expect("segment");
+            let first_lost = raw[..BATCH_HEADER].iter().all(|b| *b == 0);
+            let second_landed = raw[block + 12..block + 16] == magic;
+            if !(first_lost && second_landed) {
+                continue;
+            }
+            found = true;
+            let log = open(&fs, &config);
+            assert_eq!(log.end_offset(), 0, "nothing was acknowledged");
+            assert!(log.stats().torn_tail_bytes_truncated > 0);
+            let raw = fs.read_file(&seg).expect("segment");
+            assert!(
+                raw[block..2 * block].iter().all(|b| *b == 0),
+                "stale batch left"
+            );
+            // The same batch again, at the same place; then a power loss and a reopen.
+            let info = block_on(log.append_records(&first)).expect("append");
+            assert_eq!(info.base_offset, 0);
+            drop(log);
+            let log = open(&fs.crash(CrashMode::DropUnsynced), &config);
+            assert_eq!(log.end_offset(), 1, "a batch never acknowledged came back");
+            break 'search;
+        }
+    }
+    assert!(overlapped, "the commits never overlapped");
+    assert!(found, "no crash kept the second commit and lost the first");
 }
 
 /// `n` appenders of one 100-byte record (filled with `fill`), all spawned before any runs, run

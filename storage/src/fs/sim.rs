@@ -41,6 +41,9 @@ struct State {
     durable_files: BTreeMap<PathBuf, Rc<RefCell<Inode>>>,
     dirs: BTreeSet<PathBuf>,
     syncs: u64,
+    /// Scheduling points a durable write stays in flight (torn by a crash) after it is issued,
+    /// beyond the first.
+    durable_write_extra_polls: u32,
 }
 
 /// What happens to writes and directory changes not yet made durable when the power goes.
@@ -91,6 +94,12 @@ fn write_into(buf: &mut Vec<u8>, pos: u64, d: &[u8]) {
 impl SimFs {
     pub fn new() -> SimFs {
         SimFs::default()
+    }
+
+    /// Keeps each durable write in flight for `n` more scheduling points (a slower disk), so
+    /// that a test can have several in flight at once. Not kept across [`SimFs::crash`].
+    pub fn set_durable_write_extra_polls(&self, n: u32) {
+        self.state.borrow_mut().durable_write_extra_polls = n;
     }
 
     /// Number of `sync_data` calls and durable writes so far (to check that commits really sync).
@@ -237,7 +246,10 @@ impl File for SimFile {
     /// later); from then on it survives whole.
     async fn write_durable_at(&self, pos: u64, data: &[u8]) -> io::Result<usize> {
         let n = self.write_at(pos, data).await?;
-        io_point().await;
+        let extra = self.fs.state.borrow().durable_write_extra_polls;
+        for _ in 0..=extra {
+            io_point().await;
+        }
         let mut ino = self.inode.borrow_mut();
         // Still pending unless a sync_data covered it meanwhile.
         if let Some(PendingOp::Write { durable, .. }) = ino.unsynced.iter_mut().rev().find(

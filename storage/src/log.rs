@@ -1,10 +1,12 @@
 //! The partition log: segments, group commit, reads by offset and time, recovery, retention.
 //!
 //! One `Log` is owned by one shard (thread); it is not `Send`. Appends are staged in memory and
-//! committed in groups: whoever waits on an uncommitted batch while no commit runs becomes the
-//! committer, writes everything staged so far in one durable (O_DSYNC) write, and wakes the
-//! others. An append resolves only after its bytes (and any segment file it needed) are durable.
-//! Only durable bytes are ever read.
+//! committed in groups: whoever waits on an uncommitted batch while a commit may start becomes
+//! the committer, writes what is staged in one durable (O_DSYNC) write, and wakes the others.
+//! A second commit may start while one is in flight (from the next block boundary, leaving a
+//! gap of zeros that readers step over); commits take effect in the order they started. An
+//! append resolves only after its bytes (and any segment file it needed) are durable, and after
+//! every batch before it. Only durable bytes are ever read.
 
 use crate::batch::{self, BatchHeader, BatchView, Record, BATCH_HEADER_BYTES};
 use crate::config::LogConfig;

@@ -364,6 +364,45 @@ fn appends_ready_together_share_one_commit() {
     assert_eq!(read_all(&log, 0).len(), 50);
 }
 
+/// Six appenders of `n` one-record batches each, pausing a random few steps before each append
+/// (so that some arrive while a commit is in flight). Returns what was acknowledged (by base
+/// offset) and how many appends failed with an I/O error or on a read-only log.
+#[allow(clippy::type_complexity)]
+fn spawn_pausing_appenders<F: Fs>(
+    pool: &mut Stepper,
+    log: &Rc<Log<F>>,
+    rng: &mut rand::rngs::SmallRng,
+    n: usize,
+) -> (Rc<RefCell<BTreeMap<u64, Vec<Record>>>>, Rc<RefCell<u64>>) {
+    let acked: Rc<RefCell<BTreeMap<u64, Vec<Record>>>> = Rc::default();
+    let failed: Rc<RefCell<u64>> = Rc::default();
+    for task in 0..6u64 {
+        let batches: Vec<(u32, Vec<Record>)> = (0..n as u64)
+            .map(|k| {
+                let tag = task * n as u64 + k + 1;
+                (
+                    rng.gen_range(0..12),
+                    vec![record(rng, tag as i64, tag, 300)],
+                )
+            })
+            .collect();
+        let (l, a, f) = (log.clone(), acked.clone(), failed.clone());
+        pool.spawn(async move {
+            for (p, recs) in batches {
+                pause(p).await;
+                match l.append_records(&recs).await {
+                    Ok(info) => {
+                        a.borrow_mut().insert(info.base_offset, recs);
+                    }
+                    Err(StorageError::Io { .. } | StorageError::Poisoned) => *f.borrow_mut() += 1,
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+        });
+    }
+    (acked, failed)
+}
+
 /// `config` with each segment zeroed whole when it is created. Zero-ahead writes in flight keep
 /// a second commit from starting where they write; with the small test segments they would
 /// follow every commit closely (in production they run `prealloc_chunk_bytes`, 64 MiB, ahead).
@@ -386,26 +425,9 @@ fn overlapping_commits_leave_gaps_that_every_reader_steps_over() {
         fs.set_durable_write_extra_polls(2);
         let log = Rc::new(open(&fs, &config));
         let mut pool = Stepper::default();
-        let sent: Rc<RefCell<BTreeMap<u64, Vec<Record>>>> = Rc::default();
-        let mut tag = 0u64;
-        for _ in 0..6 {
-            let batches: Vec<Vec<Record>> = (0..40)
-                .map(|_| {
-                    tag += 1;
-                    vec![record(&mut rng, tag as i64, tag, 300)]
-                })
-                .collect();
-            let pauses: Vec<u32> = (0..40).map(|_| rng.gen_range(0..12)).collect();
-            let (l, s) = (log.clone(), sent.clone());
-            pool.spawn(async move {
-                for (recs, p) in batches.into_iter().zip(pauses) {
-                    pause(p).await;
-                    let info = l.append_records(&recs).await.expect("append");
-                    s.borrow_mut().insert(info.base_offset, recs);
-                }
-            });
-        }
+        let (sent, failed) = spawn_pausing_appenders(&mut pool, &log, &mut rng, 40);
         while pool.step() {}
+        assert_eq!(*failed.borrow(), 0);
         let stats = log.stats();
         assert!(
             stats.commits_overlapped > 0,
@@ -462,34 +484,8 @@ fn write_failures_beside_overlapping_commits_lose_nothing_acknowledged() {
         let (sim, plan, log) = faulty(&config);
         sim.set_durable_write_extra_polls(2);
         let log = Rc::new(log);
-        let acked: Rc<RefCell<BTreeMap<u64, Vec<Record>>>> = Rc::default();
-        let failed: Rc<RefCell<u64>> = Rc::default();
         let mut pool = Stepper::default();
-        let mut tag = 0u64;
-        for _ in 0..6 {
-            let batches: Vec<Vec<Record>> = (0..60)
-                .map(|_| {
-                    tag += 1;
-                    vec![record(&mut rng, tag as i64, tag, 300)]
-                })
-                .collect();
-            let pauses: Vec<u32> = (0..60).map(|_| rng.gen_range(0..12)).collect();
-            let (l, a, f) = (log.clone(), acked.clone(), failed.clone());
-            pool.spawn(async move {
-                for (recs, p) in batches.into_iter().zip(pauses) {
-                    pause(p).await;
-                    match l.append_records(&recs).await {
-                        Ok(info) => {
-                            a.borrow_mut().insert(info.base_offset, recs);
-                        }
-                        Err(StorageError::Io { .. } | StorageError::Poisoned) => {
-                            *f.borrow_mut() += 1
-                        }
-                        Err(e) => panic!("unexpected error: {e}"),
-                    }
-                }
-            });
-        }
+        let (acked, failed) = spawn_pausing_appenders(&mut pool, &log, &mut rng, 60);
         // A few write failures among the first 100 writes (one may hit the repair after
         // another: the log then turns read-only, which the reopen below recovers).
         for _ in 0..4 {

@@ -14,7 +14,7 @@ mod sim;
 
 pub use dma::{raise_memlock_limit, DmaFs};
 pub use faulty::{Fault, FaultPlan, FaultyFs, Op};
-pub use sim::{CrashMode, SimFs};
+pub use sim::{yield_now, CrashMode, SimFs};
 
 use std::io;
 use std::path::Path;

@@ -200,9 +200,9 @@ impl SimFs {
     }
 }
 
-/// Returns `Pending` once, so that every simulated I/O is a point where a test can stop the
-/// world (and crash) between two operations, as a real disk's latency would allow.
-async fn io_point() {
+/// Returns `Pending` once (waking itself): whatever else is ready runs first. Simulated I/O
+/// yields this way, and tests use it to pause a task between operations.
+pub async fn yield_now() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
         if yielded {
@@ -214,6 +214,12 @@ async fn io_point() {
         }
     })
     .await
+}
+
+/// Every simulated I/O is a point where a test can stop the world (and crash) between two
+/// operations, as a real disk's latency would allow.
+async fn io_point() {
+    yield_now().await
 }
 
 pub struct SimFile {

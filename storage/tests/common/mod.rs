@@ -114,16 +114,6 @@ impl Stepper {
 /// that appenders arrive at different moments (some while a commit is in flight).
 pub async fn pause(n: u32) {
     for _ in 0..n {
-        let mut yielded = false;
-        std::future::poll_fn(|cx| {
-            if yielded {
-                std::task::Poll::Ready(())
-            } else {
-                yielded = true;
-                cx.waker().wake_by_ref();
-                std::task::Poll::Pending
-            }
-        })
-        .await
+        sluice_storage::fs::yield_now().await;
     }
 }

@@ -266,6 +266,11 @@ fn metrics_move_with_operations_and_health_answers() {
     let commits = sum(&after, "sluice_log_commits_total", &[]);
     assert!(commits >= 5.0, "commits {commits}");
     assert!(sum(&after, "sluice_log_fsyncs_total", &[]) >= commits);
+    // Some of them may have started beside another; never more than all of them.
+    assert!(after
+        .iter()
+        .any(|(n, _, _)| n == "sluice_log_commits_overlapped_total"));
+    assert!(sum(&after, "sluice_log_commits_overlapped_total", &[]) <= commits);
     assert_eq!(sum(&after, "sluice_partitions", &[]), 2.0);
     assert!(sum(&after, "sluice_log_segments", &[]) >= 2.0);
     assert!(sum(&after, "sluice_log_size_bytes", &[]) > 0.0);

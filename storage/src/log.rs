@@ -762,7 +762,7 @@ impl<F: Fs> Log<F> {
                 // Gather first: every task that is ready to run now (requests just decoded,
                 // long polls just woken) gets to stage before the commit takes what is staged,
                 // instead of waiting a whole commit for the next one.
-                yield_once().await;
+                crate::fs::yield_now().await;
                 if self.commit().await || ticket.slot.borrow().is_some() {
                     continue;
                 }
@@ -2129,20 +2129,4 @@ async fn find_valid_batch_from<T: File>(file: &T, from: u64, file_size: u64) -> 
         pos += (data.len() - BATCH_HEADER_BYTES).max(1) as u64;
     }
     None
-}
-
-/// Returns after letting every other ready task of the executor run once (it wakes itself and
-/// goes to the back of the run queue). Runtime-agnostic.
-async fn yield_once() {
-    let mut yielded = false;
-    std::future::poll_fn(move |cx| {
-        if yielded {
-            Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    })
-    .await
 }

@@ -14,7 +14,7 @@ mod sim;
 
 pub use dma::{raise_memlock_limit, DmaFs};
 pub use faulty::{Fault, FaultPlan, FaultyFs, Op};
-pub use sim::{yield_now, CrashMode, SimFs};
+pub use sim::{CrashMode, SimFs};
 
 use std::io;
 use std::path::Path;
@@ -39,6 +39,23 @@ fn fill_parts(out: &mut [u8], parts: &[&[u8]]) {
         at += p.len();
     }
     out[at..].fill(0);
+}
+
+/// Returns `Pending` once (waking itself): whatever else is ready runs first. The log's group
+/// commit gathers with it, simulated I/O yields this way, and tests use it to pause a task
+/// between operations. Runtime-agnostic.
+pub async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
 }
 
 /// A file opened for reading and writing.

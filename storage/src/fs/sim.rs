@@ -200,26 +200,10 @@ impl SimFs {
     }
 }
 
-/// Returns `Pending` once (waking itself): whatever else is ready runs first. Simulated I/O
-/// yields this way, and tests use it to pause a task between operations.
-pub async fn yield_now() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            std::task::Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    })
-    .await
-}
-
 /// Every simulated I/O is a point where a test can stop the world (and crash) between two
 /// operations, as a real disk's latency would allow.
 async fn io_point() {
-    yield_now().await
+    super::yield_now().await
 }
 
 pub struct SimFile {

@@ -1971,13 +1971,20 @@ impl<F: Fs> Drop for CommitGuard<'_, F> {
     }
 }
 
+/// Writes zeros over `from..to` (block-aligned), in pieces of at most
+/// [`ZERO_FILL_PIECE_BYTES`], resuming after short writes from the last whole block.
 async fn zero_fill<T: File>(file: &T, from: u64, to: u64) -> std::io::Result<()> {
-    let zeros = vec![0u8; ZERO_FILL_PIECE_BYTES];
     let mut pos = from;
     while pos < to {
         let n = ((to - pos) as usize).min(ZERO_FILL_PIECE_BYTES);
-        write_all(file, pos, &zeros[..n]).await?;
-        pos += n as u64;
+        let advanced = align_down(file.write_zeros_at(pos, n).await? as u64);
+        if advanced == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "write made no progress",
+            ));
+        }
+        pos += advanced;
     }
     Ok(())
 }

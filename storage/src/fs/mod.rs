@@ -70,6 +70,11 @@ pub trait File: 'static {
     /// (and whatever metadata reading them back needs, such as the file size) are durable:
     /// O_DSYNC semantics. Other writes are not made durable by it.
     async fn write_durable_at(&self, pos: u64, data: &[u8]) -> io::Result<usize>;
+    /// Writes `len` zero bytes at `pos` like [`File::write_at`] (both block-aligned; may write
+    /// less). [`DmaFs`] fills its I/O buffer in place; this default writes a zeroed vector.
+    async fn write_zeros_at(&self, pos: u64, len: usize) -> io::Result<usize> {
+        self.write_at(pos, &vec![0u8; len]).await
+    }
     /// [`File::write_durable_at`] of `parts` laid end to end and zero-padded to `len` bytes
     /// (`len` block-aligned, at least their total). [`DmaFs`] assembles them straight in the
     /// I/O buffer; this default concatenates first.

@@ -780,7 +780,8 @@ impl Case {
             0..=29 => self.op_send(),
             30..=54 => self.op_receive(0),
             55..=59 => self.op_receive(1),
-            60..=72 => self.op_delete(),
+            60..=68 => self.op_delete(),
+            69..=72 => self.op_delete_batch(),
             73..=80 => self.op_change_visibility(),
             81..=94 => {
                 let dt = match self.rng.gen_range(0..10) {
@@ -1016,6 +1017,68 @@ impl Case {
         };
         self.log.push(format!("delete q{q} {h} -> {m:?}"));
         self.check("delete", e.map_err(|e| code(&e)), m)
+    }
+
+    /// DeleteMessageBatch as the shard runs it: up to 10 handles for one queue (some forged,
+    /// some repeated, some of the other queue); those that decode go to the partition in one
+    /// `DeleteBatch`, and each entry's result must be what the model's deletes, one after
+    /// another, give.
+    fn op_delete_batch(&mut self) -> Result<(), String> {
+        let k = self.rng.gen_range(1..=10);
+        let (q, _, first) = self.pick_handle();
+        let mut handles = vec![first];
+        while handles.len() < k {
+            let (q2, _, h) = self.pick_handle();
+            if q2 == q {
+                handles.push(h);
+            } else if self.rng.gen_bool(0.2) {
+                let again = handles[self.rng.gen_range(0..handles.len())].clone();
+                handles.push(again);
+            }
+        }
+        let now = self.now;
+        let qid = if q == 0 { SRC_QUEUE } else { DLQ_QUEUE };
+        let decoded: Vec<Result<Receipt, EngineError>> = handles
+            .iter()
+            .map(|h| self.codec.decode(h, qid).map_err(EngineError::from))
+            .collect();
+        let receipts: Vec<Receipt> = decoded.iter().filter_map(|r| r.clone().ok()).collect();
+        let (node, model) = if q == 0 {
+            (&mut self.src, &mut self.m_src)
+        } else {
+            (&mut self.dlq, &mut self.m_dlq)
+        };
+        let mut from_engine = match receipts.is_empty() {
+            true => Vec::new(),
+            false => match node.exec(now, Command::DeleteBatch(receipts)) {
+                Ok(fx) => match fx.reply {
+                    Reply::DeletedBatch(list) => list,
+                    other => return Err(format!("delete batch: unexpected {other:?}")),
+                },
+                Err(e) => return Err(format!("delete batch: refused as a whole: {e}")),
+            },
+        }
+        .into_iter();
+        let mut got = Vec::new();
+        let mut want = Vec::new();
+        for d in &decoded {
+            match d {
+                Err(e) => {
+                    got.push(Err(code(e)));
+                    want.push(Err("ReceiptHandleIsInvalid"));
+                }
+                Ok(r) => {
+                    let e = from_engine
+                        .next()
+                        .ok_or("delete batch: fewer results than receipts")?;
+                    got.push(e.map_err(|e| code(&e)));
+                    want.push(model.delete(now, r));
+                }
+            }
+        }
+        self.log
+            .push(format!("delete batch q{q} {handles:?} -> {want:?}"));
+        self.check("delete batch", got, want)
     }
 
     fn op_change_visibility(&mut self) -> Result<(), String> {

@@ -252,6 +252,10 @@ pub enum Command {
     Delete {
         receipt: Receipt,
     },
+    /// DeleteMessageBatch's entries for this partition: one decision, one log batch; each
+    /// entry succeeds or fails on its own, in order (a receipt repeated in the batch deletes
+    /// once and succeeds twice, as a repeated DeleteMessage does).
+    DeleteBatch(Vec<Receipt>),
     ChangeVisibility {
         receipt: Receipt,
         timeout_s: u32,
@@ -298,6 +302,8 @@ pub enum Reply {
     SentBatch(Vec<(String, Result<SentReply, EngineError>)>),
     Received(Vec<Delivered>),
     Deleted,
+    /// One result per receipt of a [`Command::DeleteBatch`], in its order.
+    DeletedBatch(Vec<Result<(), EngineError>>),
     VisibilityChanged,
     Purged,
     AttributesSet,
@@ -800,7 +806,35 @@ impl Partition {
             }
             Command::SendBatch(entries) => self.send_batch(now, entries),
             Command::Receive(req) => self.receive(now, req),
-            Command::Delete { receipt } => self.delete(now, receipt),
+            Command::Delete { receipt } => {
+                let mut records = Vec::with_capacity(1);
+                self.delete(now, receipt, &mut records)?;
+                Ok(Effects {
+                    first_offset: 0,
+                    records,
+                    reply: Reply::Deleted,
+                    moves: Vec::new(),
+                })
+            }
+            Command::DeleteBatch(receipts) => {
+                if receipts.is_empty() {
+                    return Err(EngineError::EmptyBatchRequest);
+                }
+                if receipts.len() > BATCH_ENTRIES_MAX {
+                    return Err(EngineError::TooManyEntriesInBatchRequest);
+                }
+                let mut records = Vec::with_capacity(receipts.len());
+                let results = receipts
+                    .into_iter()
+                    .map(|r| self.delete(now, r, &mut records))
+                    .collect();
+                Ok(Effects {
+                    first_offset: 0,
+                    records,
+                    reply: Reply::DeletedBatch(results),
+                    moves: Vec::new(),
+                })
+            }
             Command::ChangeVisibility { receipt, timeout_s } => {
                 self.change_visibility(now, receipt, timeout_s)
             }
@@ -1221,11 +1255,17 @@ impl Partition {
         Ok(())
     }
 
-    fn delete(&mut self, now: u64, r: Receipt) -> Result<Effects, EngineError> {
+    /// Deletes the message `r` leases, its `Deleted` record pushed onto `records`.
+    fn delete(
+        &mut self,
+        now: u64,
+        r: Receipt,
+        records: &mut Vec<Record>,
+    ) -> Result<(), EngineError> {
         self.check_receipt(&r)?;
         let Some(m) = self.msgs.get(&r.msg_id) else {
             // Already deleted, expired or purged: SQS treats a repeated delete as success.
-            return Ok(Effects::reply(Reply::Deleted));
+            return Ok(());
         };
         if m.state == State::Moving {
             return Err(EngineError::ReceiptHandleIsInvalid(
@@ -1246,12 +1286,8 @@ impl Partition {
             kind: RecordKind::Deleted { id: r.msg_id },
         };
         self.apply_live(&rec);
-        Ok(Effects {
-            first_offset: 0,
-            records: vec![rec],
-            reply: Reply::Deleted,
-            moves: Vec::new(),
-        })
+        records.push(rec);
+        Ok(())
     }
 
     fn change_visibility(

@@ -625,28 +625,55 @@ fn visibility(p: &mut Params) -> Result<Option<u32>, SqsError> {
     p.opt_int_in("VisibilityTimeout", 0, i64::from(VISIBILITY_TIMEOUT_S_MAX))
 }
 
-/// DeleteMessageBatch and ChangeMessageVisibilityBatch: each entry runs concurrently.
+/// DeleteMessageBatch (one delete command per partition named, `Shard::delete_message_batch`)
+/// and ChangeMessageVisibilityBatch (each entry concurrently). An entry that does not parse
+/// fails on its own.
 async fn handle_batch(ctx: &Ctx<'_>, mut p: Params, change_visibility: bool) -> ActionResult {
     let q = ctx.resolve(&mut p)?;
     let entries = batch_entries(&mut p)?;
     let q = &q;
-    let futs = entries.into_iter().map(|(id, mut e)| async move {
-        let r: Result<(), SqsError> = async {
-            let handle = e.str("ReceiptHandle")?;
-            if change_visibility {
+    let results: Vec<(String, Result<(), SqsError>)> = if change_visibility {
+        let futs = entries.into_iter().map(|(id, mut e)| async move {
+            let r: Result<(), SqsError> = async {
+                let handle = e.str("ReceiptHandle")?;
                 let t =
                     visibility(&mut e)?.ok_or_else(|| SqsError::missing("VisibilityTimeout"))?;
                 ctx.shard.change_visibility(q, &handle, t).await?;
-            } else {
-                ctx.shard.delete_message(q, &handle).await?;
+                Ok(())
             }
-            Ok(())
-        }
-        .await;
-        (id, r)
-    });
+            .await;
+            (id, r)
+        });
+        futures::future::join_all(futs).await
+    } else {
+        let parsed: Vec<(String, Result<String, SqsError>)> = entries
+            .into_iter()
+            .map(|(id, mut e)| (id, e.str("ReceiptHandle")))
+            .collect();
+        let handles: Vec<String> = parsed
+            .iter()
+            .filter_map(|(_, h)| h.as_ref().ok().cloned())
+            .collect();
+        let mut deleted = ctx
+            .shard
+            .delete_message_batch(q, &handles)
+            .await
+            .into_iter();
+        parsed
+            .into_iter()
+            .map(|(id, h)| {
+                let r = h.and_then(|_| match deleted.next() {
+                    Some(r) => r.map_err(SqsError::from),
+                    None => Err(SqsError::from(crate::error::ServiceError::Internal(
+                        "no result".into(),
+                    ))),
+                });
+                (id, r)
+            })
+            .collect()
+    };
     let (mut ok, mut failed) = (Vec::new(), Vec::new());
-    for (id, r) in futures::future::join_all(futs).await {
+    for (id, r) in results {
         match r {
             Ok(()) => ok.push(Out::Struct(vec![("Id", "Id", s(id))])),
             Err(e) => failed.push(failed_entry(id, &e)),

@@ -167,6 +167,10 @@ impl PartitionOps {
             ),
             Reply::Received(list) => bump(&self.received, list.len() as u64),
             Reply::Deleted => bump(&self.deleted, 1),
+            Reply::DeletedBatch(list) => bump(
+                &self.deleted,
+                list.iter().filter(|r| r.is_ok()).count() as u64,
+            ),
             // A redrive task moves messages out of a dead-letter queue.
             Reply::MovesStarted(_) => bump(&self.redriven, moves as u64),
             _ => {}

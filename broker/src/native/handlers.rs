@@ -314,18 +314,31 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
         Request::DeleteMessageBatch(r) => {
             let q = ctx.resolve(&r.queue_url)?;
             check_batch_ids(r.entries.iter().map(|e| e.id.as_str()))?;
-            let q = &q;
-            let futs = r.entries.into_iter().map(|e| async move {
-                let result = async {
-                    if e.receipt_handle.is_empty() {
-                        return Err(Failure::missing("ReceiptHandle"));
-                    }
-                    Ok(shard.delete_message(q, &e.receipt_handle).await?)
-                }
-                .await;
-                (e.id, result)
-            });
-            let (successful, failed) = batch_outcome(futures::future::join_all(futs).await);
+            // One delete command per partition named (`Shard::delete_message_batch`); an
+            // entry without a handle fails on its own.
+            let handles: Vec<String> = r
+                .entries
+                .iter()
+                .filter(|e| !e.receipt_handle.is_empty())
+                .map(|e| e.receipt_handle.clone())
+                .collect();
+            let mut deleted = shard.delete_message_batch(&q, &handles).await.into_iter();
+            let results = r
+                .entries
+                .into_iter()
+                .map(|e| {
+                    let result = if e.receipt_handle.is_empty() {
+                        Err(Failure::missing("ReceiptHandle"))
+                    } else {
+                        match deleted.next() {
+                            Some(r) => r.map_err(Failure::from),
+                            None => Err(ServiceError::Internal("no result".into()).into()),
+                        }
+                    };
+                    (e.id, result)
+                })
+                .collect();
+            let (successful, failed) = batch_outcome(results);
             Response::DeleteMessageBatch(wire::DeleteMessageBatchResult { successful, failed })
         }
         Request::ChangeMessageVisibility(r) => {

@@ -964,13 +964,56 @@ impl Shard {
             .map(|_| ())
     }
 
-    /// DeleteMessageBatch: the deletes run concurrently, so they share group commits.
+    /// DeleteMessageBatch: the handles are grouped by the partition they name, and each
+    /// partition deletes its group in one command (one log batch, one durable wait); the
+    /// partitions run concurrently. Results in the handles' order.
     pub async fn delete_message_batch(
         &self,
         q: &QueueMeta,
         handles: &[String],
     ) -> Vec<ServiceResult<()>> {
-        futures::future::join_all(handles.iter().map(|h| self.delete_message(q, h))).await
+        if let Err(e) = self.check_ready() {
+            return handles.iter().map(|_| Err(e.clone())).collect();
+        }
+        let mut results: Vec<Option<ServiceResult<()>>> = vec![None; handles.len()];
+        let mut by_partition: BTreeMap<u32, (Vec<usize>, Vec<Receipt>)> = BTreeMap::new();
+        for (i, h) in handles.iter().enumerate() {
+            match self.decode_receipt(q, h) {
+                Ok(r) => {
+                    let (idx, receipts) = by_partition.entry(r.partition).or_default();
+                    idx.push(i);
+                    receipts.push(r);
+                }
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        let futs = by_partition
+            .into_iter()
+            .map(|(p, (idx, receipts))| async move {
+                let n = receipts.len();
+                let r = self.execute_on(q, p, Command::DeleteBatch(receipts)).await;
+                let per_entry: Vec<ServiceResult<()>> = match r {
+                    Ok(Reply::DeletedBatch(list)) if list.len() == n => list
+                        .into_iter()
+                        .map(|r| r.map_err(ServiceError::from))
+                        .collect(),
+                    Ok(other) => {
+                        let e = ServiceError::Internal(format!("unexpected {other:?}"));
+                        vec![Err(e); n]
+                    }
+                    Err(e) => vec![Err(e); n],
+                };
+                (idx, per_entry)
+            });
+        for (idx, per_entry) in futures::future::join_all(futs).await {
+            for (i, r) in idx.into_iter().zip(per_entry) {
+                results[i] = Some(r);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ServiceError::Internal("no result".into()))))
+            .collect()
     }
 
     /// ChangeMessageVisibilityBatch: concurrent, sharing group commits.

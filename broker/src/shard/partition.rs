@@ -198,7 +198,7 @@ impl PartitionActor {
                 | Command::SetAttributes(_)
         );
         // A delete may free the next message of a FIFO group for long polls parked meanwhile.
-        let deletes = matches!(cmd, Command::Delete { .. });
+        let deletes = matches!(cmd, Command::Delete { .. } | Command::DeleteBatch(_));
         let now = runtime::now_ms();
         let effects = self.engine.borrow_mut().execute(now, cmd)?;
         let ticket = if effects.records.is_empty() {

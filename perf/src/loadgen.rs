@@ -47,6 +47,9 @@ const LATENCY_US_MAX: u64 = 3_600_000_000;
 const CURVE_POINTS_MAX: usize = 400;
 /// Round-trip mode: how long a producer keeps short-polling for the messages it just sent.
 const ROUND_TRIP_RECEIVE_CHASE: Duration = Duration::from_secs(2);
+/// A producer held back by `backlog_max` looks again at least this often (a receive wakes it
+/// sooner; this covers a wake-up that came between its look and its wait).
+const BACKLOG_RECHECK: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Clone)]
 pub enum Mode {
@@ -55,6 +58,9 @@ pub enum Mode {
     },
     Closed {
         in_flight: usize,
+        /// Producers wait while more messages than this are sent but not yet received by
+        /// every group (`None`: no bound).
+        backlog_max: Option<u64>,
     },
     /// Round trips: `rate_per_s` messages per second in all, each producer one
     /// send → receive → delete cycle at a time on its schedule; consumers only drain what is
@@ -457,9 +463,19 @@ struct Shared {
     keys: Vec<String>,
     /// Wakes open-loop producers at their intended instants (tokio's timer is ms-grained).
     clock: crate::clock::Clock,
+    /// Notified when consumers received messages: producers held back by `backlog_max`.
+    backlog_freed: tokio::sync::Notify,
 }
 
 impl Shared {
+    /// Messages handed to producers and not yet received by every group (a send in flight
+    /// counts: the bound is on what the queue may hold, whatever the acks' timing).
+    fn backlog(&self) -> u64 {
+        let st = self.stats.borrow();
+        let received = st.groups.iter().map(|g| g.unique).min().unwrap_or(0);
+        self.allotted.get().saturating_sub(received)
+    }
+
     /// Takes up to `n` messages from the run's budget.
     fn allot(&self, n: usize) -> usize {
         let max = self.spec.messages_max.unwrap_or(u64::MAX);
@@ -698,7 +714,13 @@ async fn open_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, rate_p
     sh.producer_done();
 }
 
-async fn closed_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, in_flight: usize) {
+async fn closed_producer(
+    sh: Rc<Shared>,
+    conn: Rc<dyn Conn>,
+    producer: u32,
+    in_flight: usize,
+    backlog_max: Option<u64>,
+) {
     let seq = Rc::new(Cell::new(0u64));
     let lanes = (0..in_flight).map(|lane| {
         let (sh, conn, seq) = (sh.clone(), conn.clone(), seq.clone());
@@ -710,6 +732,16 @@ async fn closed_producer(sh: Rc<Shared>, conn: Rc<dyn Conn>, producer: u32, in_f
                 let now = Instant::now();
                 if now >= sh.measure_end {
                     break;
+                }
+                if let Some(max) = backlog_max {
+                    // Held back while the consumers are behind; a receive wakes it.
+                    while sh.backlog() > max && Instant::now() < sh.measure_end {
+                        let freed = sh.backlog_freed.notified();
+                        let _ = tokio::time::timeout(BACKLOG_RECHECK, freed).await;
+                    }
+                    if Instant::now() >= sh.measure_end {
+                        break;
+                    }
                 }
                 let n = sh.allot(sh.spec.batch);
                 if n == 0 {
@@ -800,6 +832,7 @@ impl Shared {
             }
         };
         let mut tokens = Vec::with_capacity(msgs.len());
+        let mut freed = false;
         {
             let mut st = self.stats.borrow_mut();
             if msgs.is_empty() {
@@ -833,6 +866,7 @@ impl Shared {
                     continue;
                 }
                 g.unique += 1;
+                freed = true;
                 if in_window {
                     g.recv_window += 1;
                     g.recv_bytes_window += len;
@@ -842,6 +876,9 @@ impl Shared {
                         .saturating_record(now_ns.saturating_sub(intended_ns) / 1000);
                 }
             }
+        }
+        if freed {
+            self.backlog_freed.notify_waiters();
         }
         let n = tokens.len();
         if n == 0 {
@@ -883,6 +920,7 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
     let epoch = Instant::now();
     let warm_end = epoch + spec.warmup;
     let sh = Rc::new(Shared {
+        backlog_freed: tokio::sync::Notify::new(),
         clock: crate::clock::Clock::start(),
         name: name.to_string(),
         spec: spec.clone(),
@@ -936,9 +974,16 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
             Mode::Open { rate_per_s } => {
                 tokio::task::spawn_local(open_producer(sh.clone(), conn(), p, rate_per_s))
             }
-            Mode::Closed { in_flight } => {
-                tokio::task::spawn_local(closed_producer(sh.clone(), conn(), p, in_flight))
-            }
+            Mode::Closed {
+                in_flight,
+                backlog_max,
+            } => tokio::task::spawn_local(closed_producer(
+                sh.clone(),
+                conn(),
+                p,
+                in_flight,
+                backlog_max,
+            )),
             Mode::RoundTrip { rate_per_s } => {
                 tokio::task::spawn_local(round_trip_producer(sh.clone(), conn(), p, rate_per_s))
             }
@@ -985,9 +1030,16 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         shape: describe_shape(&spec.shape),
         mode: match spec.mode {
             Mode::Open { .. } => "open loop".into(),
-            Mode::Closed { in_flight } => {
-                format!("closed loop, {in_flight} batches in flight per producer")
-            }
+            Mode::Closed {
+                in_flight,
+                backlog_max: None,
+            } => format!("closed loop, {in_flight} batches in flight per producer"),
+            Mode::Closed {
+                in_flight,
+                backlog_max: Some(b),
+            } => format!(
+                "closed loop, {in_flight} batches in flight per producer, at most {b} messages sent and not yet received"
+            ),
             Mode::RoundTrip { .. } => {
                 "round trips (per producer: send, short-poll receive, delete; one at a time)".into()
             }

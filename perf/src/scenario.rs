@@ -57,6 +57,10 @@ struct LoadFile {
     rate_per_s: Option<f64>,
     #[serde(default = "one")]
     in_flight: usize,
+    /// Closed loop only: producers hold back while more than this many messages are sent but
+    /// not yet received (by every group), so the run measures what the queue sustains end
+    /// to end, not how fast a backlog grows while consumers starve. None: no bound.
+    backlog_max: Option<u64>,
     producers: usize,
     consumers: usize,
     #[serde(default = "one")]
@@ -249,6 +253,9 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
         }
         Ok(r)
     };
+    if l.backlog_max.is_some() && l.mode != "closed" {
+        return Err("load.backlog_max: only a closed-loop scenario has one".into());
+    }
     let mode = match l.mode.as_str() {
         "open" => Mode::Open {
             rate_per_s: rate("an open-loop")?,
@@ -264,8 +271,12 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
             if l.rate_per_s.is_some() {
                 return Err("load.rate_per_s: a closed-loop scenario has no rate".into());
             }
+            if l.backlog_max == Some(0) {
+                return Err("load.backlog_max = 0: must be at least 1".into());
+            }
             Mode::Closed {
                 in_flight: l.in_flight,
+                backlog_max: l.backlog_max,
             }
         }
         m => return Err(format!("load.mode {m:?}: \"open\", \"closed\" or \"rtt\"")),
@@ -463,6 +474,25 @@ mod tests {
         assert!(parse("name = ").is_err());
         let tiny = OK.replace("size = 2048", "size = 3");
         assert!(parse(&tiny).unwrap_err().contains("message.size"));
+    }
+
+    #[test]
+    fn only_a_closed_loop_bounds_its_backlog() {
+        let open = OK.replace("producers = 1", "producers = 1\nbacklog_max = 100");
+        assert!(parse(&open).unwrap_err().contains("load.backlog_max"));
+        let closed = open
+            .replace(r#"mode = "open""#, r#"mode = "closed""#)
+            .replace("rate_per_s = 100", "in_flight = 4");
+        let s = parse(&closed).expect("parses");
+        assert!(matches!(
+            s.cases[0].load.mode,
+            Mode::Closed {
+                in_flight: 4,
+                backlog_max: Some(100)
+            }
+        ));
+        let zero = closed.replace("backlog_max = 100", "backlog_max = 0");
+        assert!(parse(&zero).unwrap_err().contains("load.backlog_max"));
     }
 
     #[test]

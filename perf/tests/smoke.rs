@@ -181,6 +181,15 @@ fn scenario_files_run_against_sluice_and_report() {
         md.contains("send round trip / quinn echo") && md.contains("| send p50 / p99 / p99.9 |"),
         "{md}"
     );
+    let closed = result(&out, "smoke-standard-closed");
+    for r in closed["runs"].as_array().expect("runs") {
+        assert!(
+            r["mode"]
+                .as_str()
+                .is_some_and(|m| m.contains("at most 200 messages sent and not yet received")),
+            "the closed-loop smoke bounds its backlog: {r}"
+        );
+    }
     let open = result(&out, "smoke-open");
     assert_eq!(
         open["echo_floors"].as_array().map(Vec::len),

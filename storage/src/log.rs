@@ -1222,13 +1222,7 @@ impl<F: Fs> Log<F> {
             let n = file.write_durable_parts(wpos, &parts, len).await?;
             if n < len {
                 // A short write: the rest from a contiguous copy (rare; not worth avoiding).
-                let done = align_down(n as u64) as usize;
-                if done == 0 {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::WriteZero,
-                        "write made no progress",
-                    ));
-                }
+                let done = advanced(n)?;
                 let mut buf = parts.concat();
                 buf.resize(len, 0);
                 write_all_with(&*file, wpos + done as u64, &buf[done..], true).await?;
@@ -1977,14 +1971,7 @@ async fn zero_fill<T: File>(file: &T, from: u64, to: u64) -> std::io::Result<()>
     let mut pos = from;
     while pos < to {
         let n = ((to - pos) as usize).min(ZERO_FILL_PIECE_BYTES);
-        let advanced = align_down(file.write_zeros_at(pos, n).await? as u64);
-        if advanced == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::WriteZero,
-                "write made no progress",
-            ));
-        }
-        pos += advanced;
+        pos += advanced(file.write_zeros_at(pos, n).await?)? as u64;
     }
     Ok(())
 }
@@ -2009,16 +1996,21 @@ async fn write_all_with<T: File>(
         } else {
             file.write_at(at, &data[done..]).await?
         };
-        let advanced = align_down(n as u64) as usize;
-        if advanced == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::WriteZero,
-                "write made no progress",
-            ));
-        }
-        done += advanced;
+        done += advanced(n)?;
     }
     Ok(())
+}
+
+/// How far a write that wrote `n` bytes moves its position: whole blocks only (a short write
+/// resumes from the last whole block), and an error if not even one.
+fn advanced(n: usize) -> std::io::Result<usize> {
+    match align_down(n as u64) as usize {
+        0 => Err(std::io::Error::new(
+            std::io::ErrorKind::WriteZero,
+            "write made no progress",
+        )),
+        a => Ok(a),
+    }
 }
 
 /// Whether a gap (see `is_gap`) starts at `pos` in a file under recovery: zeros up to the next

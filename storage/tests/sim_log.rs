@@ -413,6 +413,36 @@ fn overlapping_config(config: LogConfig) -> LogConfig {
     }
 }
 
+/// A log of six appenders pausing at random between appends, so that commits overlap and
+/// leave gaps; returns the log, every acknowledged record by offset, and the failed appends.
+fn log_with_gaps(
+    fs: &SimFs,
+    config: &LogConfig,
+    rng: &mut rand::rngs::SmallRng,
+) -> (Rc<Log<SimFs>>, Vec<(u64, Record)>, u64) {
+    fs.set_durable_write_extra_polls(2);
+    let log = Rc::new(open(fs, config));
+    let mut pool = Stepper::default();
+    let (sent, failed) = spawn_pausing_appenders(&mut pool, &log, rng, 40);
+    while pool.step() {}
+    let expect = sent
+        .borrow()
+        .iter()
+        .flat_map(|(o, recs)| recs.iter().cloned().map(move |r| (*o, r)))
+        .collect();
+    let failed = *failed.borrow();
+    (log, expect, failed)
+}
+
+/// Removes every index file of the test directory: the next open rebuilds them by scanning.
+fn remove_index_files(fs: &SimFs) {
+    for name in block_on(fs.list(&dir())).expect("list") {
+        if !name.ends_with(".log") {
+            block_on(fs.remove(&dir().join(name))).expect("remove index");
+        }
+    }
+}
+
 /// Appends staged while a commit is on its way to the disk start a second one beside it, which
 /// writes from the next block boundary; readers (from memory, from disk, after a reopen, and
 /// rebuilding the indexes of sealed segments) step over the zeros in between.
@@ -422,23 +452,14 @@ fn overlapping_commits_leave_gaps_that_every_reader_steps_over() {
         let mut rng = rng(seed);
         let config = overlapping_config(small_config());
         let fs = SimFs::new();
-        fs.set_durable_write_extra_polls(2);
-        let log = Rc::new(open(&fs, &config));
-        let mut pool = Stepper::default();
-        let (sent, failed) = spawn_pausing_appenders(&mut pool, &log, &mut rng, 40);
-        while pool.step() {}
-        assert_eq!(*failed.borrow(), 0);
+        let (log, expect, failed) = log_with_gaps(&fs, &config, &mut rng);
+        assert_eq!(failed, 0);
         let stats = log.stats();
         assert!(
             stats.commits_overlapped > 0,
             "no commit started beside another ({} commits)",
             stats.commits
         );
-        let expect: Vec<(u64, Record)> = sent
-            .borrow()
-            .iter()
-            .flat_map(|(o, recs)| recs.iter().cloned().map(move |r| (*o, r)))
-            .collect();
         assert_eq!(read_all(&log, 0), expect, "read back from memory");
         assert!(
             log.segments().len() > 2,
@@ -457,11 +478,7 @@ fn overlapping_commits_leave_gaps_that_every_reader_steps_over() {
             );
             assert_eq!(log.stats().corruptions_detected, 0, "round {round}");
             drop(log);
-            for name in block_on(fs.list(&dir())).expect("list") {
-                if !name.ends_with(".log") {
-                    block_on(fs.remove(&dir().join(name))).expect("remove index");
-                }
-            }
+            remove_index_files(&fs);
         }
     });
 }
@@ -499,16 +516,7 @@ fn a_flipped_byte_inside_a_gap_is_never_served() {
         let mut rng = rng(seed);
         let config = overlapping_config(small_config());
         let fs = SimFs::new();
-        fs.set_durable_write_extra_polls(2);
-        let log = Rc::new(open(&fs, &config));
-        let mut pool = Stepper::default();
-        let (sent, _) = spawn_pausing_appenders(&mut pool, &log, &mut rng, 40);
-        while pool.step() {}
-        let expect: Vec<(u64, Record)> = sent
-            .borrow()
-            .iter()
-            .flat_map(|(o, recs)| recs.iter().cloned().map(move |r| (*o, r)))
-            .collect();
+        let (log, expect, _) = log_with_gaps(&fs, &config, &mut rng);
         let segs = log.segments();
         drop(log);
         let sealed = &segs[..segs.len() - 1];
@@ -528,11 +536,7 @@ fn a_flipped_byte_inside_a_gap_is_never_served() {
         for round in 0..2 {
             if round == 1 {
                 // Without its index, the segment is scanned across the damaged gap.
-                for name in block_on(fs.list(&dir())).expect("list") {
-                    if !name.ends_with(".log") {
-                        block_on(fs.remove(&dir().join(name))).expect("remove index");
-                    }
-                }
+                remove_index_files(&fs);
             }
             let log = match block_on(Log::open(fs.clone(), dir(), config.clone())) {
                 Ok(l) => l,

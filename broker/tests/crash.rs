@@ -236,7 +236,7 @@ fn verify(dir: &Path, told: &Told) {
                     drained.insert(body, d.receive_count);
                     handles.push(s.receipt_handle(&d.receipt));
                 }
-                for r in s.delete_message_batch(&q, &handles).await {
+                for r in s.delete_message_batch(&q, handles).await {
                     r.expect("delete");
                 }
             }

@@ -151,7 +151,7 @@ pub fn run(dir: &std::path::Path, sc: Scenario, seconds: f64) -> QueueResult {
                                 let ok = if handles.len() == 1 {
                                     usize::from(s.delete_message(&q, &handles[0]).await.is_ok())
                                 } else {
-                                    s.delete_message_batch(&q, &handles)
+                                    s.delete_message_batch(&q, handles)
                                         .await
                                         .iter()
                                         .filter(|r| r.is_ok())

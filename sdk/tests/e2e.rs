@@ -242,6 +242,90 @@ fn batch_entries_fail_one_by_one() {
     });
 }
 
+/// ChangeMessageVisibilityBatch across both partitions of a queue: each partition changes its
+/// entries in one command, every entry answers on its own (a forged handle, a timeout past
+/// the limit, a repeated handle), and the changes take effect.
+#[test]
+fn change_visibility_batch_spans_partitions() {
+    run(async {
+        let c = client().await;
+        let q = c.create_queue("visibility-batch").await.expect("create");
+        for i in 0..8 {
+            c.send(&q, &format!("m{i}")).await.expect("send");
+        }
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < 8 && Instant::now() < deadline {
+            got.extend(
+                c.receive(&q, ReceiveOptions::long_poll(10, 1))
+                    .await
+                    .expect("receive"),
+            );
+        }
+        assert_eq!(got.len(), 8, "every message received once");
+        // Hidden for an hour: a short poll finds nothing.
+        let mut entries: Vec<(String, u32)> = got
+            .iter()
+            .map(|m| (m.receipt_handle.clone(), 3_600))
+            .collect();
+        entries.push(("forged".into(), 10));
+        entries.push((got[0].receipt_handle.clone(), 43_201));
+        let r = c
+            .change_visibility_batch(&q, &entries)
+            .await
+            .expect("batch");
+        let mut ok: Vec<&str> = r.successful.iter().map(|e| e.id.as_str()).collect();
+        ok.sort_by_key(|id| id.parse::<usize>().expect("numeric ids"));
+        assert_eq!(ok, ["0", "1", "2", "3", "4", "5", "6", "7"]);
+        let failed: Vec<(&str, ErrorCode)> = r
+            .failed
+            .iter()
+            .map(|f| (f.id.as_str(), f.error_code()))
+            .collect();
+        assert_eq!(
+            failed,
+            [
+                ("8", ErrorCode::ReceiptHandleIsInvalid),
+                ("9", ErrorCode::InvalidParameterValue)
+            ]
+        );
+        let none = c
+            .receive(&q, ReceiveOptions::long_poll(10, 0))
+            .await
+            .expect("receive");
+        assert!(none.is_empty(), "still hidden: {none:?}");
+        // Visible again at once (timeout 0). The first handle comes twice: its second entry
+        // finds the message no longer in flight, as a second call would.
+        let mut entries: Vec<(String, u32)> =
+            got.iter().map(|m| (m.receipt_handle.clone(), 0)).collect();
+        entries.push((got[0].receipt_handle.clone(), 0));
+        let r = c
+            .change_visibility_batch(&q, &entries[..9])
+            .await
+            .expect("batch");
+        assert_eq!(r.successful.len(), 8, "{:?}", r.failed);
+        let failed: Vec<(&str, ErrorCode)> = r
+            .failed
+            .iter()
+            .map(|f| (f.id.as_str(), f.error_code()))
+            .collect();
+        assert_eq!(failed, [("8", ErrorCode::MessageNotInflight)]);
+        let mut again = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while again.len() < 8 && Instant::now() < deadline {
+            again.extend(
+                c.receive(&q, ReceiveOptions::long_poll(10, 1))
+                    .await
+                    .expect("receive"),
+            );
+        }
+        let mut bodies: Vec<String> = again.iter().map(|m| m.body.clone()).collect();
+        bodies.sort();
+        let want: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();
+        assert_eq!(bodies, want);
+    });
+}
+
 #[test]
 fn errors_are_typed() {
     run(async {

@@ -775,13 +775,13 @@ impl Case {
     }
 
     fn step(&mut self) -> Result<(), String> {
-        let r = self.rng.gen_range(0..105);
+        let r = self.rng.gen_range(0..108);
         match r {
             0..=29 => self.op_send(),
             30..=54 => self.op_receive(0),
             55..=59 => self.op_receive(1),
             60..=68 => self.op_delete(),
-            69..=72 => self.op_delete_batch(),
+            69..=72 => self.op_batch(false),
             73..=80 => self.op_change_visibility(),
             81..=94 => {
                 let dt = match self.rng.gen_range(0..10) {
@@ -822,6 +822,7 @@ impl Case {
                 ));
                 self.restart_src()
             }
+            105..=107 => self.op_batch(true),
             _ => {
                 let (n, floor) = self.dlq.compact(&mut self.rng);
                 self.log.push(format!(
@@ -1019,11 +1020,16 @@ impl Case {
         self.check("delete", e.map_err(|e| code(&e)), m)
     }
 
-    /// DeleteMessageBatch as the shard runs it: up to 10 handles for one queue (some forged,
-    /// some repeated, some of the other queue); those that decode go to the partition in one
-    /// `DeleteBatch`, and each entry's result must be what the model's deletes, one after
-    /// another, give.
-    fn op_delete_batch(&mut self) -> Result<(), String> {
+    /// DeleteMessageBatch (`change_visibility` false) or ChangeMessageVisibilityBatch as the
+    /// shard runs it: up to 10 handles for one queue (some forged, some repeated, some of the
+    /// other queue); those that decode go to the partition in one `DeleteBatch` or
+    /// `ChangeVisibilityBatch`, and each entry's result must be what the model's deletes or
+    /// visibility changes, one after another, give.
+    fn op_batch(&mut self, change_visibility: bool) -> Result<(), String> {
+        let what = match change_visibility {
+            true => "change visibility batch",
+            false => "delete batch",
+        };
         let k = self.rng.gen_range(1..=10);
         let (q, _, first) = self.pick_handle();
         let mut handles = vec![first];
@@ -1036,32 +1042,42 @@ impl Case {
                 handles.push(again);
             }
         }
+        let timeouts: Vec<u32> = handles.iter().map(|_| self.pick_timeout()).collect();
         let now = self.now;
         let qid = if q == 0 { SRC_QUEUE } else { DLQ_QUEUE };
         let decoded: Vec<Result<Receipt, EngineError>> = handles
             .iter()
             .map(|h| self.codec.decode(h, qid).map_err(EngineError::from))
             .collect();
-        let receipts: Vec<Receipt> = decoded.iter().filter_map(|r| r.clone().ok()).collect();
+        let entries: Vec<(Receipt, u32)> = decoded
+            .iter()
+            .zip(&timeouts)
+            .filter_map(|(r, t)| r.clone().ok().map(|r| (r, *t)))
+            .collect();
         let (node, model) = if q == 0 {
             (&mut self.src, &mut self.m_src)
         } else {
             (&mut self.dlq, &mut self.m_dlq)
         };
-        let mut from_engine = match receipts.is_empty() {
+        let command = match change_visibility {
+            true => Command::ChangeVisibilityBatch(entries.clone()),
+            false => Command::DeleteBatch(entries.iter().map(|(r, _)| *r).collect()),
+        };
+        let mut from_engine = match entries.is_empty() {
             true => Vec::new(),
-            false => match node.exec(now, Command::DeleteBatch(receipts)) {
-                Ok(fx) => match fx.reply {
-                    Reply::DeletedBatch(list) => list,
-                    other => return Err(format!("delete batch: unexpected {other:?}")),
+            false => match node.exec(now, command) {
+                Ok(fx) => match (change_visibility, fx.reply) {
+                    (false, Reply::DeletedBatch(list))
+                    | (true, Reply::VisibilityChangedBatch(list)) => list,
+                    (_, other) => return Err(format!("{what}: unexpected {other:?}")),
                 },
-                Err(e) => return Err(format!("delete batch: refused as a whole: {e}")),
+                Err(e) => return Err(format!("{what}: refused as a whole: {e}")),
             },
         }
         .into_iter();
         let mut got = Vec::new();
         let mut want = Vec::new();
-        for d in &decoded {
+        for (d, t) in decoded.iter().zip(&timeouts) {
             match d {
                 Err(e) => {
                     got.push(Err(code(e)));
@@ -1070,25 +1086,34 @@ impl Case {
                 Ok(r) => {
                     let e = from_engine
                         .next()
-                        .ok_or("delete batch: fewer results than receipts")?;
+                        .ok_or_else(|| format!("{what}: fewer results than entries"))?;
                     got.push(e.map_err(|e| code(&e)));
-                    want.push(model.delete(now, r));
+                    want.push(match change_visibility {
+                        true => model.change_visibility(now, r, *t),
+                        false => model.delete(now, r),
+                    });
                 }
             }
         }
         self.log
-            .push(format!("delete batch q{q} {handles:?} -> {want:?}"));
-        self.check("delete batch", got, want)
+            .push(format!("{what} q{q} {handles:?} {timeouts:?} -> {want:?}"));
+        self.check(what, got, want)
     }
 
-    fn op_change_visibility(&mut self) -> Result<(), String> {
-        let (q, _, h) = self.pick_handle();
-        let t = match self.rng.gen_range(0..10) {
+    /// A visibility timeout for ChangeMessageVisibility: mostly short, sometimes the limits
+    /// and one past the upper one.
+    fn pick_timeout(&mut self) -> u32 {
+        match self.rng.gen_range(0..10) {
             0 => 0,
             1 => 43_200,
             2 => 43_201,
             _ => self.rng.gen_range(0..60),
-        };
+        }
+    }
+
+    fn op_change_visibility(&mut self) -> Result<(), String> {
+        let (q, _, h) = self.pick_handle();
+        let t = self.pick_timeout();
         let now = self.now;
         let qid = if q == 0 { SRC_QUEUE } else { DLQ_QUEUE };
         let (node, model) = if q == 0 {

@@ -260,6 +260,10 @@ pub enum Command {
         receipt: Receipt,
         timeout_s: u32,
     },
+    /// ChangeMessageVisibilityBatch's entries for this partition (receipt, timeout in
+    /// seconds): one decision, one log batch; each entry succeeds or fails on its own, applied
+    /// in order as that many ChangeMessageVisibility calls at the same instant would be.
+    ChangeVisibilityBatch(Vec<(Receipt, u32)>),
     Purge,
     SetAttributes(Box<QueueAttributes>),
     /// DLQ side of a move (idempotent by origin).
@@ -305,6 +309,8 @@ pub enum Reply {
     /// One result per receipt of a [`Command::DeleteBatch`], in its order.
     DeletedBatch(Vec<Result<(), EngineError>>),
     VisibilityChanged,
+    /// One result per entry of a [`Command::ChangeVisibilityBatch`], in its order.
+    VisibilityChangedBatch(Vec<Result<(), EngineError>>),
     Purged,
     AttributesSet,
     MoveAccepted,
@@ -817,12 +823,7 @@ impl Partition {
                 })
             }
             Command::DeleteBatch(receipts) => {
-                if receipts.is_empty() {
-                    return Err(EngineError::EmptyBatchRequest);
-                }
-                if receipts.len() > BATCH_ENTRIES_MAX {
-                    return Err(EngineError::TooManyEntriesInBatchRequest);
-                }
+                check_batch_len(receipts.len())?;
                 let mut records = Vec::with_capacity(receipts.len());
                 let results = receipts
                     .into_iter()
@@ -836,7 +837,33 @@ impl Partition {
                 })
             }
             Command::ChangeVisibility { receipt, timeout_s } => {
-                self.change_visibility(now, receipt, timeout_s)
+                let mut records = Vec::with_capacity(1);
+                self.change_visibility(now, receipt, timeout_s, &mut records)?;
+                Ok(Effects {
+                    first_offset: 0,
+                    records,
+                    reply: Reply::VisibilityChanged,
+                    moves: Vec::new(),
+                })
+            }
+            Command::ChangeVisibilityBatch(entries) => {
+                check_batch_len(entries.len())?;
+                let mut records = Vec::with_capacity(entries.len());
+                // Each entry as its own command would see it: a lease an earlier entry ended
+                // (timeout 0) has expired by the next one.
+                let results = entries
+                    .into_iter()
+                    .map(|(r, t)| {
+                        self.advance(now);
+                        self.change_visibility(now, r, t, &mut records)
+                    })
+                    .collect();
+                Ok(Effects {
+                    first_offset: 0,
+                    records,
+                    reply: Reply::VisibilityChangedBatch(results),
+                    moves: Vec::new(),
+                })
             }
             Command::Purge => {
                 if self
@@ -1295,7 +1322,8 @@ impl Partition {
         now: u64,
         r: Receipt,
         timeout_s: u32,
-    ) -> Result<Effects, EngineError> {
+        records: &mut Vec<Record>,
+    ) -> Result<(), EngineError> {
         if timeout_s > VISIBILITY_TIMEOUT_S_MAX {
             return Err(EngineError::param(
                 "VisibilityTimeout",
@@ -1333,12 +1361,8 @@ impl Partition {
             },
         };
         self.apply_live(&rec);
-        Ok(Effects {
-            first_offset: 0,
-            records: vec![rec],
-            reply: Reply::VisibilityChanged,
-            moves: Vec::new(),
-        })
+        records.push(rec);
+        Ok(())
     }
 
     /// One redrive step: see [`StartMoves`]. Looks at messages in id order (that is send order)
@@ -2138,15 +2162,19 @@ impl Partition {
     }
 }
 
+/// A batch request holds 1 to [`BATCH_ENTRIES_MAX`] entries.
+fn check_batch_len(n: usize) -> Result<(), EngineError> {
+    match n {
+        0 => Err(EngineError::EmptyBatchRequest),
+        n if n > BATCH_ENTRIES_MAX => Err(EngineError::TooManyEntriesInBatchRequest),
+        _ => Ok(()),
+    }
+}
+
 /// SendMessageBatch's request-level rules: 1–10 entries, ids of 1–80 alphanumerics, `-`, `_`,
 /// distinct, and at most 1 MiB of messages in total. Entry-level problems are per-entry results.
 pub fn validate_batch(entries: &[BatchEntry]) -> Result<(), EngineError> {
-    if entries.is_empty() {
-        return Err(EngineError::EmptyBatchRequest);
-    }
-    if entries.len() > BATCH_ENTRIES_MAX {
-        return Err(EngineError::TooManyEntriesInBatchRequest);
-    }
+    check_batch_len(entries.len())?;
     let mut total = 0usize;
     for (i, e) in entries.iter().enumerate() {
         if e.id.is_empty()

@@ -14,7 +14,7 @@ use crate::engine::{BatchEntry, Delivered, ReceiveRequest, SendRequest, SentRepl
 use crate::metadata::QueueMeta;
 use crate::shard::move_task::{MoveTaskInfo, MOVE_RATE_MAX};
 use crate::shard::render::AttributeSelection;
-use crate::shard::Shard;
+use crate::shard::{run_parsed_entries, Shard};
 use base64::Engine as _;
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
@@ -625,52 +625,35 @@ fn visibility(p: &mut Params) -> Result<Option<u32>, SqsError> {
     p.opt_int_in("VisibilityTimeout", 0, i64::from(VISIBILITY_TIMEOUT_S_MAX))
 }
 
-/// DeleteMessageBatch (one delete command per partition named, `Shard::delete_message_batch`)
-/// and ChangeMessageVisibilityBatch (each entry concurrently). An entry that does not parse
-/// fails on its own.
+/// DeleteMessageBatch and ChangeMessageVisibilityBatch: one command per partition named
+/// (`Shard::delete_message_batch`, `Shard::change_visibility_batch`). An entry that does not
+/// parse fails on its own.
 async fn handle_batch(ctx: &Ctx<'_>, mut p: Params, change_visibility: bool) -> ActionResult {
     let q = ctx.resolve(&mut p)?;
     let entries = batch_entries(&mut p)?;
     let q = &q;
     let results: Vec<(String, Result<(), SqsError>)> = if change_visibility {
-        let futs = entries.into_iter().map(|(id, mut e)| async move {
-            let r: Result<(), SqsError> = async {
-                let handle = e.str("ReceiptHandle")?;
-                let t =
-                    visibility(&mut e)?.ok_or_else(|| SqsError::missing("VisibilityTimeout"))?;
-                ctx.shard.change_visibility(q, &handle, t).await?;
-                Ok(())
-            }
-            .await;
-            (id, r)
-        });
-        futures::future::join_all(futs).await
+        let parsed = entries
+            .into_iter()
+            .map(|(id, mut e)| {
+                let entry = e.str("ReceiptHandle").and_then(|h| {
+                    let t = visibility(&mut e)?
+                        .ok_or_else(|| SqsError::missing("VisibilityTimeout"))?;
+                    Ok((h, t))
+                });
+                (id, entry)
+            })
+            .collect();
+        run_parsed_entries(parsed, |entries| {
+            ctx.shard.change_visibility_batch(q, entries)
+        })
+        .await
     } else {
-        let parsed: Vec<(String, Result<String, SqsError>)> = entries
+        let parsed = entries
             .into_iter()
             .map(|(id, mut e)| (id, e.str("ReceiptHandle")))
             .collect();
-        let handles: Vec<String> = parsed
-            .iter()
-            .filter_map(|(_, h)| h.as_ref().ok().cloned())
-            .collect();
-        let mut deleted = ctx
-            .shard
-            .delete_message_batch(q, &handles)
-            .await
-            .into_iter();
-        parsed
-            .into_iter()
-            .map(|(id, h)| {
-                let r = h.and_then(|_| match deleted.next() {
-                    Some(r) => r.map_err(SqsError::from),
-                    None => Err(SqsError::from(crate::error::ServiceError::Internal(
-                        "no result".into(),
-                    ))),
-                });
-                (id, r)
-            })
-            .collect()
+        run_parsed_entries(parsed, |handles| ctx.shard.delete_message_batch(q, handles)).await
     };
     let (mut ok, mut failed) = (Vec::new(), Vec::new());
     for (id, r) in results {

@@ -27,7 +27,7 @@ use crate::error::ServiceError;
 use crate::metadata::QueueMeta;
 use crate::shard::move_task::{MoveTaskInfo, MoveTaskStatus, MOVE_RATE_MAX};
 use crate::shard::render::AttributeSelection;
-use crate::shard::Shard;
+use crate::shard::{run_parsed_entries, Shard};
 
 /// Entries in one batch request (SQS: 10).
 pub const BATCH_ENTRIES_MAX: usize = 10;
@@ -316,28 +316,12 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
             check_batch_ids(r.entries.iter().map(|e| e.id.as_str()))?;
             // One delete command per partition named (`Shard::delete_message_batch`); an
             // entry without a handle fails on its own.
-            let handles: Vec<String> = r
-                .entries
-                .iter()
-                .filter(|e| !e.receipt_handle.is_empty())
-                .map(|e| e.receipt_handle.clone())
-                .collect();
-            let mut deleted = shard.delete_message_batch(&q, &handles).await.into_iter();
-            let results = r
+            let parsed = r
                 .entries
                 .into_iter()
-                .map(|e| {
-                    let result = if e.receipt_handle.is_empty() {
-                        Err(Failure::missing("ReceiptHandle"))
-                    } else {
-                        match deleted.next() {
-                            Some(r) => r.map_err(Failure::from),
-                            None => Err(ServiceError::Internal("no result".into()).into()),
-                        }
-                    };
-                    (e.id, result)
-                })
+                .map(|e| (e.id, receipt_handle(e.receipt_handle)))
                 .collect();
+            let results = run_parsed_entries(parsed, |h| shard.delete_message_batch(&q, h)).await;
             let (successful, failed) = batch_outcome(results);
             Response::DeleteMessageBatch(wire::DeleteMessageBatchResult { successful, failed })
         }
@@ -355,20 +339,23 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
         Request::ChangeMessageVisibilityBatch(r) => {
             let q = ctx.resolve(&r.queue_url)?;
             check_batch_ids(r.entries.iter().map(|e| e.id.as_str()))?;
-            let q = &q;
-            let futs = r.entries.into_iter().map(|e| async move {
-                let result = async {
-                    if e.receipt_handle.is_empty() {
-                        return Err(Failure::missing("ReceiptHandle"));
-                    }
-                    let t = visibility(e.visibility_timeout)?
-                        .ok_or_else(|| Failure::missing("VisibilityTimeout"))?;
-                    Ok(shard.change_visibility(q, &e.receipt_handle, t).await?)
-                }
-                .await;
-                (e.id, result)
-            });
-            let (successful, failed) = batch_outcome(futures::future::join_all(futs).await);
+            // One command per partition named (`Shard::change_visibility_batch`); an entry
+            // that does not parse fails on its own.
+            let parsed = r
+                .entries
+                .into_iter()
+                .map(|e| {
+                    let entry = receipt_handle(e.receipt_handle).and_then(|h| {
+                        let t = visibility(e.visibility_timeout)?
+                            .ok_or_else(|| Failure::missing("VisibilityTimeout"))?;
+                        Ok((h, t))
+                    });
+                    (e.id, entry)
+                })
+                .collect();
+            let results =
+                run_parsed_entries(parsed, |e| shard.change_visibility_batch(&q, e)).await;
+            let (successful, failed) = batch_outcome(results);
             Response::ChangeMessageVisibilityBatch(wire::ChangeMessageVisibilityBatchResult {
                 successful,
                 failed,
@@ -605,6 +592,14 @@ fn batch_outcome(
         }
     }
     (ok, failed)
+}
+
+/// A receipt handle that must be there.
+fn receipt_handle(h: String) -> Result<String> {
+    match h.is_empty() {
+        true => Err(Failure::missing("ReceiptHandle")),
+        false => Ok(h),
+    }
 }
 
 fn visibility(v: Option<u32>) -> Result<Option<u32>> {

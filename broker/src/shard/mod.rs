@@ -964,70 +964,106 @@ impl Shard {
             .map(|_| ())
     }
 
-    /// DeleteMessageBatch: the handles are grouped by the partition they name, and each
-    /// partition deletes its group in one command (one log batch, one durable wait); the
-    /// partitions run concurrently. Results in the handles' order.
+    /// DeleteMessageBatch: one `DeleteBatch` per partition (see [`Self::batch_by_partition`]).
     pub async fn delete_message_batch(
         &self,
         q: &QueueMeta,
-        handles: &[String],
+        handles: Vec<String>,
+    ) -> Vec<ServiceResult<()>> {
+        let entries = handles.into_iter().map(|h| (h, ())).collect();
+        self.batch_by_partition(
+            q,
+            entries,
+            |e| Command::DeleteBatch(e.into_iter().map(|(r, ())| r).collect()),
+            |reply| match reply {
+                Reply::DeletedBatch(list) => Ok(list),
+                other => Err(other),
+            },
+        )
+        .await
+    }
+
+    /// ChangeMessageVisibilityBatch: one `ChangeVisibilityBatch` per partition (see
+    /// [`Self::batch_by_partition`]).
+    pub async fn change_visibility_batch(
+        &self,
+        q: &QueueMeta,
+        entries: Vec<(String, u32)>,
+    ) -> Vec<ServiceResult<()>> {
+        self.batch_by_partition(
+            q,
+            entries,
+            Command::ChangeVisibilityBatch,
+            |reply| match reply {
+                Reply::VisibilityChangedBatch(list) => Ok(list),
+                other => Err(other),
+            },
+        )
+        .await
+    }
+
+    /// A batch of receipt-handle entries: the handles are grouped by the partition they name,
+    /// each partition runs its group as one command (`command`: one decision, one log batch,
+    /// one durable wait) and `results` reads the per-entry results back from its reply; the
+    /// partitions run concurrently. A handle that does not decode fails alone. Results in the
+    /// entries' order.
+    async fn batch_by_partition<T>(
+        &self,
+        q: &QueueMeta,
+        entries: Vec<(String, T)>,
+        command: fn(Vec<(Receipt, T)>) -> Command,
+        results: fn(Reply) -> Result<EntryResults, Reply>,
     ) -> Vec<ServiceResult<()>> {
         if let Err(e) = self.check_ready() {
-            return handles.iter().map(|_| Err(e.clone())).collect();
+            return entries.iter().map(|_| Err(e.clone())).collect();
         }
-        let mut results: Vec<Option<ServiceResult<()>>> = vec![None; handles.len()];
-        let mut by_partition: BTreeMap<u32, (Vec<usize>, Vec<Receipt>)> = BTreeMap::new();
-        for (i, h) in handles.iter().enumerate() {
-            match self.decode_receipt(q, h) {
+        let mut out: Vec<Option<ServiceResult<()>>> = vec![None; entries.len()];
+        // Per partition: the entries' places in the batch, and the entries.
+        type Group<T> = (Vec<usize>, Vec<(Receipt, T)>);
+        let mut by_partition: BTreeMap<u32, Group<T>> = BTreeMap::new();
+        for (i, (h, arg)) in entries.into_iter().enumerate() {
+            match self.decode_receipt(q, &h) {
                 Ok(r) => {
-                    let (idx, receipts) = by_partition.entry(r.partition).or_default();
+                    let (idx, group) = by_partition.entry(r.partition).or_default();
                     idx.push(i);
-                    receipts.push(r);
+                    group.push((r, arg));
                 }
-                Err(e) => results[i] = Some(Err(e)),
+                Err(e) => out[i] = Some(Err(e)),
             }
         }
         let futs = by_partition
             .into_iter()
-            .map(|(p, (idx, receipts))| async move {
-                let n = receipts.len();
-                let r = self.execute_on(q, p, Command::DeleteBatch(receipts)).await;
-                let per_entry: Vec<ServiceResult<()>> = match r {
-                    Ok(Reply::DeletedBatch(list)) if list.len() == n => list
-                        .into_iter()
-                        .map(|r| r.map_err(ServiceError::from))
-                        .collect(),
-                    Ok(other) => {
-                        let e = ServiceError::Internal(format!("unexpected {other:?}"));
-                        vec![Err(e); n]
-                    }
-                    Err(e) => vec![Err(e); n],
-                };
+            .map(|(p, (idx, group))| async move {
+                let n = group.len();
+                let per_entry: Vec<ServiceResult<()>> =
+                    match self.execute_on(q, p, command(group)).await.map(results) {
+                        Ok(Ok(list)) if list.len() == n => list
+                            .into_iter()
+                            .map(|r| r.map_err(ServiceError::from))
+                            .collect(),
+                        Ok(Ok(list)) => {
+                            let e = ServiceError::Internal(format!(
+                                "{} results for {n} entries",
+                                list.len()
+                            ));
+                            vec![Err(e); n]
+                        }
+                        Ok(Err(other)) => {
+                            let e = ServiceError::Internal(format!("unexpected {other:?}"));
+                            vec![Err(e); n]
+                        }
+                        Err(e) => vec![Err(e); n],
+                    };
                 (idx, per_entry)
             });
         for (idx, per_entry) in futures::future::join_all(futs).await {
             for (i, r) in idx.into_iter().zip(per_entry) {
-                results[i] = Some(r);
+                out[i] = Some(r);
             }
         }
-        results
-            .into_iter()
+        out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(ServiceError::Internal("no result".into()))))
             .collect()
-    }
-
-    /// ChangeMessageVisibilityBatch: concurrent, sharing group commits.
-    pub async fn change_visibility_batch(
-        &self,
-        q: &QueueMeta,
-        entries: &[(String, u32)],
-    ) -> Vec<ServiceResult<()>> {
-        futures::future::join_all(
-            entries
-                .iter()
-                .map(|(h, t)| self.change_visibility(q, h, *t)),
-        )
-        .await
     }
 
     pub async fn change_visibility(
@@ -1054,6 +1090,40 @@ impl Shard {
         }
         Ok(())
     }
+}
+
+/// A batch command's per-entry results, in its entries' order.
+type EntryResults = Vec<Result<(), EngineError>>;
+
+/// The front ends' half of a batch of receipt-handle entries: `parsed` holds each entry's id
+/// and what parsed of it; those that parsed go to `run` (one `Shard` batch call) and each of
+/// its results returns to its entry's place, while an entry that did not parse keeps its
+/// error. Results in the entries' order.
+pub async fn run_parsed_entries<T, E, F, Fut>(
+    parsed: Vec<(String, Result<T, E>)>,
+    run: F,
+) -> Vec<(String, Result<(), E>)>
+where
+    T: Clone,
+    E: From<ServiceError>,
+    F: FnOnce(Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = Vec<ServiceResult<()>>>,
+{
+    let good: Vec<T> = parsed
+        .iter()
+        .filter_map(|(_, e)| e.as_ref().ok().cloned())
+        .collect();
+    let mut done = run(good).await.into_iter();
+    parsed
+        .into_iter()
+        .map(|(id, e)| {
+            let r = e.and_then(|_| match done.next() {
+                Some(r) => r.map_err(E::from),
+                None => Err(E::from(ServiceError::Internal("no result".into()))),
+            });
+            (id, r)
+        })
+        .collect()
 }
 
 fn put<T>(v: &mut Vec<Option<T>>, i: usize, x: T) {

@@ -194,6 +194,7 @@ impl PartitionActor {
             Command::Send(_)
                 | Command::SendBatch(_)
                 | Command::ChangeVisibility { .. }
+                | Command::ChangeVisibilityBatch(_)
                 | Command::AcceptMove(_)
                 | Command::SetAttributes(_)
         );

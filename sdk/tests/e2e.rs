@@ -242,6 +242,20 @@ fn batch_entries_fail_one_by_one() {
     });
 }
 
+/// Long-polls `q` until `n` messages came or 10 s passed.
+async fn receive_up_to(c: &Client, q: &str, n: usize) -> Vec<Message> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < n && Instant::now() < deadline {
+        got.extend(
+            c.receive(q, ReceiveOptions::long_poll(10, 1))
+                .await
+                .expect("receive"),
+        );
+    }
+    got
+}
+
 /// ChangeMessageVisibilityBatch across both partitions of a queue: each partition changes its
 /// entries in one command, every entry answers on its own (a forged handle, a timeout past
 /// the limit, a repeated handle), and the changes take effect.
@@ -253,15 +267,7 @@ fn change_visibility_batch_spans_partitions() {
         for i in 0..8 {
             c.send(&q, &format!("m{i}")).await.expect("send");
         }
-        let mut got = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while got.len() < 8 && Instant::now() < deadline {
-            got.extend(
-                c.receive(&q, ReceiveOptions::long_poll(10, 1))
-                    .await
-                    .expect("receive"),
-            );
-        }
+        let got = receive_up_to(&c, &q, 8).await;
         assert_eq!(got.len(), 8, "every message received once");
         // Hidden for an hour: a short poll finds nothing.
         let mut entries: Vec<(String, u32)> = got
@@ -310,15 +316,7 @@ fn change_visibility_batch_spans_partitions() {
             .map(|f| (f.id.as_str(), f.error_code()))
             .collect();
         assert_eq!(failed, [("8", ErrorCode::MessageNotInflight)]);
-        let mut again = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while again.len() < 8 && Instant::now() < deadline {
-            again.extend(
-                c.receive(&q, ReceiveOptions::long_poll(10, 1))
-                    .await
-                    .expect("receive"),
-            );
-        }
+        let again = receive_up_to(&c, &q, 8).await;
         let mut bodies: Vec<String> = again.iter().map(|m| m.body.clone()).collect();
         bodies.sort();
         let want: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();

@@ -334,13 +334,18 @@ pub struct Effects {
 }
 
 impl Effects {
-    fn reply(reply: Reply) -> Self {
+    /// Effects without moves (`first_offset` is set by `execute`).
+    fn of(records: Vec<Record>, reply: Reply) -> Effects {
         Effects {
             first_offset: 0,
-            records: Vec::new(),
+            records,
             reply,
             moves: Vec::new(),
         }
+    }
+
+    fn reply(reply: Reply) -> Self {
+        Effects::of(Vec::new(), reply)
     }
 }
 
@@ -797,6 +802,23 @@ impl Partition {
         Ok(fx)
     }
 
+    /// A batch command: 1 to [`BATCH_ENTRIES_MAX`] entries, each decided on its own and in
+    /// order by `one` (which pushes its records), one result per entry in `reply`.
+    fn batch<T>(
+        &mut self,
+        entries: Vec<T>,
+        mut one: impl FnMut(&mut Self, T, &mut Vec<Record>) -> Result<(), EngineError>,
+        reply: fn(Vec<Result<(), EngineError>>) -> Reply,
+    ) -> Result<Effects, EngineError> {
+        check_batch_len(entries.len())?;
+        let mut records = Vec::with_capacity(entries.len());
+        let results = entries
+            .into_iter()
+            .map(|e| one(self, e, &mut records))
+            .collect();
+        Ok(Effects::of(records, reply(results)))
+    }
+
     fn decide(&mut self, now_ms: u64, cmd: Command) -> Result<Effects, EngineError> {
         let now = self.advance(now_ms);
         match cmd {
@@ -815,56 +837,28 @@ impl Partition {
             Command::Delete { receipt } => {
                 let mut records = Vec::with_capacity(1);
                 self.delete(now, receipt, &mut records)?;
-                Ok(Effects {
-                    first_offset: 0,
-                    records,
-                    reply: Reply::Deleted,
-                    moves: Vec::new(),
-                })
+                Ok(Effects::of(records, Reply::Deleted))
             }
-            Command::DeleteBatch(receipts) => {
-                check_batch_len(receipts.len())?;
-                let mut records = Vec::with_capacity(receipts.len());
-                let results = receipts
-                    .into_iter()
-                    .map(|r| self.delete(now, r, &mut records))
-                    .collect();
-                Ok(Effects {
-                    first_offset: 0,
-                    records,
-                    reply: Reply::DeletedBatch(results),
-                    moves: Vec::new(),
-                })
-            }
+            Command::DeleteBatch(receipts) => self.batch(
+                receipts,
+                |p, r, records| p.delete(now, r, records),
+                Reply::DeletedBatch,
+            ),
             Command::ChangeVisibility { receipt, timeout_s } => {
                 let mut records = Vec::with_capacity(1);
                 self.change_visibility(now, receipt, timeout_s, &mut records)?;
-                Ok(Effects {
-                    first_offset: 0,
-                    records,
-                    reply: Reply::VisibilityChanged,
-                    moves: Vec::new(),
-                })
+                Ok(Effects::of(records, Reply::VisibilityChanged))
             }
-            Command::ChangeVisibilityBatch(entries) => {
-                check_batch_len(entries.len())?;
-                let mut records = Vec::with_capacity(entries.len());
-                // Each entry as its own command would see it: a lease an earlier entry ended
-                // (timeout 0) has expired by the next one.
-                let results = entries
-                    .into_iter()
-                    .map(|(r, t)| {
-                        self.advance(now);
-                        self.change_visibility(now, r, t, &mut records)
-                    })
-                    .collect();
-                Ok(Effects {
-                    first_offset: 0,
-                    records,
-                    reply: Reply::VisibilityChangedBatch(results),
-                    moves: Vec::new(),
-                })
-            }
+            // Each entry as its own command would see it: a lease an earlier entry ended
+            // (timeout 0) has expired by the next one.
+            Command::ChangeVisibilityBatch(entries) => self.batch(
+                entries,
+                |p, (r, t), records| {
+                    p.advance(now);
+                    p.change_visibility(now, r, t, records)
+                },
+                Reply::VisibilityChangedBatch,
+            ),
             Command::Purge => {
                 if self
                     .last_purge_ms

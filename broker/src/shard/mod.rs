@@ -22,7 +22,7 @@ use crate::metadata::{Catalog, MetaRecord, QueueMeta};
 use crate::runtime;
 use futures::channel::oneshot;
 use glommio::channels::channel_mesh::{Receivers, Senders};
-use partition::{PartitionActor, ReceiveClaim};
+use partition::PartitionActor;
 use sluice_storage::fs::DmaFs;
 use sluice_storage::Log;
 use std::cell::{Cell, RefCell};
@@ -58,12 +58,7 @@ pub enum ShardRequest {
 #[derive(Debug)]
 pub enum PartitionOp {
     Execute(Command),
-    /// A long-poll receive parked on the partition (`PartitionActor::park_receive`).
-    ParkReceive {
-        req: ReceiveRequest,
-        deadline_ms: u64,
-        claim: ReceiveClaim,
-    },
+    WaitReady { deadline_ms: u64 },
     Counters,
 }
 
@@ -91,7 +86,7 @@ pub enum MetaOp {
 #[derive(Debug)]
 pub enum ShardResponse {
     Reply(ServiceResult<Reply>),
-    Parked(ServiceResult<Vec<Delivered>>),
+    Ready(ServiceResult<bool>),
     Counters(ServiceResult<Counters>),
     Meta(ServiceResult<u64>),
     Applied(ServiceResult<()>),
@@ -327,17 +322,15 @@ impl Shard {
                     };
                     return match op {
                         PartitionOp::Execute(_) => ShardResponse::Reply(Err(e)),
-                        PartitionOp::ParkReceive { .. } => ShardResponse::Parked(Err(e)),
+                        PartitionOp::WaitReady { .. } => ShardResponse::Ready(Err(e)),
                         PartitionOp::Counters => ShardResponse::Counters(Err(e)),
                     };
                 };
                 match op {
                     PartitionOp::Execute(cmd) => ShardResponse::Reply(actor.execute(cmd).await),
-                    PartitionOp::ParkReceive {
-                        req,
-                        deadline_ms,
-                        claim,
-                    } => ShardResponse::Parked(actor.park_receive(req, deadline_ms, &claim).await),
+                    PartitionOp::WaitReady { deadline_ms } => {
+                        ShardResponse::Ready(actor.wait_ready(deadline_ms).await)
+                    }
                     PartitionOp::Counters => ShardResponse::Counters(Ok(actor.counters())),
                 }
             }
@@ -871,11 +864,8 @@ impl Shard {
     }
 
     /// ReceiveMessage with long polling: a pass over the partitions; if nothing came and
-    /// `wait_s` > 0, the receive parks on every partition, and the first partition with a
-    /// message for it leases there and then (`PartitionActor::park_receive`: the lease joins
-    /// the commit of the send that woke it, on whichever shard that is) and answers; the
-    /// others lease nothing for it (`ReceiveClaim`). Every [`LONG_POLL_RECHECK_MS`] or at the
-    /// deadline, another pass.
+    /// `wait_s` > 0, park on every partition until one may have a message (send, lease expiry,
+    /// delay end, release) or the wait ends, and pass again.
     pub async fn receive(
         &self,
         q: &QueueMeta,
@@ -884,51 +874,50 @@ impl Shard {
     ) -> ServiceResult<Vec<Delivered>> {
         self.check_ready()?;
         let deadline = runtime::now_ms() + u64::from(wait_s) * 1000;
+        let mut woken_by = None;
         loop {
-            let got = self.receive_pass(q, &req).await?;
+            let got = self.receive_pass(q, &req, woken_by).await?;
             if !got.is_empty() || runtime::now_ms() >= deadline {
                 return Ok(got);
             }
             let wake_by = deadline.min(runtime::now_ms() + LONG_POLL_RECHECK_MS);
-            let claim = ReceiveClaim::default();
-            // Spent however this wait ends (answered, timed out, cancelled with the request):
-            // no partition leases for this receive afterwards.
-            let _spent = SpendOnDrop(claim.clone());
-            let mut parks: Vec<_> = (0..q.partitions)
-                .map(|p| {
-                    Box::pin(self.request(
-                        self.owner(q.id, p),
-                        ShardRequest::Partition {
-                            queue_id: q.id,
-                            partition: p,
-                            op: PartitionOp::ParkReceive {
-                                req: req.clone(),
-                                deadline_ms: wake_by,
-                                claim: claim.clone(),
-                            },
+            let waits = (0..q.partitions).map(|p| {
+                Box::pin(self.request(
+                    self.owner(q.id, p),
+                    ShardRequest::Partition {
+                        queue_id: q.id,
+                        partition: p,
+                        op: PartitionOp::WaitReady {
+                            deadline_ms: wake_by,
                         },
-                    ))
-                })
-                .collect();
-            while !parks.is_empty() {
-                let (first, _, rest) = futures::future::select_all(parks).await;
-                match first {
-                    ShardResponse::Parked(Ok(list)) if !list.is_empty() => return Ok(list),
-                    ShardResponse::Parked(Err(e)) => return Err(e),
-                    _ => parks = rest,
-                }
+                    },
+                ))
+            });
+            // The first partition that may have a message ends the wait; the next pass asks it
+            // first (no empty look at this shard's partitions before the hop).
+            let (first, index, _) = futures::future::select_all(waits).await;
+            match first {
+                ShardResponse::Ready(Err(e)) => return Err(e),
+                ShardResponse::Ready(Ok(true)) => woken_by = Some(index as u32),
+                _ => woken_by = None,
             }
         }
     }
 
-    /// One receive over the partitions, this shard's first.
+    /// One receive over the partitions, `first` (the one whose wake-up this is) before the
+    /// rest.
     async fn receive_pass(
         &self,
         q: &QueueMeta,
         req: &ReceiveRequest,
+        first: Option<u32>,
     ) -> ServiceResult<Vec<Delivered>> {
         let mut out: Vec<Delivered> = Vec::new();
-        for p in self.partition_order(q) {
+        let mut order = self.partition_order(q);
+        if let Some(i) = first.and_then(|f| order.iter().position(|&p| p == f)) {
+            order[..=i].rotate_right(1);
+        }
+        for p in order {
             let want = req.max_messages.saturating_sub(out.len() as u32);
             if want == 0 {
                 break;
@@ -1100,15 +1089,6 @@ impl Shard {
             self.execute_on(q, p, Command::Purge).await?;
         }
         Ok(())
-    }
-}
-
-/// Spends a receive's claim when the receive stops waiting.
-struct SpendOnDrop(ReceiveClaim);
-
-impl Drop for SpendOnDrop {
-    fn drop(&mut self) {
-        self.0.spend();
     }
 }
 

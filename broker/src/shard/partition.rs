@@ -8,8 +8,7 @@
 //! log before serving again.
 
 use crate::engine::{
-    Command, Counters, Delivered, MoveRequest, Partition, PartitionConfig, ReceiveRequest,
-    Record as EngineRecord, Reply,
+    Command, Counters, MoveRequest, Partition, PartitionConfig, Record as EngineRecord, Reply,
 };
 use crate::error::{ServiceError, ServiceResult};
 use crate::runtime::{self, Event};
@@ -19,14 +18,9 @@ use sluice_storage::{Log, LogConfig};
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
 
 /// Long-poll waiters parked on one partition at once; more get `OverLimit`-style back-pressure.
 pub const WAITERS_PER_PARTITION_MAX: usize = 10_000;
-/// How long a parked receive that found another partition leasing for the same receive waits
-/// before it looks again (that lease either answers the receive or finds nothing and lets go).
-const CLAIM_BUSY_RETRY_MS: u64 = 1;
 /// Bytes read per step when replaying the log at start-up.
 const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
 /// Compaction looks at a partition's log at most this often.
@@ -318,16 +312,9 @@ impl PartitionActor {
         });
     }
 
-    /// A long-poll receive parked here until this partition has a message for it or
-    /// `deadline_ms`: it leases at once when woken, so the lease joins the commit of the send
-    /// that woke it, and only one partition leases for the receive (`claim`). Empty: the
-    /// deadline passed, the partition closed, or another partition answered the receive.
-    pub async fn park_receive(
-        &self,
-        req: ReceiveRequest,
-        deadline_ms: u64,
-        claim: &ReceiveClaim,
-    ) -> ServiceResult<Vec<Delivered>> {
+    /// Resolves true as soon as the partition may have a deliverable message, false at the
+    /// deadline. Does not lease anything: the caller receives afterwards.
+    pub async fn wait_ready(&self, deadline_ms: u64) -> ServiceResult<bool> {
         if self.waiters.get() >= WAITERS_PER_PARTITION_MAX {
             return Err(ServiceError::Throttled(
                 "too many long polls parked on this partition",
@@ -336,37 +323,16 @@ impl PartitionActor {
         self.waiters.set(self.waiters.get() + 1);
         let _guard = WaiterGuard(&self.waiters);
         loop {
-            if self.closed.get() || claim.is_spent() || runtime::now_ms() >= deadline_ms {
-                return Ok(Vec::new());
+            if self.closed.get() {
+                return Ok(false);
             }
-            if !self.engine.borrow().has_deliverable() {
-                self.ready.listen_until(deadline_ms).await;
-                continue;
+            if self.engine.borrow().has_deliverable() {
+                return Ok(true);
             }
-            match claim.try_take() {
-                ClaimState::Spent => return Ok(Vec::new()),
-                ClaimState::Busy => retry_soon(deadline_ms).await,
-                ClaimState::Taken => match self.execute(Command::Receive(req.clone())).await {
-                    Ok(Reply::Received(list)) if !list.is_empty() => {
-                        claim.spend();
-                        return Ok(list);
-                    }
-                    // Someone else's receive took it first. Look again shortly rather than
-                    // wait for the next wake-up: one may have come while this receive ran.
-                    Ok(Reply::Received(_)) => {
-                        claim.release();
-                        retry_soon(deadline_ms).await;
-                    }
-                    Ok(other) => {
-                        claim.release();
-                        return Err(ServiceError::Internal(format!("unexpected {other:?}")));
-                    }
-                    Err(e) => {
-                        claim.release();
-                        return Err(e);
-                    }
-                },
+            if runtime::now_ms() >= deadline_ms {
+                return Ok(false);
             }
+            self.ready.listen_until(deadline_ms).await;
         }
     }
 
@@ -494,101 +460,10 @@ impl PartitionActor {
     }
 }
 
-/// One long-poll receive parked on several partitions at once (maybe on several shards): at
-/// most one of them may lease for it. A partition with a message takes the claim, leases, and
-/// either answers (the claim is then spent) or found nothing and lets go. The receive spends
-/// the claim when it stops waiting (answered, timed out or cancelled), so no partition leases
-/// for a receiver that is gone.
-#[derive(Clone, Debug, Default)]
-pub struct ReceiveClaim(Arc<AtomicU8>);
-
-const CLAIM_FREE: u8 = 0;
-const CLAIM_LEASING: u8 = 1;
-const CLAIM_SPENT: u8 = 2;
-
-/// What [`ReceiveClaim::try_take`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClaimState {
-    /// Taken: this partition leases now.
-    Taken,
-    /// Another partition is leasing for the receive: look again shortly.
-    Busy,
-    /// The receive has its answer, or stopped waiting.
-    Spent,
-}
-
-impl ReceiveClaim {
-    pub fn try_take(&self) -> ClaimState {
-        match self.0.compare_exchange(
-            CLAIM_FREE,
-            CLAIM_LEASING,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => ClaimState::Taken,
-            Err(CLAIM_LEASING) => ClaimState::Busy,
-            Err(_) => ClaimState::Spent,
-        }
-    }
-
-    /// The taker leased nothing: another partition may lease.
-    pub fn release(&self) {
-        let _ = self.0.compare_exchange(
-            CLAIM_LEASING,
-            CLAIM_FREE,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-    }
-
-    /// No partition may lease for this receive any more.
-    pub fn spend(&self) {
-        self.0.store(CLAIM_SPENT, Ordering::Release);
-    }
-
-    pub fn is_spent(&self) -> bool {
-        self.0.load(Ordering::Acquire) == CLAIM_SPENT
-    }
-}
-
-/// Sleeps [`CLAIM_BUSY_RETRY_MS`], or until `deadline_ms` if that comes first.
-async fn retry_soon(deadline_ms: u64) {
-    let wait = deadline_ms
-        .saturating_sub(runtime::now_ms())
-        .min(CLAIM_BUSY_RETRY_MS);
-    glommio::timer::sleep(std::time::Duration::from_millis(wait)).await;
-}
-
 struct WaiterGuard<'a>(&'a Cell<usize>);
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
         self.0.set(self.0.get() - 1);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{ClaimState, ReceiveClaim};
-
-    #[test]
-    fn one_partition_at_a_time_leases_for_a_receive_and_none_once_it_is_spent() {
-        let a = ReceiveClaim::default();
-        let b = a.clone();
-        assert_eq!(a.try_take(), ClaimState::Taken);
-        assert_eq!(b.try_take(), ClaimState::Busy, "one lease at a time");
-        a.release();
-        assert_eq!(
-            b.try_take(),
-            ClaimState::Taken,
-            "free again after nothing was leased"
-        );
-        b.spend();
-        assert_eq!(a.try_take(), ClaimState::Spent);
-        // A late release (the taker found nothing after the receive stopped waiting) does not
-        // bring a spent claim back.
-        b.release();
-        assert!(a.is_spent());
-        assert_eq!(a.try_take(), ClaimState::Spent);
     }
 }

@@ -225,6 +225,51 @@ fn a_parked_long_poll_takes_its_message_in_the_senders_commit() {
     b.shutdown();
 }
 
+/// A long poll that stops waiting (its request cancelled) leaves nothing parked that could
+/// lease for it: the message it would have taken goes to the next receive.
+#[test]
+fn a_cancelled_long_poll_leases_nothing() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let b = start(tmp.path());
+    b.run_on(0, |s| async move {
+        s.create_queue(T, "cancelled", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("create");
+    });
+    b.run_on(1, |s| async move {
+        let q = s.queue(T, "cancelled").expect("q");
+        let poll = std::pin::pin!(s.receive(&q, recv(1, Some(600)), 20));
+        let t = std::pin::pin!(glommio::timer::sleep(Duration::from_millis(200)));
+        match futures::future::select(poll, t).await {
+            futures::future::Either::Left((r, _)) => panic!("nothing was sent: {r:?}"),
+            futures::future::Either::Right(_) => {} // the receive is dropped here
+        }
+    });
+    // Shard 0's partition still holds the cancelled receive's parked request (until its
+    // recheck): the sends to it must not be leased by that.
+    let got = b.run_on(0, |s| async move {
+        let q = s.queue(T, "cancelled").expect("q");
+        for i in 0..4 {
+            s.send(&q, send(&format!("m{i}"))).await.expect("send");
+        }
+        glommio::timer::sleep(Duration::from_millis(100)).await;
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.extend(s.receive(&q, recv(10, None), 0).await.expect("receive"));
+        }
+        got
+    });
+    let mut bodies: Vec<String> = got.iter().map(|d| d.payload.body.clone()).collect();
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        ["m0", "m1", "m2", "m3"],
+        "nothing leased for the gone receive"
+    );
+    b.shutdown();
+}
+
 #[test]
 fn a_fifo_long_poll_wakes_when_a_delete_frees_its_group() {
     let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());

@@ -24,6 +24,17 @@ fn start(dir: &Path) -> BrokerHandle {
     b
 }
 
+/// A broker with a standard queue `name` (default attributes).
+fn start_with_queue(dir: &Path, name: &'static str) -> BrokerHandle {
+    let b = start(dir);
+    b.run_on(0, move |s| async move {
+        s.create_queue(T, name, BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("create");
+    });
+    b
+}
+
 fn send(body: &str) -> SendRequest {
     SendRequest {
         body: body.to_string(),
@@ -194,12 +205,7 @@ fn long_poll_wakes_on_a_send_from_another_shard() {
 fn a_parked_long_poll_takes_its_message_in_the_senders_commit() {
     let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("tmp");
-    let b = start(tmp.path());
-    b.run_on(0, |s| async move {
-        s.create_queue(T, "joined", BTreeMap::new(), BTreeMap::new())
-            .await
-            .expect("create");
-    });
+    let b = start_with_queue(tmp.path(), "joined");
     let (got, commits) = b.run_on(0, |s| async move {
         let q = s.queue(T, "joined").expect("q");
         let commits = |snaps: Vec<sluice_broker::metrics::ShardSnapshot>| -> u64 {
@@ -231,12 +237,7 @@ fn a_parked_long_poll_takes_its_message_in_the_senders_commit() {
 fn a_cancelled_long_poll_leases_nothing() {
     let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("tmp");
-    let b = start(tmp.path());
-    b.run_on(0, |s| async move {
-        s.create_queue(T, "cancelled", BTreeMap::new(), BTreeMap::new())
-            .await
-            .expect("create");
-    });
+    let b = start_with_queue(tmp.path(), "cancelled");
     b.run_on(1, |s| async move {
         let q = s.queue(T, "cancelled").expect("q");
         let poll = std::pin::pin!(s.receive(&q, recv(1, Some(600)), 20));

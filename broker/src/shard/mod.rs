@@ -1104,23 +1104,32 @@ pub async fn run_parsed_entries<T, E, F, Fut>(
     run: F,
 ) -> Vec<(String, Result<(), E>)>
 where
-    T: Clone,
     E: From<ServiceError>,
     F: FnOnce(Vec<T>) -> Fut,
     Fut: std::future::Future<Output = Vec<ServiceResult<()>>>,
 {
-    let good: Vec<T> = parsed
-        .iter()
-        .filter_map(|(_, e)| e.as_ref().ok().cloned())
+    let mut good = Vec::with_capacity(parsed.len());
+    let slots: Vec<(String, Option<E>)> = parsed
+        .into_iter()
+        .map(|(id, e)| match e {
+            Ok(t) => {
+                good.push(t);
+                (id, None)
+            }
+            Err(e) => (id, Some(e)),
+        })
         .collect();
     let mut done = run(good).await.into_iter();
-    parsed
+    slots
         .into_iter()
-        .map(|(id, e)| {
-            let r = e.and_then(|_| match done.next() {
-                Some(r) => r.map_err(E::from),
-                None => Err(E::from(ServiceError::Internal("no result".into()))),
-            });
+        .map(|(id, failed)| {
+            let r = match failed {
+                Some(e) => Err(e),
+                None => match done.next() {
+                    Some(r) => r.map_err(E::from),
+                    None => Err(E::from(ServiceError::Internal("no result".into()))),
+                },
+            };
             (id, r)
         })
         .collect()

@@ -40,6 +40,18 @@ pub fn md5_of_body(body: &[u8]) -> Md5Digest {
     Md5Digest(Md5::digest(body).into())
 }
 
+/// MD5 of each body, in order: the same digests as [`md5_of_body`] on each, computed four
+/// bodies at a time (see `md5_lanes`); a SendMessageBatch hashes its bodies with it.
+pub fn md5_of_bodies(bodies: &[&[u8]]) -> Vec<Md5Digest> {
+    match bodies {
+        [one] => vec![md5_of_body(one)],
+        _ => super::md5_lanes::md5_many(bodies)
+            .into_iter()
+            .map(Md5Digest)
+            .collect(),
+    }
+}
+
 /// Transport type bytes of the attribute encoding: String and Number travel as strings.
 const TRANSPORT_STRING: u8 = 1;
 const TRANSPORT_BINARY: u8 = 2;

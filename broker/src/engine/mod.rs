@@ -39,6 +39,7 @@
 pub mod attributes;
 pub mod error;
 pub mod md5;
+mod md5_lanes;
 pub mod partition;
 pub mod receipt;
 pub mod record;

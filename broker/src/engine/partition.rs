@@ -81,7 +81,7 @@ use super::attributes::{
     QueueAttributes, QueueKind, DELAY_S_MAX, VISIBILITY_TIMEOUT_S_MAX,
 };
 use super::error::EngineError;
-use super::md5::Md5Digest;
+use super::md5::{md5_of_bodies, md5_of_body, Md5Digest};
 use super::receipt::Receipt;
 use super::record::{
     Checkpoint, MessageId, MoveDestination, MoveOrigin, Payload, Record, RecordKind, Sent,
@@ -824,7 +824,8 @@ impl Partition {
         match cmd {
             Command::Send(req) => {
                 let mut records = Vec::with_capacity(1);
-                let reply = self.send(now, req, &mut records)?;
+                let md5_body = md5_of_body(req.body.as_bytes());
+                let reply = self.send(now, req, md5_body, &mut records)?;
                 Ok(Effects {
                     first_offset: 0,
                     records,
@@ -999,10 +1000,13 @@ impl Partition {
         }
     }
 
+    /// `md5_body` is the body's digest, computed by the caller (a batch hashes its bodies
+    /// together, four at a time).
     fn send(
         &mut self,
         now: u64,
         req: SendRequest,
+        md5_body: Md5Digest,
         records: &mut Vec<Record>,
     ) -> Result<SentReply, EngineError> {
         self.validate_send(&req)?;
@@ -1019,7 +1023,8 @@ impl Partition {
                 .delay_s
                 .map_or(self.cfg.attributes.delay_ms(), |d| u64::from(d) * 1000)
         };
-        let payload = Payload::new(req.body, req.attributes, req.group_id, dedup_id);
+        let payload =
+            Payload::with_md5_body(req.body, md5_body, req.attributes, req.group_id, dedup_id);
         if let Some(d) = &payload.dedup_id {
             let key = self.dedup_key(payload.group_id.as_deref(), d);
             if let Some(e) = self.dedup.get(&key) {
@@ -1081,8 +1086,10 @@ impl Partition {
         validate_batch(&entries)?;
         let mut records = Vec::with_capacity(entries.len());
         let mut results = Vec::with_capacity(entries.len());
-        for e in entries {
-            let r = self.send(now, e.request, &mut records);
+        let bodies: Vec<&[u8]> = entries.iter().map(|e| e.request.body.as_bytes()).collect();
+        let digests = md5_of_bodies(&bodies);
+        for (e, md5_body) in entries.into_iter().zip(digests) {
+            let r = self.send(now, e.request, md5_body, &mut records);
             results.push((e.id, r));
         }
         Ok(Effects {

@@ -125,8 +125,21 @@ impl Payload {
         group_id: Option<String>,
         dedup_id: Option<String>,
     ) -> Self {
+        let md5_body = md5_of_body(body.as_bytes());
+        Self::with_md5_body(body, md5_body, attributes, group_id, dedup_id)
+    }
+
+    /// As [`Payload::new`], with the body's digest already computed (`md5_of_body(body)`).
+    pub fn with_md5_body(
+        body: String,
+        md5_body: Md5Digest,
+        attributes: Vec<MessageAttribute>,
+        group_id: Option<String>,
+        dedup_id: Option<String>,
+    ) -> Self {
+        debug_assert_eq!(md5_body, md5_of_body(body.as_bytes()));
         Payload {
-            md5_body: md5_of_body(body.as_bytes()),
+            md5_body,
             md5_attributes: md5_of_attributes(&attributes),
             body,
             attributes,

@@ -14,6 +14,7 @@ mod http_vs_quic;
 mod loadgen;
 mod peers;
 mod queue_bench;
+mod recovery;
 mod report;
 mod run;
 mod scenario;
@@ -79,6 +80,21 @@ enum Cmd {
         limit: Option<usize>,
         #[arg(long)]
         no_fio: bool,
+        #[arg(long, default_value = "perf/results")]
+        out: PathBuf,
+    },
+    /// Restart time: fills a fresh in-process broker with a backlog of 2 KiB messages (one in
+    /// ten received once), restarts it on the same directory and times the replay of its logs
+    /// until every shard is ready.
+    Recovery {
+        #[arg(long, default_value = "perf/work/recovery")]
+        dir: PathBuf,
+        /// Messages in the backlog.
+        #[arg(long, default_value_t = 500_000)]
+        messages: u64,
+        /// Shards (and partitions of the queue).
+        #[arg(long, default_value_t = 2)]
+        shards: usize,
         #[arg(long, default_value = "perf/results")]
         out: PathBuf,
     },
@@ -329,6 +345,30 @@ fn main() {
             });
             write_results(&out, "queue", json, &report);
         }
+        Cmd::Recovery {
+            dir,
+            messages,
+            shards,
+            out,
+        } => {
+            std::fs::create_dir_all(&out).expect("create results dir");
+            let r = match recovery::run(&dir, shards, messages) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("recovery: {e}");
+                    std::process::exit(1);
+                }
+            };
+            let report = render_recovery(&r);
+            println!("{report}");
+            let json = serde_json::json!({
+                "kind": "recovery",
+                "unix_time": stamp(),
+                "machine": machine(),
+                "sluice": r,
+            });
+            write_results(&out, "recovery", json, &report);
+        }
         Cmd::HttpVsQuic {
             dir,
             seconds,
@@ -381,6 +421,29 @@ fn render_http_vs_quic(results: &[http_vs_quic::PathResult]) -> String {
         );
     }
     s
+}
+
+fn render_recovery(r: &recovery::RecoveryResult) -> String {
+    format!(
+        "## Restart with a backlog, in process\n\n\
+         Machine: {}. {} shards; {} messages of {} B in the queue ({} received once, their \
+         leases on disk), {:.1} MB of queue logs. Filled in {:.1} s ({}).\n\n\
+         | start to ready, empty directory | start to ready, with the backlog | replayed messages/s | replayed MB/s of bodies |\n\
+         |---|---|---|---|\n\
+         | {:.3} s | **{:.3} s** | {:.0} | {:.1} |\n",
+        machine(),
+        r.shards,
+        r.messages,
+        r.body_bytes,
+        r.received_before_restart,
+        r.log_bytes as f64 / 1e6,
+        r.fill_s,
+        r.fsync_policy,
+        r.empty_start_s,
+        r.restart_s,
+        r.replayed_messages_per_s,
+        r.replayed_mb_per_s,
+    )
 }
 
 fn render_queue(floor: Option<&fio::FioResult>, results: &[queue_bench::QueueResult]) -> String {

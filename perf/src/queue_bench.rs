@@ -58,7 +58,7 @@ pub fn matrix(clients_per_shard: usize) -> Vec<Scenario> {
     v
 }
 
-fn body(i: u64) -> String {
+pub(crate) fn body(i: u64) -> String {
     // 2 KiB: a 16-digit sequence number, then filler.
     let mut s = format!("{i:016}");
     s.push_str(&"x".repeat(BODY_BYTES - 16));

@@ -104,6 +104,23 @@ fn every_scenario_runs_and_reports() {
     assert!(runs
         .iter()
         .all(|r| r["messages_per_s"].as_f64() > Some(0.0)));
+
+    // The restart: the run itself fails unless the restarted broker counts every message.
+    let rec_dir = work.join("recovery");
+    perf(&[
+        "recovery",
+        "--dir",
+        rec_dir.to_str().expect("utf8"),
+        "--out",
+        o,
+        "--messages",
+        "2000",
+    ]);
+    let r = result(&out, "recovery");
+    assert_eq!(r["sluice"]["messages"].as_u64(), Some(2000));
+    let received = r["sluice"]["received_before_restart"].as_u64();
+    assert!(received > Some(0) && received <= Some(200), "{received:?}");
+    assert!(r["sluice"]["log_bytes"].as_u64() > Some(2000 * 2048));
 }
 
 fn scenario(name: &str) -> PathBuf {

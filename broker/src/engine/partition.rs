@@ -1031,7 +1031,7 @@ impl Partition {
                 return Ok(SentReply {
                     message_id: e.message_id,
                     sequence_number: Some(e.seq),
-                    md5_body: payload.md5_body,
+                    md5_body: payload.md5_body(),
                     md5_attributes: payload.md5_attributes,
                     duplicate: true,
                 });
@@ -1045,7 +1045,7 @@ impl Partition {
         let reply = SentReply {
             message_id: MessageId::derive(self.cfg.queue_id, self.cfg.partition, id),
             sequence_number: fifo.then_some(id),
-            md5_body: payload.md5_body,
+            md5_body: payload.md5_body(),
             md5_attributes: payload.md5_attributes,
             duplicate: false,
         };

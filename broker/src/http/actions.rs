@@ -721,7 +721,7 @@ fn message_out(ctx: &Ctx<'_>, q: &QueueMeta, d: Delivered, sel: &AttributeSelect
             "ReceiptHandle",
             s(ctx.shard.receipt_handle(&d.receipt)),
         ),
-        ("MD5OfBody", "MD5OfBody", s(payload.md5_body.to_string())),
+        ("MD5OfBody", "MD5OfBody", s(payload.md5_body().to_string())),
         ("Body", "Body", Out::Body(payload.clone())),
     ];
     let shown = ctx.shard.render_attributes(q, &d, sel);

@@ -749,7 +749,7 @@ fn message_out(ctx: &Ctx, q: &QueueMeta, d: Delivered, sel: &AttributeSelection)
     wire::Message {
         message_id: d.message_id.to_string(),
         receipt_handle: ctx.shard.receipt_handle(&d.receipt),
-        md5_of_body: payload.md5_body.to_string(),
+        md5_of_body: payload.md5_body().to_string(),
         body: payload.body.clone(),
         attributes,
         md5_of_message_attributes: shown.md5_of_message_attributes.map(|d| d.to_string()),

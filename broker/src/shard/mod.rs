@@ -878,6 +878,8 @@ impl Shard {
         loop {
             let got = self.receive_pass(q, &req, woken_by).await?;
             if !got.is_empty() || runtime::now_ms() >= deadline {
+                // Messages replayed from the log have no body digest yet: hash them together.
+                crate::engine::Payload::fill_md5_bodies(got.iter().map(|d| &*d.payload));
                 return Ok(got);
             }
             let wake_by = deadline.min(runtime::now_ms() + LONG_POLL_RECHECK_MS);

@@ -147,6 +147,15 @@ fn lifecycle_across_shards_and_restart() {
             got.iter().all(|d| d.receive_count == 2),
             "receive counts survive"
         );
+        // Replayed messages get their MD5OfMessageBody on receive (the log does not keep it).
+        for d in &got {
+            assert_eq!(
+                d.payload.md5_body(),
+                sluice_broker::engine::md5::md5_of_body(d.payload.body.as_bytes()),
+                "{}",
+                d.payload.body
+            );
+        }
     });
     b.shutdown();
 }

@@ -65,14 +65,20 @@ pub(crate) fn body(i: u64) -> String {
     s
 }
 
+/// The embedded default with `shards` shards pinned to the first cores, one partition per
+/// shard for new queues.
+pub(crate) fn broker_config(dir: &std::path::Path, shards: usize) -> BrokerConfig {
+    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    c.shards = shards;
+    c.default_partitions = shards as u32;
+    c.cpus = (0..shards).collect();
+    c
+}
+
 /// Runs one scenario on a fresh broker in `dir` (removed afterwards).
 pub fn run(dir: &std::path::Path, sc: Scenario, seconds: f64) -> QueueResult {
     let _ = std::fs::remove_dir_all(dir);
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
-    c.shards = sc.shards;
-    c.default_partitions = sc.shards as u32;
-    c.cpus = (0..sc.shards).collect();
-    let b = std::sync::Arc::new(server::start(c).expect("start"));
+    let b = std::sync::Arc::new(server::start(broker_config(dir, sc.shards)).expect("start"));
     b.wait_ready().expect("ready");
     let name = if sc.fifo_groups.is_some() {
         "bench.fifo"

@@ -8,7 +8,6 @@
 //! every shard is ready; the restarted broker must count the whole backlog, or the run fails.
 
 use serde::Serialize;
-use sluice_broker::config::BrokerConfig;
 use sluice_broker::engine::{BatchEntry, ReceiveRequest, SendRequest};
 use sluice_broker::metadata::DEFAULT_TENANT as T;
 use sluice_broker::server;
@@ -42,17 +41,9 @@ pub struct RecoveryResult {
     pub fsync_policy: &'static str,
 }
 
-fn config(dir: &Path, shards: usize) -> BrokerConfig {
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
-    c.shards = shards;
-    c.default_partitions = shards as u32;
-    c.cpus = (0..shards).collect();
-    c
-}
-
 fn start(dir: &Path, shards: usize) -> (std::sync::Arc<server::BrokerHandle>, f64) {
     let t = Instant::now();
-    let b = server::start(config(dir, shards)).expect("start");
+    let b = server::start(crate::queue_bench::broker_config(dir, shards)).expect("start");
     b.wait_ready().expect("ready");
     (std::sync::Arc::new(b), t.elapsed().as_secs_f64())
 }

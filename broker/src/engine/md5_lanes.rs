@@ -4,8 +4,11 @@
 //! hash cannot go faster than that chain (~5 cycles a byte), and it was the largest single item
 //! of the broker's CPU profile in the batched send path (SendMessageBatch of ten 2 KiB bodies:
 //! 11.8%). Four independent messages, one per lane of a 128-bit vector, take about the time of
-//! one. The code is plain Rust on `[u32; 4]` that the compiler turns into SSE2 (the x86-64
-//! baseline) and NEON: no `unsafe`, no feature detection.
+//! one: 1.4 µs a 2 KiB body instead of 3.9 µs (md-5's assembly), measured four or eight at a
+//! time. On x86-64 the lanes are an SSE2 register (part of the x86-64 baseline: no feature
+//! detection; the intrinsics are called through one `unsafe` macro). Elsewhere they are a
+//! `[u32; 4]` that the compiler interleaves (about twice the speed of one message, not four:
+//! it did not vectorise the array form when tried on x86-64).
 //!
 //! Scheduling: the longest messages start first; a lane whose message ends takes the next one
 //! at once, so lanes idle only at the end. When a single message is left, it finishes on the

@@ -428,9 +428,9 @@ fn render_recovery(r: &recovery::RecoveryResult) -> String {
         "## Restart with a backlog, in process\n\n\
          Machine: {}. {} shards; {} messages of {} B in the queue ({} received once, their \
          leases on disk), {:.1} MB of queue logs. Filled in {:.1} s ({}).\n\n\
-         | start to ready, empty directory | start to ready, with the backlog | replayed messages/s | replayed MB/s of bodies |\n\
-         |---|---|---|---|\n\
-         | {:.3} s | **{:.3} s** | {:.0} | {:.1} |\n",
+         | start to ready, empty directory | start to ready, with the backlog | CPU of that restart | replayed messages/s | replayed MB/s of bodies |\n\
+         |---|---|---|---|---|\n\
+         | {:.3} s | **{:.3} s** | {:.2} s | {:.0} | {:.1} |\n",
         machine(),
         r.shards,
         r.messages,
@@ -441,6 +441,7 @@ fn render_recovery(r: &recovery::RecoveryResult) -> String {
         r.fsync_policy,
         r.empty_start_s,
         r.restart_s,
+        r.restart_cpu_s,
         r.replayed_messages_per_s,
         r.replayed_mb_per_s,
     )

@@ -35,6 +35,9 @@ pub struct RecoveryResult {
     pub fill_s: f64,
     /// The same broker started again on the filled directory: start to ready.
     pub restart_s: f64,
+    /// CPU time (user + system, all threads of this process) spent in that restart: near
+    /// `restart_s × shards` when the replay is CPU-bound, well below when it waits for reads.
+    pub restart_cpu_s: f64,
     /// `messages / (restart_s - empty_start_s)`: the replay rate, all shards together.
     pub replayed_messages_per_s: f64,
     pub replayed_mb_per_s: f64,
@@ -46,6 +49,18 @@ fn start(dir: &Path, shards: usize) -> (std::sync::Arc<server::BrokerHandle>, f6
     let b = server::start(crate::queue_bench::broker_config(dir, shards)).expect("start");
     b.wait_ready().expect("ready");
     (std::sync::Arc::new(b), t.elapsed().as_secs_f64())
+}
+
+/// CPU seconds this process has used (user + system, every thread).
+fn process_cpu_s() -> f64 {
+    // SAFETY: `getrusage` only writes the struct it is given, which is zeroed and ours.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return f64::NAN;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
 }
 
 fn stop(b: std::sync::Arc<server::BrokerHandle>) {
@@ -158,7 +173,9 @@ pub fn run(dir: &Path, shards: usize, messages: u64) -> Result<RecoveryResult, S
     let before = counted(&b);
     stop(b);
     let log_bytes = dir_bytes(&dir.join("queues"));
+    let cpu = process_cpu_s();
     let (b, restart_s) = start(dir, shards);
+    let restart_cpu_s = process_cpu_s() - cpu;
     let after = counted(&b);
     stop(b);
     let _ = std::fs::remove_dir_all(dir);
@@ -178,6 +195,7 @@ pub fn run(dir: &Path, shards: usize, messages: u64) -> Result<RecoveryResult, S
         empty_start_s,
         fill_s,
         restart_s,
+        restart_cpu_s,
         replayed_messages_per_s: messages as f64 / replay_s,
         replayed_mb_per_s: messages as f64 * BODY_BYTES as f64 / replay_s / 1e6,
         fsync_policy: "fdatasync before every ack while filling; the restart only reads",

@@ -422,13 +422,17 @@ impl Shard {
         Ok(id)
     }
 
+    /// Applies `records` on every shard, all shards at once: at start each one replays the
+    /// logs of the partitions it owns, and one after the other a restart took the sum of the
+    /// shards' replays instead of the longest one.
     async fn broadcast_meta(&self, records: Vec<MetaRecord>) -> ServiceResult<()> {
+        let replies = futures::future::join_all(
+            (0..self.shards).map(|s| self.request(s, ShardRequest::ApplyMeta(records.clone()))),
+        )
+        .await;
         let mut first_err = None;
-        for s in 0..self.shards {
-            if let ShardResponse::Applied(Err(e)) = self
-                .request(s, ShardRequest::ApplyMeta(records.clone()))
-                .await
-            {
+        for r in replies {
+            if let ShardResponse::Applied(Err(e)) = r {
                 first_err.get_or_insert(e);
             }
         }

@@ -92,9 +92,12 @@ enum Cmd {
         /// Messages in the backlog.
         #[arg(long, default_value_t = 500_000)]
         messages: u64,
-        /// Shards (and partitions of the queue).
+        /// Shards (and partitions of each queue).
         #[arg(long, default_value_t = 2)]
         shards: usize,
+        /// Queues the backlog is spread over.
+        #[arg(long, default_value_t = 1)]
+        queues: usize,
         #[arg(long, default_value = "perf/results")]
         out: PathBuf,
     },
@@ -349,10 +352,11 @@ fn main() {
             dir,
             messages,
             shards,
+            queues,
             out,
         } => {
             std::fs::create_dir_all(&out).expect("create results dir");
-            let r = match recovery::run(&dir, shards, messages) {
+            let r = match recovery::run(&dir, shards, queues.max(1), messages) {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("recovery: {e}");
@@ -426,7 +430,7 @@ fn render_http_vs_quic(results: &[http_vs_quic::PathResult]) -> String {
 fn render_recovery(r: &recovery::RecoveryResult) -> String {
     format!(
         "## Restart with a backlog, in process\n\n\
-         Machine: {}. {} shards; {} messages of {} B in the queue ({} received once, their \
+         Machine: {}. {} shards; {} messages of {} B in {} queue(s) ({} received once, their \
          leases on disk), {:.1} MB of queue logs. Filled in {:.1} s ({}).\n\n\
          | start to ready, empty directory | start to ready, with the backlog | CPU of that restart | replayed messages/s | replayed MB/s of bodies |\n\
          |---|---|---|---|---|\n\
@@ -435,6 +439,7 @@ fn render_recovery(r: &recovery::RecoveryResult) -> String {
         r.shards,
         r.messages,
         r.body_bytes,
+        r.queues,
         r.received_before_restart,
         r.log_bytes as f64 / 1e6,
         r.fill_s,

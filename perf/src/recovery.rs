@@ -25,6 +25,8 @@ const RECEIVED_ONE_IN: u64 = 10;
 #[derive(Debug, Clone, Serialize)]
 pub struct RecoveryResult {
     pub shards: usize,
+    /// Queues the messages are spread over (each with one partition per shard).
+    pub queues: usize,
     pub messages: u64,
     pub received_before_restart: u64,
     pub body_bytes: usize,
@@ -82,24 +84,39 @@ fn dir_bytes(p: &Path) -> u64 {
         .sum()
 }
 
-/// The visible + in-flight + delayed messages of the queue, as the broker counts them.
-fn counted(b: &server::BrokerHandle) -> u64 {
-    b.run_on(0, |s| async move {
-        let q = s.queue(T, "recovery").expect("queue after restart");
-        let c = s.queue_counters(&q).await.expect("counters");
-        c.visible + c.in_flight + c.delayed
+fn queue_name(i: usize) -> String {
+    format!("recovery-{i}")
+}
+
+/// The visible + in-flight + delayed messages of the queues, as the broker counts them.
+fn counted(b: &server::BrokerHandle, queues: usize) -> u64 {
+    b.run_on(0, move |s| async move {
+        let mut n = 0;
+        for i in 0..queues {
+            let q = s.queue(T, &queue_name(i)).expect("queue after restart");
+            let c = s.queue_counters(&q).await.expect("counters");
+            n += c.visible + c.in_flight + c.delayed;
+        }
+        n
     })
 }
 
 /// Fills a fresh broker in `dir` (removed first and afterwards), restarts it and times the
 /// restart.
-pub fn run(dir: &Path, shards: usize, messages: u64) -> Result<RecoveryResult, String> {
+pub fn run(
+    dir: &Path,
+    shards: usize,
+    queues: usize,
+    messages: u64,
+) -> Result<RecoveryResult, String> {
     let _ = std::fs::remove_dir_all(dir);
     let (b, empty_start_s) = start(dir, shards);
-    b.run_on(0, |s| async move {
-        s.create_queue(T, "recovery", BTreeMap::new(), BTreeMap::new())
-            .await
-            .expect("create");
+    b.run_on(0, move |s| async move {
+        for i in 0..queues {
+            s.create_queue(T, &queue_name(i), BTreeMap::new(), BTreeMap::new())
+                .await
+                .expect("create");
+        }
     });
     let fill = Instant::now();
     let per_shard = messages.div_ceil(shards as u64);
@@ -110,11 +127,14 @@ pub fn run(dir: &Path, shards: usize, messages: u64) -> Result<RecoveryResult, S
             let last = (first + per_shard).min(messages);
             std::thread::spawn(move || {
                 b.run_on(shard, move |s| async move {
-                    let q = s.queue(T, "recovery").expect("queue");
+                    let qs: Vec<_> = (0..queues)
+                        .map(|i| s.queue(T, &queue_name(i)).expect("queue"))
+                        .collect();
+                    let qs = std::rc::Rc::new(qs);
                     let next = std::rc::Rc::new(std::cell::Cell::new(first));
                     let mut tasks = Vec::new();
                     for _ in 0..FILL_CLIENTS_PER_SHARD {
-                        let (s, q, next) = (s.clone(), q.clone(), next.clone());
+                        let (s, qs, next) = (s.clone(), qs.clone(), next.clone());
                         tasks.push(glommio::spawn_local(async move {
                             let mut received = 0u64;
                             loop {
@@ -124,6 +144,7 @@ pub fn run(dir: &Path, shards: usize, messages: u64) -> Result<RecoveryResult, S
                                 }
                                 let to = (from + 10).min(last);
                                 next.set(to);
+                                let q = &qs[(from / 10) as usize % qs.len()];
                                 let entries: Vec<BatchEntry> = (from..to)
                                     .map(|i| BatchEntry {
                                         id: format!("e{}", i - from),
@@ -136,12 +157,12 @@ pub fn run(dir: &Path, shards: usize, messages: u64) -> Result<RecoveryResult, S
                                         },
                                     })
                                     .collect();
-                                s.send_batch(&q, entries).await.expect("send batch");
+                                s.send_batch(q, entries).await.expect("send batch");
                                 if from % (10 * RECEIVED_ONE_IN) == 0 {
                                     // Leases that outlive the restart (12 h timeout).
                                     let got = s
                                         .receive(
-                                            &q,
+                                            q,
                                             ReceiveRequest {
                                                 max_messages: 10,
                                                 visibility_timeout_s: Some(43_200),
@@ -170,13 +191,13 @@ pub fn run(dir: &Path, shards: usize, messages: u64) -> Result<RecoveryResult, S
         .map(|t| t.join().expect("fill thread"))
         .sum();
     let fill_s = fill.elapsed().as_secs_f64();
-    let before = counted(&b);
+    let before = counted(&b, queues);
     stop(b);
     let log_bytes = dir_bytes(&dir.join("queues"));
     let cpu = process_cpu_s();
     let (b, restart_s) = start(dir, shards);
     let restart_cpu_s = process_cpu_s() - cpu;
-    let after = counted(&b);
+    let after = counted(&b, queues);
     stop(b);
     let _ = std::fs::remove_dir_all(dir);
     if before != messages || after != messages {
@@ -188,6 +209,7 @@ pub fn run(dir: &Path, shards: usize, messages: u64) -> Result<RecoveryResult, S
     let replay_s = (restart_s - empty_start_s).max(1e-6);
     Ok(RecoveryResult {
         shards,
+        queues,
         messages,
         received_before_restart,
         body_bytes: BODY_BYTES,

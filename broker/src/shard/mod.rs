@@ -34,6 +34,9 @@ use std::sync::Arc;
 pub const MESH_CHANNEL_CAPACITY: usize = 1024;
 /// A long poll re-checks at least this often, in case a wake-up was missed on another core.
 const LONG_POLL_RECHECK_MS: u64 = 1000;
+/// Partitions a shard opens (replays) at the same time at start: enough to overlap one's reads
+/// with another's decoding, few enough to bound the read buffers held at once.
+const PARTITION_OPENS_AT_ONCE: usize = 8;
 
 /// What one shard asks of another.
 #[derive(Debug)]
@@ -466,6 +469,7 @@ impl Shard {
         }
         // Bring partitions in line with the catalog.
         let queues: Vec<Arc<QueueMeta>> = self.catalog.borrow().all().cloned().collect();
+        let mut to_open = Vec::new();
         for q in &queues {
             for p in 0..q.partitions {
                 if self.owner(q.id, p) != self.id {
@@ -473,23 +477,7 @@ impl Shard {
                 }
                 let existing = self.partitions.borrow().get(&(q.id, p)).cloned();
                 match existing {
-                    None => {
-                        let weak = self.this.clone();
-                        let sink: partition::MoveSink = Rc::new(move |mv| {
-                            if let Some(s) = weak.upgrade() {
-                                runtime::spawn(async move { s.forward_move(mv).await });
-                            }
-                        });
-                        let actor = PartitionActor::open(
-                            self.fs.clone(),
-                            self.partition_dir(q.id, p),
-                            self.partition_config(q, p),
-                            self.config.log.clone(),
-                            sink,
-                        )
-                        .await?;
-                        self.partitions.borrow_mut().insert((q.id, p), actor);
-                    }
+                    None => to_open.push((q.clone(), p)),
                     Some(actor) => {
                         let cfg = self.partition_config(q, p);
                         if records.iter().any(
@@ -504,6 +492,7 @@ impl Shard {
                 }
             }
         }
+        self.open_partitions(to_open).await?;
         // Partitions of deleted queues: close and remove.
         let gone: Vec<(u64, u32)> = self
             .partitions
@@ -524,6 +513,43 @@ impl Shard {
         self.streams_apply_meta(&records).await?;
         self.ready.set(true);
         Ok(())
+    }
+
+    /// Opens partitions (replaying their logs), several at a time: one partition's replay
+    /// waits for its reads part of the time, and a broker with many queues opens many small
+    /// logs at start. The ones that opened are kept even if another failed; the first error is
+    /// returned.
+    async fn open_partitions(&self, to_open: Vec<(Arc<QueueMeta>, u32)>) -> ServiceResult<()> {
+        use futures::StreamExt;
+        let opens = to_open.into_iter().map(|(q, p)| {
+            let weak = self.this.clone();
+            let sink: partition::MoveSink = Rc::new(move |mv| {
+                if let Some(s) = weak.upgrade() {
+                    runtime::spawn(async move { s.forward_move(mv).await });
+                }
+            });
+            let open = PartitionActor::open(
+                self.fs.clone(),
+                self.partition_dir(q.id, p),
+                self.partition_config(&q, p),
+                self.config.log.clone(),
+                sink,
+            );
+            async move { ((q.id, p), open.await) }
+        });
+        let mut opened = futures::stream::iter(opens).buffer_unordered(PARTITION_OPENS_AT_ONCE);
+        let mut first_err = None;
+        while let Some((key, result)) = opened.next().await {
+            match result {
+                Ok(actor) => {
+                    self.partitions.borrow_mut().insert(key, actor);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Forwards a message that exceeded maxReceiveCount to its dead-letter queue, then completes

@@ -60,7 +60,7 @@ const LANES: usize = 4;
 
 /// Four lanes in one SSE2 register.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-mod x4 {
+mod sse2_lanes {
     use std::arch::x86_64::*;
 
     /// Runs SSE2 intrinsics.
@@ -134,9 +134,10 @@ mod x4 {
 }
 
 /// Four lanes as an array elsewhere: the compiler interleaves them (about twice one message's
-/// speed), without vector instructions.
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-mod x4 {
+/// speed), without vector instructions. Also compiled for the tests on x86-64, which check
+/// both lane types against the scalar rounds.
+#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
+mod array_lanes {
     #[derive(Clone, Copy)]
     pub(super) struct X4([u32; 4]);
 
@@ -187,7 +188,10 @@ mod x4 {
     }
 }
 
-use x4::X4;
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+use array_lanes::X4;
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+use sse2_lanes::X4;
 
 /// The sine-derived additive constants, RFC 1321 §3.4.
 const K: [u32; 64] = [
@@ -456,6 +460,54 @@ mod tests {
         for (b, got) in bodies.iter().zip(many) {
             assert_eq!(super::md5(b), reference(b), "scalar, {} bytes", b.len());
             assert_eq!(got, reference(b), "in a batch, {} bytes", b.len());
+        }
+    }
+
+    /// Both lane types (SSE2 on x86-64, and the arrays used elsewhere) compress four random
+    /// blocks as the scalar rounds compress each one.
+    #[test]
+    fn both_lane_types_match_the_scalar_rounds() {
+        use super::Word;
+        let seed: u64 = std::env::var("SLUICE_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(rand::random);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        for round in 0..200 {
+            let chain: [[u32; 4]; 4] = std::array::from_fn(|_| rng.gen());
+            let words: [[u32; 4]; 16] = std::array::from_fn(|_| rng.gen());
+            let want: [[u32; 4]; 4] = std::array::from_fn(|l| {
+                let mut st = chain[l];
+                super::compress(&mut st, &std::array::from_fn(|j| words[j][l]));
+                st
+            });
+            fn lanes_of<W: Word>(
+                chain: &[[u32; 4]; 4],
+                words: &[[u32; 4]; 16],
+                from: fn([u32; 4]) -> W,
+                to: fn(W) -> [u32; 4],
+            ) -> [[u32; 4]; 4] {
+                let mut st: [W; 4] =
+                    std::array::from_fn(|i| from(std::array::from_fn(|l| chain[l][i])));
+                super::compress(&mut st, &std::array::from_fn(|j| from(words[j])));
+                let out: [[u32; 4]; 4] = std::array::from_fn(|i| to(st[i]));
+                std::array::from_fn(|l| std::array::from_fn(|i| out[i][l]))
+            }
+            let arrays = lanes_of(
+                &chain,
+                &words,
+                super::array_lanes::X4::from_lanes,
+                super::array_lanes::X4::lanes,
+            );
+            assert_eq!(
+                arrays, want,
+                "array lanes, seed {seed} (SLUICE_SEED), round {round}"
+            );
+            let used = lanes_of(&chain, &words, super::X4::from_lanes, super::X4::lanes);
+            assert_eq!(
+                used, want,
+                "lanes in use, seed {seed} (SLUICE_SEED), round {round}"
+            );
         }
     }
 

@@ -105,7 +105,8 @@ fn every_scenario_runs_and_reports() {
         .iter()
         .all(|r| r["messages_per_s"].as_f64() > Some(0.0)));
 
-    // The restart: the run itself fails unless the restarted broker counts every message.
+    // The restart: the run itself fails unless the restarted broker counts every message
+    // (over several queues, so each shard opens several partitions at once).
     let rec_dir = work.join("recovery");
     perf(&[
         "recovery",
@@ -115,6 +116,8 @@ fn every_scenario_runs_and_reports() {
         o,
         "--messages",
         "2000",
+        "--queues",
+        "12",
     ]);
     let r = result(&out, "recovery");
     assert_eq!(r["sluice"]["messages"].as_u64(), Some(2000));

@@ -111,7 +111,17 @@ const TOPIC_SCENARIOS: [&str; 2] = ["fanout", "stream-iggy"];
 /// Reads the newest measured figures in `results`; command-line figures win.
 pub fn measured(results: &Path, l: &Load) -> Result<Measured, String> {
     let recs = records(results);
-    let shards = |j: &Value| j["sluice_shards"].as_f64().unwrap_or(1.0).max(1.0);
+    // The cores the figure took: the whole machine (broker, its kernel work and the load
+    // generator), not the broker's shards — fewer shards than cores leave the generator a
+    // core, which a per-shard figure would not count. Records from before `machine_cores`
+    // ran one shard per core.
+    let cores = |j: &Value| {
+        j["machine_cores"]
+            .as_f64()
+            .or_else(|| j["sluice_shards"].as_f64())
+            .unwrap_or(1.0)
+            .max(1.0)
+    };
     let mut queue = l
         .queue_cycles_per_core
         .map(|v| (v, "command line".to_string()));
@@ -127,7 +137,7 @@ pub fn measured(results: &Path, l: &Load) -> Result<Measured, String> {
     for (file, j) in &recs {
         if j["kind"] == "scenario" && j["scenario"] == "throughput-2k-batch10" && queue.is_none() {
             if let Some(r) = sluice_run(j, "throughput-2k-batch10").first() {
-                queue = Some((through(r) / shards(j), file.clone()));
+                queue = Some((through(r) / cores(j), file.clone()));
             }
         }
         // Topic figures: the newest run of each topic scenario (fan-out at a fixed rate, the
@@ -166,7 +176,7 @@ pub fn measured(results: &Path, l: &Load) -> Result<Measured, String> {
                 let better = |given: bool, cur: &Option<(f64, String)>, v: f64| {
                     !given && v > 0.0 && cur.as_ref().is_none_or(|(c, _)| v > *c)
                 };
-                let (v_in, v_out) = (best_in / shards(j), best_out / shards(j));
+                let (v_in, v_out) = (best_in / cores(j), best_out / cores(j));
                 if better(l.topic_in_mb_per_core.is_some(), &tin, v_in) {
                     tin = Some((v_in, how.clone()));
                 }
@@ -258,8 +268,8 @@ pub fn model(l: &Load, m: &Measured) -> String {
     );
     let _ = writeln!(
         s,
-        "\nPer-core figures are the whole machine's throughput divided by the broker's shards, with \
-         the load generator on the same cores: pessimistic for a dedicated broker.\n"
+        "\nPer-core figures are the whole machine's throughput divided by its cores, with the load \
+         generator on the same cores: pessimistic for a dedicated broker.\n"
     );
 
     // CPU, two ways of serving the fan-out.

@@ -139,8 +139,8 @@ enum Cmd {
         /// Skip the scenario's floors (fio, quinn echo).
         #[arg(long)]
         no_floors: bool,
-        /// Shards (and partitions per queue) of the in-process broker [default: one per core,
-        /// the embedded default]. The load generator runs on the same cores.
+        /// Shards (and partitions per queue) of the in-process broker [default: one per core
+        /// less one, at least one: the load generator runs in this process and needs a core].
         #[arg(long)]
         shards: Option<usize>,
         /// An external broker's QUIC address instead of an in-process one (needs --cert).
@@ -190,8 +190,7 @@ fn machine() -> String {
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
         .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cores} cores, {cpu}")
+    format!("{} cores, {cpu}", run::machine_cores())
 }
 
 fn main() {

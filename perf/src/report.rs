@@ -34,8 +34,10 @@ pub struct ScenarioRecord {
     pub durability: String,
     pub unix_time: u64,
     pub machine: String,
-    /// Broker shards (cores) of the in-process Sluice targets.
+    /// Broker shards of the in-process Sluice targets.
     pub sluice_shards: usize,
+    /// Cores of the machine (broker, load generator and peers share them).
+    pub machine_cores: usize,
     pub seed: u64,
     pub fio_floors: Vec<FioResult>,
     pub echo_floors: Vec<EchoFloor>,
@@ -137,9 +139,9 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
     }
     let _ = writeln!(
         s,
-        "Machine: {}. Sluice in process with {} shards; the load generator shares the same cores \
-         (one tokio thread). Seed {}. Durability asked: {}.\n",
-        rec.machine, rec.sluice_shards, rec.seed, rec.durability
+        "Machine: {}. Sluice in process with {} shard(s) on {} cores; the load generator (one \
+         tokio thread) and the peers share the same cores. Seed {}. Durability asked: {}.\n",
+        rec.machine, rec.sluice_shards, rec.machine_cores, rec.seed, rec.durability
     );
     let _ = writeln!(s, "### Ratios (same run)\n");
     let mut cases: Vec<&str> = Vec::new();

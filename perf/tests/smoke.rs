@@ -143,18 +143,30 @@ fn scenario_files_run_against_sluice_and_report() {
     let out = tmp.path().join("out");
     let work = tmp.path().join("work");
     let (w, o) = (work.to_str().expect("utf8"), out.to_str().expect("utf8"));
-    for (name, runs, groups) in [
-        ("smoke-standard-closed", 2, vec![1, 1]),
-        ("smoke-open", 1, vec![1]),
-        ("smoke-fifo", 2, vec![1, 1]),
-        ("smoke-topic", 2, vec![1, 2]),
-        ("smoke-rtt", 2, vec![1, 1]),
+    // The in-process broker runs one shard per core less the generator's; the topic smoke
+    // runs on two shards whatever the machine, so partitions on another shard than the
+    // connection's are crossed in every run.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let default_shards = cores.saturating_sub(1).max(1);
+    for (name, runs, groups, shards) in [
+        ("smoke-standard-closed", 2, vec![1, 1], None),
+        ("smoke-open", 1, vec![1], None),
+        ("smoke-fifo", 2, vec![1, 1], None),
+        ("smoke-topic", 2, vec![1, 2], Some("2")),
+        ("smoke-rtt", 2, vec![1, 1], None),
     ] {
         let path = scenario(name);
-        perf(&["run", path.to_str().expect("utf8"), "--work", w, "--out", o]);
+        let mut args = vec!["run", path.to_str().expect("utf8"), "--work", w, "--out", o];
+        if let Some(n) = shards {
+            args.extend(["--shards", n]);
+        }
+        perf(&args);
         let rec = result(&out, name);
         assert_eq!(rec["scenario"], name);
         let seed = &rec["seed"];
+        let want_shards = shards.map_or(default_shards, |n| n.parse().expect("number"));
+        assert_eq!(rec["sluice_shards"].as_u64(), Some(want_shards as u64));
+        assert_eq!(rec["machine_cores"].as_u64(), Some(cores as u64));
         let got = rec["runs"].as_array().expect("runs");
         assert_eq!(
             got.len(),

@@ -1,18 +1,25 @@
-//! MD5 of several messages at once, four lanes side by side (multi-buffer hashing).
+//! MD5 of several messages at once, side by side in vector lanes (multi-buffer hashing).
 //!
 //! MD5 is a chain of dependent 32-bit additions, rotations and bit operations: one message's
 //! hash cannot go faster than that chain (~5 cycles a byte), and it was the largest single item
 //! of the broker's CPU profile in the batched send path (SendMessageBatch of ten 2 KiB bodies:
 //! 11.8%). Four independent messages, one per lane of a 128-bit vector, take about the time of
-//! one: 1.4 µs a 2 KiB body instead of 3.9 µs (md-5's assembly), measured four or eight at a
-//! time. On x86-64 the lanes are an SSE2 register (part of the x86-64 baseline: no feature
-//! detection; the intrinsics are called through one `unsafe` macro). Elsewhere they are a
-//! `[u32; 4]` that the compiler interleaves (about twice the speed of one message, not four:
-//! it did not vectorise the array form when tried on x86-64).
+//! one; and since one such chain still leaves most of the CPU's vector units waiting on the
+//! chain's latency, two or three registers' chains side by side (8 or 12 lanes) take little
+//! more time than one. Measured on 2 KiB bodies (AMD EPYC, one core): md-5's scalar code 3.9–4.1
+//! µs a body; four lanes 1.4–1.7 µs; a batch of ten 1.7 µs a body on four lanes and 1.05 µs on
+//! twelve; eight bodies 1.07 µs on eight lanes.
 //!
-//! Scheduling: the longest messages start first; a lane whose message ends takes the next one
-//! at once, so lanes idle only at the end. When a single message is left, it finishes on the
-//! scalar path (the same rounds on `u32`), which is faster than one busy lane of four.
+//! On x86-64 the lanes are SSE2 registers (part of the x86-64 baseline: no feature detection;
+//! the intrinsics are called through one `unsafe` macro). Elsewhere they are `[u32; N]` arrays
+//! that the compiler interleaves (about twice one message's speed, not four: it did not
+//! vectorise the array form when tried on x86-64).
+//!
+//! Scheduling: the longest messages start first; up to twelve are in hand, and one that ends
+//! makes room for the next at once, so lanes idle only at the end. Each pass takes the
+//! narrowest lane type that holds the messages in hand (twelve lanes for more than eight, eight
+//! for more than four, four for more than one); a last message finishes on the scalar path
+//! (the same rounds on `u32`), which is faster than one busy lane of four.
 
 /// One 32-bit word per lane.
 trait Word: Copy {
@@ -56,11 +63,16 @@ impl Word for u32 {
     }
 }
 
-const LANES: usize = 4;
+/// A vector of `N` lanes: a message's words go in and its chaining value comes out by lane.
+trait Lanes<const N: usize>: Word {
+    fn from_lanes(l: [u32; N]) -> Self;
+    fn lanes(self) -> [u32; N];
+}
 
 /// Four lanes in one SSE2 register.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2_lanes {
+    use super::Word;
     use std::arch::x86_64::*;
 
     /// Runs SSE2 intrinsics.
@@ -98,7 +110,7 @@ mod sse2_lanes {
         }
     }
 
-    impl super::Word for X4 {
+    impl Word for X4 {
         #[inline(always)]
         fn splat(x: u32) -> Self {
             X4(sse2!(_mm_set1_epi32(x as i32)))
@@ -131,35 +143,119 @@ mod sse2_lanes {
             X4(sse2!(_mm_or_si128(l, r)))
         }
     }
-}
 
-/// Four lanes as an array elsewhere: the compiler interleaves them (about twice one message's
-/// speed), without vector instructions. Also compiled for the tests on x86-64, which check
-/// both lane types against the scalar rounds.
-#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
-mod array_lanes {
-    #[derive(Clone, Copy)]
-    pub(super) struct X4([u32; 4]);
-
-    impl X4 {
+    impl super::Lanes<4> for X4 {
         #[inline(always)]
-        pub(super) fn from_lanes(l: [u32; 4]) -> Self {
-            X4(l)
+        fn from_lanes(l: [u32; 4]) -> Self {
+            X4::from_lanes(l)
         }
         #[inline(always)]
-        pub(super) fn lanes(self) -> [u32; 4] {
-            self.0
-        }
-        #[inline(always)]
-        fn map2(self, o: Self, f: impl Fn(u32, u32) -> u32) -> Self {
-            X4(std::array::from_fn(|i| f(self.0[i], o.0[i])))
+        fn lanes(self) -> [u32; 4] {
+            X4::lanes(self)
         }
     }
 
-    impl super::Word for X4 {
+    /// `$k` SSE2 registers side by side (`$n` = 4 × `$k` lanes), each operation done on every
+    /// one: independent chains that the CPU runs in parallel.
+    macro_rules! wide {
+        ($name:ident, $k:expr, $n:expr) => {
+            #[derive(Clone, Copy)]
+            pub(super) struct $name([X4; $k]);
+
+            impl $name {
+                #[inline(always)]
+                fn each(self, o: Self, f: impl Fn(X4, X4) -> X4) -> Self {
+                    $name(std::array::from_fn(|r| f(self.0[r], o.0[r])))
+                }
+            }
+
+            impl super::Word for $name {
+                #[inline(always)]
+                fn splat(x: u32) -> Self {
+                    $name([X4::splat(x); $k])
+                }
+                #[inline(always)]
+                fn add(self, o: Self) -> Self {
+                    self.each(o, X4::add)
+                }
+                #[inline(always)]
+                fn and(self, o: Self) -> Self {
+                    self.each(o, X4::and)
+                }
+                #[inline(always)]
+                fn or(self, o: Self) -> Self {
+                    self.each(o, X4::or)
+                }
+                #[inline(always)]
+                fn xor(self, o: Self) -> Self {
+                    self.each(o, X4::xor)
+                }
+                #[inline(always)]
+                fn not(self) -> Self {
+                    self.each(self, |x, _| x.not())
+                }
+                #[inline(always)]
+                fn rotl(self, s: u32) -> Self {
+                    self.each(self, |x, _| x.rotl(s))
+                }
+            }
+
+            impl super::Lanes<$n> for $name {
+                #[inline(always)]
+                fn from_lanes(l: [u32; $n]) -> Self {
+                    $name(std::array::from_fn(|r| {
+                        X4::from_lanes([l[4 * r], l[4 * r + 1], l[4 * r + 2], l[4 * r + 3]])
+                    }))
+                }
+                #[inline(always)]
+                fn lanes(self) -> [u32; $n] {
+                    let mut out = [0u32; $n];
+                    for (o, x) in out.chunks_exact_mut(4).zip(self.0) {
+                        o.copy_from_slice(&x.lanes());
+                    }
+                    out
+                }
+            }
+        };
+    }
+    wide!(X8, 2, 8);
+    wide!(X12, 3, 12);
+}
+
+/// Lanes as an array elsewhere: the compiler interleaves them (about twice one message's speed),
+/// without vector instructions. Also compiled for the tests on x86-64, which check every lane
+/// type against the scalar rounds.
+#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
+mod array_lanes {
+    #[derive(Clone, Copy)]
+    pub(super) struct Arr<const N: usize>([u32; N]);
+
+    pub(super) type X4 = Arr<4>;
+    pub(super) type X8 = Arr<8>;
+    pub(super) type X12 = Arr<12>;
+
+    impl<const N: usize> Arr<N> {
+        #[inline(always)]
+        fn map2(self, o: Self, f: impl Fn(u32, u32) -> u32) -> Self {
+            Arr(std::array::from_fn(|i| f(self.0[i], o.0[i])))
+        }
+    }
+
+    impl<const N: usize> super::Lanes<N> for Arr<N> {
+        #[inline(always)]
+        fn from_lanes(l: [u32; N]) -> Self {
+            Arr(l)
+        }
+        #[inline(always)]
+        fn lanes(self) -> [u32; N] {
+            self.0
+        }
+    }
+
+    impl<const N: usize> super::Word for Arr<N> {
         #[inline(always)]
         fn splat(x: u32) -> Self {
-            X4([x; 4])
+            Arr([x; N])
         }
         #[inline(always)]
         fn add(self, o: Self) -> Self {
@@ -189,9 +285,9 @@ mod array_lanes {
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-use array_lanes::X4;
+use array_lanes::{X12, X4, X8};
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-use sse2_lanes::X4;
+use sse2_lanes::{X12, X4, X8};
 
 /// The sine-derived additive constants, RFC 1321 §3.4.
 const K: [u32; 64] = [
@@ -345,68 +441,86 @@ fn md5(body: &[u8]) -> [u8; 16] {
     finish_scalar(&Blocks::new(body), 0, INIT)
 }
 
-/// A lane's message: its index in the input, its blocks, the next block to hash.
+/// A lane's message: its index in the input, its blocks, the next block to hash and its
+/// chaining value so far.
 struct Job<'a> {
     index: usize,
     blocks: Blocks<'a>,
     next: usize,
+    chain: [u32; 4],
 }
 
-/// MD5 of each body, in input order; four at a time.
+/// One block of each job (at most `N`) in the lanes of `V` (an idle lane hashes zeros, and
+/// its result is dropped). Not inlined: each lane type's pass is a function of its own, which
+/// the compiler optimises better than the three inlined into one loop (4 lanes: ~7% faster).
+#[inline(never)]
+fn pass<const N: usize, V: Lanes<N>>(jobs: &mut [Job<'_>]) {
+    debug_assert!(jobs.len() <= N);
+    let mut words = [[0u32; N]; 16];
+    let mut chain = [[0u32; N]; 4];
+    for (l, job) in jobs.iter().enumerate() {
+        let b = job.blocks.block(job.next);
+        for (j, w) in words.iter_mut().enumerate() {
+            w[l] = word(b, j);
+        }
+        for (c, v) in chain.iter_mut().zip(job.chain) {
+            c[l] = v;
+        }
+    }
+    let m: [V; 16] = std::array::from_fn(|j| V::from_lanes(words[j]));
+    let mut state: [V; 4] = std::array::from_fn(|i| V::from_lanes(chain[i]));
+    compress(&mut state, &m);
+    let by_lane: [[u32; N]; 4] = std::array::from_fn(|i| state[i].lanes());
+    for (l, job) in jobs.iter_mut().enumerate() {
+        job.chain = std::array::from_fn(|i| by_lane[i][l]);
+        job.next += 1;
+    }
+}
+
+/// The widest pass: twelve lanes.
+const LANES_MAX: usize = 12;
+
+/// MD5 of each body, in input order. Up to twelve messages are in hand at once (a finished one
+/// makes room for the next at once); each pass takes one block of each, on twelve lanes while
+/// more than eight are in hand, eight while more than four, four while more than one; the
+/// last one finishes alone.
 pub fn md5_many(bodies: &[&[u8]]) -> Vec<[u8; 16]> {
     let mut out = vec![[0u8; 16]; bodies.len()];
     // Longest first, so that the long ones do not finish alone at the end.
     let mut order: Vec<usize> = (0..bodies.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(bodies[i].len()));
     let mut queue = order.into_iter();
-    let mut lanes: [Option<Job<'_>>; LANES] = Default::default();
-    // Each lane's chaining value (a, b, c, d).
-    let mut chain = [INIT; LANES];
-    let start = |index: usize| Job {
-        index,
-        blocks: Blocks::new(bodies[index]),
-        next: 0,
-    };
-    for (slot, c) in lanes.iter_mut().zip(chain.iter_mut()) {
-        *slot = queue.next().map(start);
-        *c = INIT;
-    }
+    let mut jobs: Vec<Job<'_>> = Vec::with_capacity(LANES_MAX.min(bodies.len()));
     loop {
-        let busy = lanes.iter().filter(|j| j.is_some()).count();
-        if busy <= 1 {
-            // One message left (or none): the scalar path is faster than one lane of four.
-            if let Some((job, c)) = lanes
-                .iter()
-                .zip(chain)
-                .find_map(|(j, c)| j.as_ref().map(|j| (j, c)))
-            {
-                out[job.index] = finish_scalar(&job.blocks, job.next, c);
-            }
-            return out;
+        while jobs.len() < LANES_MAX {
+            let Some(index) = queue.next() else { break };
+            jobs.push(Job {
+                index,
+                blocks: Blocks::new(bodies[index]),
+                next: 0,
+                chain: INIT,
+            });
         }
-        // The lanes' current blocks (an idle lane hashes zeros, and its result is dropped).
-        let mut words = [[0u32; LANES]; 16];
-        for (l, job) in lanes.iter().enumerate() {
-            if let Some(job) = job {
-                let b = job.blocks.block(job.next);
-                for (j, w) in words.iter_mut().enumerate() {
-                    w[l] = word(b, j);
-                }
+        match jobs.len() {
+            0 => return out,
+            1 => {
+                // The queue is empty (jobs were refilled above): the scalar path is faster
+                // than one busy lane of four.
+                let job = &jobs[0];
+                out[job.index] = finish_scalar(&job.blocks, job.next, job.chain);
+                return out;
             }
+            2..=4 => pass::<4, X4>(&mut jobs),
+            5..=8 => pass::<8, X8>(&mut jobs),
+            _ => pass::<LANES_MAX, X12>(&mut jobs),
         }
-        let m: [X4; 16] = std::array::from_fn(|j| X4::from_lanes(words[j]));
-        let mut state: [X4; 4] =
-            std::array::from_fn(|i| X4::from_lanes(std::array::from_fn(|l| chain[l][i])));
-        compress(&mut state, &m);
-        let lanes_of: [[u32; LANES]; 4] = std::array::from_fn(|i| state[i].lanes());
-        for (l, (slot, c)) in lanes.iter_mut().zip(chain.iter_mut()).enumerate() {
-            *c = std::array::from_fn(|i| lanes_of[i][l]);
-            let Some(job) = slot else { continue };
-            job.next += 1;
-            if job.next == job.blocks.count {
-                out[job.index] = digest_of(*c);
-                *slot = queue.next().map(start);
-                *c = INIT;
+        let mut k = 0;
+        while k < jobs.len() {
+            if jobs[k].next == jobs[k].blocks.count {
+                let job = jobs.swap_remove(k);
+                out[job.index] = digest_of(job.chain);
+            } else {
+                k += 1;
             }
         }
     }
@@ -463,51 +577,54 @@ mod tests {
         }
     }
 
-    /// Both lane types (SSE2 on x86-64, and the arrays used elsewhere) compress four random
-    /// blocks as the scalar rounds compress each one.
+    /// Every lane type (SSE2 on x86-64, and the arrays used elsewhere; 4, 8 and 12 lanes)
+    /// compresses random blocks as the scalar rounds compress each one.
     #[test]
-    fn both_lane_types_match_the_scalar_rounds() {
-        use super::Word;
+    fn every_lane_type_matches_the_scalar_rounds() {
+        use super::Lanes;
         let seed: u64 = std::env::var("SLUICE_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(rand::random);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        for round in 0..200 {
-            let chain: [[u32; 4]; 4] = std::array::from_fn(|_| rng.gen());
-            let words: [[u32; 4]; 16] = std::array::from_fn(|_| rng.gen());
-            let want: [[u32; 4]; 4] = std::array::from_fn(|l| {
-                let mut st = chain[l];
-                super::compress(&mut st, &std::array::from_fn(|j| words[j][l]));
-                st
-            });
-            fn lanes_of<W: Word>(
-                chain: &[[u32; 4]; 4],
-                words: &[[u32; 4]; 16],
-                from: fn([u32; 4]) -> W,
-                to: fn(W) -> [u32; 4],
-            ) -> [[u32; 4]; 4] {
-                let mut st: [W; 4] =
-                    std::array::from_fn(|i| from(std::array::from_fn(|l| chain[l][i])));
-                super::compress(&mut st, &std::array::from_fn(|j| from(words[j])));
-                let out: [[u32; 4]; 4] = std::array::from_fn(|i| to(st[i]));
-                std::array::from_fn(|l| std::array::from_fn(|i| out[i][l]))
+        /// Compresses one random block per lane with `V` and checks every lane against the
+        /// scalar rounds.
+        fn check<const N: usize, V: Lanes<N>>(
+            rng: &mut impl Rng,
+            what: &str,
+        ) -> Result<(), String> {
+            let chain: [[u32; 4]; N] = std::array::from_fn(|_| rng.gen());
+            let words: [[u32; 16]; N] = std::array::from_fn(|_| rng.gen());
+            let mut st: [V; 4] =
+                std::array::from_fn(|i| V::from_lanes(std::array::from_fn(|l| chain[l][i])));
+            let m: [V; 16] =
+                std::array::from_fn(|j| V::from_lanes(std::array::from_fn(|l| words[l][j])));
+            super::compress(&mut st, &m);
+            let got: [[u32; N]; 4] = std::array::from_fn(|i| st[i].lanes());
+            for l in 0..N {
+                let mut want = chain[l];
+                super::compress(&mut want, &words[l]);
+                let lane: [u32; 4] = std::array::from_fn(|i| got[i][l]);
+                if lane != want {
+                    return Err(format!("{what}, lane {l} of {N}"));
+                }
             }
-            let arrays = lanes_of(
-                &chain,
-                &words,
-                super::array_lanes::X4::from_lanes,
-                super::array_lanes::X4::lanes,
-            );
-            assert_eq!(
-                arrays, want,
-                "array lanes, seed {seed} (SLUICE_SEED), round {round}"
-            );
-            let used = lanes_of(&chain, &words, super::X4::from_lanes, super::X4::lanes);
-            assert_eq!(
-                used, want,
-                "lanes in use, seed {seed} (SLUICE_SEED), round {round}"
-            );
+            Ok(())
+        }
+        for round in 0..200 {
+            let checks = [
+                check::<4, super::array_lanes::X4>(&mut rng, "array lanes"),
+                check::<8, super::array_lanes::X8>(&mut rng, "array lanes"),
+                check::<12, super::array_lanes::X12>(&mut rng, "array lanes"),
+                check::<4, super::X4>(&mut rng, "lanes in use"),
+                check::<8, super::X8>(&mut rng, "lanes in use"),
+                check::<12, super::X12>(&mut rng, "lanes in use"),
+            ];
+            for c in checks {
+                if let Err(e) = c {
+                    panic!("{e}: seed {seed} (SLUICE_SEED), round {round}");
+                }
+            }
         }
     }
 
@@ -519,7 +636,7 @@ mod tests {
             .unwrap_or_else(rand::random);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
         for round in 0..300 {
-            let n = rng.gen_range(0..=13);
+            let n = rng.gen_range(0..=30);
             let bodies: Vec<Vec<u8>> = (0..n)
                 .map(|_| {
                     let len = match rng.gen_range(0..4) {

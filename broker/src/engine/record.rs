@@ -360,7 +360,8 @@ impl Record {
         out
     }
 
-    fn encoded_len_hint(&self) -> usize {
+    /// About the bytes [`encode_into`](Self::encode_into) writes (to size buffers up front).
+    pub fn encoded_len_hint(&self) -> usize {
         match &self.kind {
             RecordKind::Sent(s) => 64 + s.payload.size_bytes() + 16 * s.payload.attributes.len(),
             RecordKind::Checkpoint(c) => {

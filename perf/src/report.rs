@@ -34,8 +34,9 @@ pub struct ScenarioRecord {
     pub durability: String,
     pub unix_time: u64,
     pub machine: String,
-    /// Broker shards of the in-process Sluice targets.
-    pub sluice_shards: usize,
+    /// Broker shards of the in-process Sluice targets (`None`: every Sluice target was an
+    /// external broker, whose shards are its own).
+    pub sluice_shards: Option<usize>,
     /// Cores of the machine (broker, load generator and peers share them).
     pub machine_cores: usize,
     pub seed: u64,
@@ -137,11 +138,21 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
     if !rec.description.is_empty() {
         let _ = writeln!(s, "{}\n", rec.description);
     }
+    let sluice = match rec.sluice_shards {
+        Some(n) => format!(
+            "Sluice in process with {n} shard(s) on {} cores",
+            rec.machine_cores
+        ),
+        None => format!(
+            "Sluice as an external broker (its shards its own) on this machine's {} cores",
+            rec.machine_cores
+        ),
+    };
     let _ = writeln!(
         s,
-        "Machine: {}. Sluice in process with {} shard(s) on {} cores; the load generator (one \
-         tokio thread) and the peers share the same cores. Seed {}. Durability asked: {}.\n",
-        rec.machine, rec.sluice_shards, rec.machine_cores, rec.seed, rec.durability
+        "Machine: {}. {sluice}; the load generator (one tokio thread) and the peers share the \
+         same cores. Seed {}. Durability asked: {}.\n",
+        rec.machine, rec.seed, rec.durability
     );
     let _ = writeln!(s, "### Ratios (same run)\n");
     let mut cases: Vec<&str> = Vec::new();

@@ -112,7 +112,12 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
         durability: sc.durability.clone(),
         unix_time: crate::stamp(),
         machine: crate::machine(),
-        sluice_shards: o.shards.unwrap_or_else(in_process_shards),
+        // No shard count of ours when every Sluice target is an external broker.
+        sluice_shards: (!targets.iter().all(|t| match t.as_str() {
+            "sluice-quic" => o.sluice_quic.is_some(),
+            _ => o.sluice_http.is_some(),
+        }))
+        .then(|| o.shards.unwrap_or_else(in_process_shards)),
         machine_cores: machine_cores(),
         seed,
         fio_floors,

@@ -247,3 +247,43 @@ fn a_bad_scenario_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// Against an external broker, the record has no shard count of ours (the broker's shards are
+/// its own) and the report says the broker was external.
+#[test]
+fn an_external_broker_is_named_as_such() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("broker");
+    let mut c = sluice_broker::config::BrokerConfig::embedded(data.clone()).expect("config");
+    c.shards = 1;
+    c.default_partitions = 1;
+    c.http_addr = "127.0.0.1:0".parse().expect("literal");
+    c.quic_addr = "127.0.0.1:0".parse().expect("literal");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("literal");
+    let broker = sluice_broker::server::start(c).expect("start broker");
+    broker.wait_ready().expect("ready");
+    let addr = broker.quic_addr().to_string();
+    let cert = data.join("quic-selfsigned-cert.pem");
+    let (out, work) = (tmp.path().join("out"), tmp.path().join("work"));
+    let path = scenario("smoke-open");
+    perf(&[
+        "run",
+        path.to_str().expect("utf8"),
+        "--work",
+        work.to_str().expect("utf8"),
+        "--out",
+        out.to_str().expect("utf8"),
+        "--no-floors",
+        "--sluice-quic",
+        &addr,
+        "--cert",
+        cert.to_str().expect("utf8"),
+    ]);
+    let rec = result(&out, "smoke-open");
+    assert!(rec["sluice_shards"].is_null(), "{}", rec["sluice_shards"]);
+    let runs = rec["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["groups"][0]["lost"], 0);
+    let md = std::fs::read_to_string(out.join("smoke-open-latest.md")).expect("report");
+    assert!(md.contains("external broker"), "{md}");
+}

@@ -54,6 +54,15 @@ pub fn in_process_shards() -> usize {
     machine_cores().saturating_sub(1).max(1)
 }
 
+/// Whether Sluice target `t` is measured on an external broker (`--sluice-quic` /
+/// `--sluice-http`) rather than one this run starts.
+fn is_external(t: &str, o: &RunOptions) -> bool {
+    match t {
+        "sluice-quic" => o.sluice_quic.is_some(),
+        _ => o.sluice_http.is_some(),
+    }
+}
+
 /// Cores this process may run on.
 pub fn machine_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -105,6 +114,7 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     let local = tokio::task::LocalSet::new();
+    let shards = o.shards.unwrap_or_else(in_process_shards);
     let mut rec = ScenarioRecord {
         kind: "scenario",
         scenario: sc.name.clone(),
@@ -113,11 +123,7 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
         unix_time: crate::stamp(),
         machine: crate::machine(),
         // No shard count of ours when every Sluice target is an external broker.
-        sluice_shards: (!targets.iter().all(|t| match t.as_str() {
-            "sluice-quic" => o.sluice_quic.is_some(),
-            _ => o.sluice_http.is_some(),
-        }))
-        .then(|| o.shards.unwrap_or_else(in_process_shards)),
+        sluice_shards: (!targets.iter().all(|t| is_external(t, o))).then_some(shards),
         machine_cores: machine_cores(),
         seed,
         fio_floors,
@@ -134,18 +140,11 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
                     cert: o.cert.clone(),
                     http: o.sluice_http,
                 };
-                let external = match t.as_str() {
-                    "sluice-quic" => ext.quic.is_some(),
-                    _ => ext.http.is_some(),
-                };
                 // A fresh broker per case and target, so no run inherits another's logs.
-                let broker = if external {
+                let broker = if is_external(t, o) {
                     None
                 } else {
-                    match InProcess::start(
-                        &o.work.join("sluice"),
-                        Some(o.shards.unwrap_or_else(in_process_shards)),
-                    ) {
+                    match InProcess::start(&o.work.join("sluice"), shards) {
                         Ok(b) => Some(b),
                         Err(e) => {
                             rec.failed.push(miss(case, t, e));

@@ -47,16 +47,14 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    /// Starts the embedded default (one shard per core unless `shards` says otherwise, each
-    /// queue with a partition per shard, fdatasync before every ack) in `dir` (emptied first).
-    pub fn start(dir: &Path, shards: Option<usize>) -> Result<InProcess, String> {
+    /// Starts the embedded default with `shards` shards (each queue with a partition per
+    /// shard, fdatasync before every ack) in `dir` (emptied first).
+    pub fn start(dir: &Path, shards: usize) -> Result<InProcess, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut c = BrokerConfig::embedded(dir.to_path_buf()).map_err(|e| e.to_string())?;
-        if let Some(n) = shards {
-            c.shards = n.max(1);
-            c.default_partitions = c.shards as u32;
-        }
+        c.shards = shards.max(1);
+        c.default_partitions = c.shards as u32;
         c.http_addr = "127.0.0.1:0".parse().expect("literal");
         c.quic_addr = "127.0.0.1:0".parse().expect("literal");
         c.metrics_addr = "127.0.0.1:0".parse().expect("literal");

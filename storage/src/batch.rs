@@ -142,6 +142,11 @@ impl BatchBuilder {
                 .expect("value < 4 GiB")
                 .to_le_bytes(),
         );
+        self.counted(timestamp_ms);
+    }
+
+    /// Counts a record just appended, at `timestamp_ms`.
+    fn counted(&mut self, timestamp_ms: i64) {
         if self.count == 0 {
             self.first_ts = timestamp_ms;
         }
@@ -229,11 +234,7 @@ impl BatchBuilder {
             );
             b.extend_from_slice(v);
         }
-        if self.count == 0 {
-            self.first_ts = timestamp_ms;
-        }
-        self.max_ts = self.max_ts.max(timestamp_ms);
-        self.count += 1;
+        self.counted(timestamp_ms);
     }
 
     /// Seals the batch: fills the header and computes the checksum. `None` if it is empty.

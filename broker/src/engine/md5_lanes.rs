@@ -72,7 +72,7 @@ trait Lanes<const N: usize>: Word {
 /// Four lanes in one SSE2 register.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2_lanes {
-    use super::Word;
+    use super::{Lanes, Word};
     use std::arch::x86_64::*;
 
     /// Runs SSE2 intrinsics.
@@ -87,28 +87,6 @@ mod sse2_lanes {
 
     #[derive(Clone, Copy)]
     pub(super) struct X4(__m128i);
-
-    impl X4 {
-        #[inline(always)]
-        pub(super) fn from_lanes(l: [u32; 4]) -> Self {
-            X4(sse2!(_mm_set_epi32(
-                l[3] as i32,
-                l[2] as i32,
-                l[1] as i32,
-                l[0] as i32
-            )))
-        }
-        #[inline(always)]
-        pub(super) fn lanes(self) -> [u32; 4] {
-            let v = self.0;
-            sse2!([
-                _mm_cvtsi128_si32(v) as u32,
-                _mm_cvtsi128_si32(_mm_shuffle_epi32::<0b01>(v)) as u32,
-                _mm_cvtsi128_si32(_mm_shuffle_epi32::<0b10>(v)) as u32,
-                _mm_cvtsi128_si32(_mm_shuffle_epi32::<0b11>(v)) as u32,
-            ])
-        }
-    }
 
     impl Word for X4 {
         #[inline(always)]
@@ -144,14 +122,25 @@ mod sse2_lanes {
         }
     }
 
-    impl super::Lanes<4> for X4 {
+    impl Lanes<4> for X4 {
         #[inline(always)]
         fn from_lanes(l: [u32; 4]) -> Self {
-            X4::from_lanes(l)
+            X4(sse2!(_mm_set_epi32(
+                l[3] as i32,
+                l[2] as i32,
+                l[1] as i32,
+                l[0] as i32
+            )))
         }
         #[inline(always)]
         fn lanes(self) -> [u32; 4] {
-            X4::lanes(self)
+            let v = self.0;
+            sse2!([
+                _mm_cvtsi128_si32(v) as u32,
+                _mm_cvtsi128_si32(_mm_shuffle_epi32::<0b01>(v)) as u32,
+                _mm_cvtsi128_si32(_mm_shuffle_epi32::<0b10>(v)) as u32,
+                _mm_cvtsi128_si32(_mm_shuffle_epi32::<0b11>(v)) as u32,
+            ])
         }
     }
 
@@ -200,7 +189,7 @@ mod sse2_lanes {
                 }
             }
 
-            impl super::Lanes<$n> for $name {
+            impl Lanes<$n> for $name {
                 #[inline(always)]
                 fn from_lanes(l: [u32; $n]) -> Self {
                     $name(std::array::from_fn(|r| {

@@ -63,8 +63,8 @@ pub struct PartitionActor {
 /// The engine's records as one log batch, each encoded straight into it, the batch's buffer
 /// sized up front (no growth copies).
 fn encode_records(records: &[EngineRecord], now_ms: u64) -> Vec<u8> {
-    // Each record's batch framing (length, index, time, key and value lengths, headers) is
-    // 26 bytes on top of its value.
+    // Each record's batch framing (length, index, time, key and value lengths, header count)
+    // is 26 bytes on top of its value; the hint is an estimate, so round up.
     let hint = records.iter().map(|r| r.encoded_len_hint() + 32).sum();
     let mut b = BatchBuilder::with_capacity(hint);
     for r in records {

@@ -172,7 +172,7 @@ impl Payload {
             .get_or_init(|| md5_of_body(self.body.as_bytes()))
     }
 
-    /// Computes the body digests the payloads do not have yet, four bodies at a time (a
+    /// Computes the body digests the payloads do not have yet, up to twelve bodies at a time (a
     /// receive of replayed messages).
     pub fn fill_md5_bodies<'a>(payloads: impl IntoIterator<Item = &'a Payload>) {
         let missing: Vec<&Payload> = payloads
@@ -964,7 +964,7 @@ pub(crate) mod tests {
     }
 
     /// A replayed message's body digest is computed on first use (not during the replay),
-    /// alone or four at a time for a receive, and is the body's MD5 either way.
+    /// alone or several at a time for a receive, and is the body's MD5 either way.
     #[test]
     fn replayed_payloads_get_their_body_digest_on_first_use() {
         let payloads: Vec<Payload> = (0..6)

@@ -347,6 +347,12 @@ pub struct RunResult {
     pub mean_body_bytes: f64,
     /// Acknowledged sends per second in the measured window.
     pub send_msgs_per_s: f64,
+    /// CPU seconds the server used in the measured window (see `cpu.rs` for what is counted);
+    /// `None` where this run cannot see the server (an external broker).
+    pub server_cpu_s: Option<f64>,
+    /// `server_cpu_s` per message sent in the window, in µs: what one message costs the
+    /// server at this load (sent, received and acknowledged).
+    pub server_cpu_us_per_msg: Option<f64>,
     pub send_mb_per_s: f64,
     pub groups: Vec<GroupResult>,
     pub latency: Latencies,
@@ -990,14 +996,24 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         };
         tasks.push(task);
     }
-    let all = futures::future::join_all(tasks);
-    if tokio::time::timeout(spec.deadline(), all).await.is_err() {
+    // The server's CPU over the measured window, where this run can see the server.
+    let meter = target.cpu_meter();
+    let measure_end = sh.measure_end;
+    let cpu = async {
+        let meter = meter.as_ref()?;
+        tokio::time::sleep_until(warm_end.into()).await;
+        let start = meter.seconds()?;
+        tokio::time::sleep_until(measure_end.into()).await;
+        Some(meter.seconds()? - start)
+    };
+    let all = futures::future::join(futures::future::join_all(tasks), cpu);
+    let Ok((_, server_cpu_s)) = tokio::time::timeout(spec.deadline(), all).await else {
         return Err(format!(
             "{}: the run did not end within {:?} (a call hung?)",
             target.name(),
             spec.deadline()
         ));
-    }
+    };
     let st = sh.stats.borrow();
     let secs = spec.duration.as_secs_f64();
     let mean_body = if st.sent > 0 {
@@ -1065,6 +1081,10 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         first_error: st.first_error.clone(),
         mean_body_bytes: mean_body,
         send_msgs_per_s: st.sent_window as f64 / secs,
+        server_cpu_s,
+        server_cpu_us_per_msg: server_cpu_s
+            .filter(|_| st.sent_window > 0)
+            .map(|s| s * 1e6 / st.sent_window as f64),
         send_mb_per_s: st.sent_bytes_window as f64 / secs / 1e6,
         groups: group_results,
         latency: Latencies {

@@ -8,6 +8,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod capacity;
 mod clock;
+mod cpu;
 mod echo;
 mod fio;
 mod http_vs_quic;

@@ -206,6 +206,19 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
                     r.fsync_policy
                 );
             }
+            if let (Some(b), Some(o)) = (base.server_cpu_us_per_msg, r.server_cpu_us_per_msg) {
+                let _ = writeln!(
+                    s,
+                    "- {} / {} server CPU per message: **{}** ({:.1} vs {:.1} µs, at {:.0} vs {:.0} msg/s)",
+                    base.target,
+                    r.target,
+                    ratio(b, o),
+                    b,
+                    o,
+                    base.send_msgs_per_s,
+                    r.send_msgs_per_s
+                );
+            }
         }
         if let Some(e) = rec.echo_floors.iter().find(|e| e.case == *case) {
             let (b, f) = (&base.latency.end_to_end, &e.round_trip);
@@ -321,6 +334,33 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
         );
     }
     let _ = writeln!(s);
+    if rec.runs.iter().any(|r| r.server_cpu_s.is_some()) {
+        let _ = writeln!(
+            s,
+            "Server CPU in the measured window, where the run could see the server (the \
+             in-process broker's threads; a peer's process group; not an external broker), \
+             per message sent in it:\n"
+        );
+        let _ = writeln!(
+            s,
+            "| case | target | sent msg/s | server CPU, cores | µs per message |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        for r in &rec.runs {
+            let Some(cpu) = r.server_cpu_s else { continue };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {:.2} | {} |",
+                r.case,
+                r.target,
+                r.send_msgs_per_s,
+                cpu / r.measured_s.max(1e-9),
+                r.server_cpu_us_per_msg
+                    .map_or("–".into(), |u| format!("{u:.1}"))
+            );
+        }
+        let _ = writeln!(s);
+    }
     if rec.runs.iter().any(is_round_trip) {
         let _ = writeln!(
             s,

@@ -2,6 +2,7 @@
 //! Sluice over HTTP, the peers asked for) in the same run, with the scenario's floors, then the
 //! JSON record, the Markdown report and the charts.
 
+use crate::cpu::CpuMeter;
 use crate::loadgen::{self, Mode};
 use crate::report::{self, EchoFloor, Missing, ScenarioRecord};
 use crate::scenario::{self, Case, Scenario};
@@ -153,6 +154,11 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
                     }
                 };
                 let ep = broker.as_ref().map_or(ext, |b| b.endpoints.clone());
+                // The in-process broker's CPU is read from its threads; an external one's is
+                // not seen from here.
+                let meter = broker
+                    .as_ref()
+                    .map(|_| CpuMeter::Threads(crate::cpu::IN_PROCESS_BROKER_THREADS));
                 let target: Box<dyn Target> = match t.as_str() {
                     "sluice-quic" => {
                         let (Some(addr), Some(cert)) = (ep.quic, ep.cert.clone()) else {
@@ -160,11 +166,12 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
                                 .push(miss(case, t, "--sluice-quic needs --cert".into()));
                             continue;
                         };
-                        Box::new(SluiceQuic::new(addr, cert))
+                        Box::new(SluiceQuic::new(addr, cert).metered(meter))
                     }
-                    _ => Box::new(SluiceHttp::new(
-                        ep.http.expect("set for in-process brokers"),
-                    )),
+                    _ => Box::new(
+                        SluiceHttp::new(ep.http.expect("set for in-process brokers"))
+                            .metered(meter),
+                    ),
                 };
                 one(&*target, case, &mut rec).await;
                 drop(target);

@@ -3,6 +3,7 @@
 //! consumers) and `sluice-http` (the SQS JSON API over HTTP/1.1 keep-alive). Both talk either to
 //! a broker this process starts ([`InProcess`]) or to an external one.
 
+use crate::cpu::CpuMeter;
 use crate::sqs_http::HttpConn;
 use crate::target::{AckToken, BoxFut, Conn, InMsg, OutMsg, Shape, Target, TargetError};
 use serde_json::{json, Value};
@@ -145,6 +146,7 @@ pub struct SluiceQuic {
     cert: PathBuf,
     names: Rc<Names>,
     admin: RefCell<Option<Client>>,
+    cpu: Option<CpuMeter>,
 }
 
 impl SluiceQuic {
@@ -154,7 +156,14 @@ impl SluiceQuic {
             cert,
             names: Rc::default(),
             admin: RefCell::new(None),
+            cpu: None,
         }
+    }
+
+    /// Reports the server's CPU from `cpu` (a broker this run can see).
+    pub fn metered(mut self, cpu: Option<CpuMeter>) -> Self {
+        self.cpu = cpu;
+        self
     }
 
     async fn client(&self) -> Result<Client, TargetError> {
@@ -182,6 +191,9 @@ impl Target for SluiceQuic {
     }
     fn fsync_policy(&self) -> String {
         FSYNC_POLICY.into()
+    }
+    fn cpu_meter(&self) -> Option<CpuMeter> {
+        self.cpu.clone()
     }
     fn supports(&self, _shape: &Shape) -> bool {
         true
@@ -489,6 +501,7 @@ impl Conn for QuicConn {
 pub struct SluiceHttp {
     addr: SocketAddr,
     names: Rc<Names>,
+    cpu: Option<CpuMeter>,
 }
 
 impl SluiceHttp {
@@ -496,7 +509,14 @@ impl SluiceHttp {
         SluiceHttp {
             addr,
             names: Rc::default(),
+            cpu: None,
         }
+    }
+
+    /// Reports the server's CPU from `cpu` (a broker this run can see).
+    pub fn metered(mut self, cpu: Option<CpuMeter>) -> Self {
+        self.cpu = cpu;
+        self
     }
 }
 
@@ -506,6 +526,9 @@ impl Target for SluiceHttp {
     }
     fn fsync_policy(&self) -> String {
         FSYNC_POLICY.into()
+    }
+    fn cpu_meter(&self) -> Option<CpuMeter> {
+        self.cpu.clone()
     }
     fn supports(&self, shape: &Shape) -> bool {
         !matches!(shape, Shape::Topic { .. })

@@ -86,6 +86,11 @@ pub trait Target {
     fn receive_is_a_request(&self) -> bool {
         true
     }
+    /// Where the server's CPU time can be read, if this run can see its server (one it
+    /// started: the in-process broker or a peer).
+    fn cpu_meter(&self) -> Option<crate::cpu::CpuMeter> {
+        None
+    }
     /// Creates (or recreates empty) the queue or topic named `name` with this shape, and for
     /// topics its consumer groups `0..groups`.
     fn setup<'a>(&'a self, name: &'a str, shape: &'a Shape) -> BoxFut<'a, ()>;

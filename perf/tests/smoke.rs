@@ -187,6 +187,24 @@ fn scenario_files_run_against_sluice_and_report() {
                 );
             }
             assert!(r["fsync_policy"].as_str().is_some_and(|p| !p.is_empty()));
+            // The in-process broker's CPU over the measured window, per message sent in it.
+            assert!(
+                r["server_cpu_s"].as_f64().is_some_and(|s| s > 0.0),
+                "{name} (seed {seed}): server CPU measured: {}",
+                r["server_cpu_s"]
+            );
+            // Per message only if the window saw sends (a bounded smoke may send all of its
+            // messages during the warm-up).
+            let in_window = r["send_msgs_per_s"].as_f64().expect("rate") > 0.0;
+            let per_msg = &r["server_cpu_us_per_msg"];
+            assert!(
+                if in_window {
+                    per_msg.as_f64().is_some_and(|u| u > 0.0 && u.is_finite())
+                } else {
+                    per_msg.is_null()
+                },
+                "{name} (seed {seed}): {per_msg}"
+            );
         }
         for chart in ["latency", "throughput"] {
             let svg = out.join(format!("{name}-latest-{chart}.svg"));
@@ -195,7 +213,7 @@ fn scenario_files_run_against_sluice_and_report() {
         }
         let md = std::fs::read_to_string(out.join(format!("{name}-latest.md"))).expect("report");
         assert!(
-            md.contains("### Ratios") && md.contains("fdatasync"),
+            md.contains("### Ratios") && md.contains("fdatasync") && md.contains("µs per message"),
             "{md}"
         );
     }
@@ -284,6 +302,12 @@ fn an_external_broker_is_named_as_such() {
     let runs = rec["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0]["groups"][0]["lost"], 0);
+    // This run cannot see an external broker's threads: no CPU figure rather than a wrong one.
+    assert!(
+        runs[0]["server_cpu_s"].is_null(),
+        "{}",
+        runs[0]["server_cpu_s"]
+    );
     let md = std::fs::read_to_string(out.join("smoke-open-latest.md")).expect("report");
     assert!(md.contains("external broker"), "{md}");
 }

@@ -9,6 +9,7 @@
 use super::process::{find_binary, free_port, own_dir, probe_tcp, Server};
 use super::Started;
 use super::{group_name, PREFETCH_MESSAGES};
+use crate::cpu::CpuMeter;
 use crate::target::{AckToken, BoxFut, Conn, InMsg, OutMsg, Shape, Target, TargetError};
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures::{FutureExt, StreamExt};
@@ -38,12 +39,14 @@ pub(super) fn start(work_dir: &Path) -> Result<Started, TargetError> {
     server.wait_ready(START_TIMEOUT, || probe_tcp(port, b"", b"INFO "))?;
     let target = NatsTarget {
         url: format!("nats://127.0.0.1:{port}"),
+        cpu: CpuMeter::Groups(vec![server.group()]),
     };
     Ok((Box::new(server), Box::new(target)))
 }
 
 struct NatsTarget {
     url: String,
+    cpu: CpuMeter,
 }
 
 /// Stream names may not contain `.`, `*`, `>` or whitespace; subjects are the same name.
@@ -74,6 +77,10 @@ async fn connect(url: &str) -> Result<(async_nats::Client, jetstream::Context), 
 impl Target for NatsTarget {
     fn name(&self) -> String {
         "nats-jetstream".into()
+    }
+
+    fn cpu_meter(&self) -> Option<CpuMeter> {
+        Some(self.cpu.clone())
     }
 
     fn fsync_policy(&self) -> String {

@@ -107,6 +107,11 @@ impl Server {
         })
     }
 
+    /// The server's process group: it is started as the leader of a group of its own.
+    pub(crate) fn group(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Retries `probe` until it says the server serves, the server exits, or `timeout` passes.
     pub(crate) fn wait_ready(
         &mut self,

@@ -13,6 +13,7 @@
 use super::process::{find_binary, free_port, own_dir, probe_tcp, Server};
 use super::Started;
 use super::{group_name, PREFETCH_MESSAGES};
+use crate::cpu::CpuMeter;
 use crate::target::{AckToken, BoxFut, Conn, InMsg, OutMsg, Shape, Target, TargetError};
 use futures::{FutureExt, StreamExt};
 use lapin::options::{
@@ -131,6 +132,8 @@ pub(super) fn start(work_dir: &Path) -> Result<Started, TargetError> {
     let ready = node.wait_ready(START_TIMEOUT, || {
         probe_tcp(amqp_port, AMQP_HEADER, CONNECTION_START)
     });
+    // The node's group (its shell, the Erlang VM and the VM's helpers) and epmd's.
+    let cpu = CpuMeter::Groups(vec![node.group(), epmd.group()]);
     let guard = RabbitGuard {
         _node: node,
         _epmd: epmd,
@@ -138,6 +141,7 @@ pub(super) fn start(work_dir: &Path) -> Result<Started, TargetError> {
     ready?;
     let target = RabbitTarget {
         uri: format!("amqp://guest:guest@127.0.0.1:{amqp_port}/%2f"),
+        cpu,
     };
     Ok((Box::new(guard), Box::new(target)))
 }
@@ -159,6 +163,7 @@ fn queue_name(name: &str, group: u32) -> String {
 
 struct RabbitTarget {
     uri: String,
+    cpu: CpuMeter,
 }
 
 async fn connect(uri: &str) -> Result<Connection, TargetError> {
@@ -170,6 +175,10 @@ async fn connect(uri: &str) -> Result<Connection, TargetError> {
 impl Target for RabbitTarget {
     fn name(&self) -> String {
         "rabbitmq-quorum".into()
+    }
+
+    fn cpu_meter(&self) -> Option<CpuMeter> {
+        Some(self.cpu.clone())
     }
 
     fn fsync_policy(&self) -> String {

@@ -10,6 +10,7 @@
 use super::group_name;
 use super::process::{find_binary, free_port, own_dir, probe_tcp, Server};
 use super::Started;
+use crate::cpu::CpuMeter;
 use crate::target::{AckToken, BoxFut, Conn, InMsg, OutMsg, Shape, Target, TargetError};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
@@ -63,6 +64,7 @@ pub(super) fn start(work_dir: &Path, fsync: AppendFsync) -> Result<Started, Targ
         fsync,
         client,
         delete_on_ack: Arc::new(Mutex::new(HashMap::new())),
+        cpu: CpuMeter::Groups(vec![server.group()]),
     };
     Ok((Box::new(server), Box::new(target)))
 }
@@ -77,6 +79,7 @@ struct RedisTarget {
     client: redis::Client,
     /// Per key: whether an ack also deletes the entry (queues yes, topics no). Set by `setup`.
     delete_on_ack: Arc<Mutex<HashMap<String, bool>>>,
+    cpu: CpuMeter,
 }
 
 async fn connection(client: &redis::Client) -> Result<MultiplexedConnection, TargetError> {
@@ -90,6 +93,10 @@ async fn connection(client: &redis::Client) -> Result<MultiplexedConnection, Tar
 impl Target for RedisTarget {
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn cpu_meter(&self) -> Option<CpuMeter> {
+        Some(self.cpu.clone())
     }
 
     fn fsync_policy(&self) -> String {

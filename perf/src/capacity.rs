@@ -105,6 +105,23 @@ fn through(r: &Value) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Queue cycles (send + receive + delete of one message) per core from a throughput run: from
+/// the broker's own CPU per message where the run measured it (the in-process broker's threads,
+/// at the closed loop's peak), else the machine's throughput divided by its `cores` (the load
+/// generator's share included: pessimistic).
+fn queue_cycles_per_core(r: &Value, file: &str, cores: f64) -> (f64, String) {
+    match r["server_cpu_us_per_msg"].as_f64() {
+        Some(us) if us > 0.0 => (
+            1e6 / us,
+            format!("{file} (the broker's own CPU: {us:.1} µs per message)"),
+        ),
+        _ => (
+            through(r) / cores,
+            format!("{file} (the machine's throughput / its {cores} cores, generator included)"),
+        ),
+    }
+}
+
 /// The topic scenarios whose figures size the stream path.
 const TOPIC_SCENARIOS: [&str; 2] = ["fanout", "stream-iggy"];
 
@@ -137,7 +154,7 @@ pub fn measured(results: &Path, l: &Load) -> Result<Measured, String> {
     for (file, j) in &recs {
         if j["kind"] == "scenario" && j["scenario"] == "throughput-2k-batch10" && queue.is_none() {
             if let Some(r) = sluice_run(j, "throughput-2k-batch10").first() {
-                queue = Some((through(r) / cores(j), file.clone()));
+                queue = Some(queue_cycles_per_core(r, file, cores(j)));
             }
         }
         // Topic figures: the newest run of each topic scenario (fan-out at a fixed rate, the
@@ -268,7 +285,9 @@ pub fn model(l: &Load, m: &Measured) -> String {
     );
     let _ = writeln!(
         s,
-        "\nPer-core figures are the whole machine's throughput divided by its cores, with the load \
+        "\nThe queue figure is a core of the broker's own CPU, at the closed loop's peak, where \
+         the run measured it (its source says); the topic figures, and the queue figure from \
+         older runs, are the whole machine's throughput divided by its cores, with the load \
          generator on the same cores: pessimistic for a dedicated broker.\n"
     );
 
@@ -388,4 +407,31 @@ pub fn model(l: &Load, m: &Measured) -> String {
 pub fn run(results: &Path, l: &Load) -> Result<String, String> {
     let m = measured(results, l)?;
     Ok(model(l, &m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(server_cpu_us_per_msg: Option<f64>) -> Value {
+        json!({
+            "target": "sluice-quic",
+            "case": "throughput-2k-batch10",
+            "send_msgs_per_s": 40000.0,
+            "groups": [{"ack_msgs_per_s": 38000.0}],
+            "server_cpu_us_per_msg": server_cpu_us_per_msg,
+        })
+    }
+
+    #[test]
+    fn queue_cycles_come_from_the_brokers_cpu_where_measured() {
+        let (v, from) = queue_cycles_per_core(&run(Some(25.0)), "a.json", 2.0);
+        assert_eq!(v, 40_000.0);
+        assert!(from.contains("25.0 µs per message"), "{from}");
+        // Older records: the machine's throughput (the slowest group's) over its cores.
+        let (v, from) = queue_cycles_per_core(&run(None), "b.json", 2.0);
+        assert_eq!(v, 19_000.0);
+        assert!(from.contains("generator included"), "{from}");
+    }
 }

@@ -12,6 +12,10 @@
 //! (system calls, the loopback send path) counts to that thread. Not counted: softirq work the
 //! kernel does on whatever thread the interrupt lands on, and threads that exit within the
 //! window.
+//!
+//! The reads happen on the generator's thread, twice per run (the window's edges): a group
+//! scans `/proc` (73 processes on the test machine: well under a millisecond), the in-process
+//! broker reads its dozen threads' files.
 
 use std::fs;
 use std::path::Path;

@@ -78,6 +78,48 @@ trait Lanes<const N: usize>: Word {
     }
 }
 
+/// [`Word`] for a type wrapping one vector register, from the register's intrinsics, each run
+/// through the module's `unsafe` macro `$run` (whose SAFETY comment says why the CPU has them).
+#[cfg(target_arch = "x86_64")]
+macro_rules! register_word {
+    ($ty:ident, $run:ident, $set1:ident, $add:ident, $and:ident, $or:ident, $xor:ident,
+     $sll:ident, $srl:ident) => {
+        impl Word for $ty {
+            #[inline(always)]
+            fn splat(x: u32) -> Self {
+                $ty($run!($set1(x as i32)))
+            }
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                $ty($run!($add(self.0, o.0)))
+            }
+            #[inline(always)]
+            fn and(self, o: Self) -> Self {
+                $ty($run!($and(self.0, o.0)))
+            }
+            #[inline(always)]
+            fn or(self, o: Self) -> Self {
+                $ty($run!($or(self.0, o.0)))
+            }
+            #[inline(always)]
+            fn xor(self, o: Self) -> Self {
+                $ty($run!($xor(self.0, o.0)))
+            }
+            #[inline(always)]
+            fn not(self) -> Self {
+                $ty($run!($xor(self.0, $set1(-1))))
+            }
+            #[inline(always)]
+            fn rotl(self, s: u32) -> Self {
+                // `s` is a constant once inlined: the shifts become immediate ones.
+                let l = $run!($sll(self.0, _mm_cvtsi32_si128(s as i32)));
+                let r = $run!($srl(self.0, _mm_cvtsi32_si128(32 - s as i32)));
+                $ty($run!($or(l, r)))
+            }
+        }
+    };
+}
+
 /// `$k` registers of type `$inner` (`$w` lanes each) side by side, `$n` = `$k` × `$w` lanes,
 /// each operation done on every one: independent chains that the CPU runs in parallel.
 #[cfg(target_arch = "x86_64")]
@@ -182,39 +224,17 @@ mod sse2_lanes {
     #[derive(Clone, Copy)]
     pub(super) struct X4(__m128i);
 
-    impl Word for X4 {
-        #[inline(always)]
-        fn splat(x: u32) -> Self {
-            X4(sse2!(_mm_set1_epi32(x as i32)))
-        }
-        #[inline(always)]
-        fn add(self, o: Self) -> Self {
-            X4(sse2!(_mm_add_epi32(self.0, o.0)))
-        }
-        #[inline(always)]
-        fn and(self, o: Self) -> Self {
-            X4(sse2!(_mm_and_si128(self.0, o.0)))
-        }
-        #[inline(always)]
-        fn or(self, o: Self) -> Self {
-            X4(sse2!(_mm_or_si128(self.0, o.0)))
-        }
-        #[inline(always)]
-        fn xor(self, o: Self) -> Self {
-            X4(sse2!(_mm_xor_si128(self.0, o.0)))
-        }
-        #[inline(always)]
-        fn not(self) -> Self {
-            X4(sse2!(_mm_xor_si128(self.0, _mm_set1_epi32(-1))))
-        }
-        #[inline(always)]
-        fn rotl(self, s: u32) -> Self {
-            // `s` is a constant once inlined: the shifts become immediate ones.
-            let l = sse2!(_mm_sll_epi32(self.0, _mm_cvtsi32_si128(s as i32)));
-            let r = sse2!(_mm_srl_epi32(self.0, _mm_cvtsi32_si128(32 - s as i32)));
-            X4(sse2!(_mm_or_si128(l, r)))
-        }
-    }
+    register_word!(
+        X4,
+        sse2,
+        _mm_set1_epi32,
+        _mm_add_epi32,
+        _mm_and_si128,
+        _mm_or_si128,
+        _mm_xor_si128,
+        _mm_sll_epi32,
+        _mm_srl_epi32
+    );
 
     impl Lanes<4> for X4 {
         #[inline(always)]
@@ -324,39 +344,17 @@ mod avx2_lanes {
     #[derive(Clone, Copy)]
     struct Y8(__m256i);
 
-    impl Word for Y8 {
-        #[inline(always)]
-        fn splat(x: u32) -> Self {
-            Y8(avx2!(_mm256_set1_epi32(x as i32)))
-        }
-        #[inline(always)]
-        fn add(self, o: Self) -> Self {
-            Y8(avx2!(_mm256_add_epi32(self.0, o.0)))
-        }
-        #[inline(always)]
-        fn and(self, o: Self) -> Self {
-            Y8(avx2!(_mm256_and_si256(self.0, o.0)))
-        }
-        #[inline(always)]
-        fn or(self, o: Self) -> Self {
-            Y8(avx2!(_mm256_or_si256(self.0, o.0)))
-        }
-        #[inline(always)]
-        fn xor(self, o: Self) -> Self {
-            Y8(avx2!(_mm256_xor_si256(self.0, o.0)))
-        }
-        #[inline(always)]
-        fn not(self) -> Self {
-            Y8(avx2!(_mm256_xor_si256(self.0, _mm256_set1_epi32(-1))))
-        }
-        #[inline(always)]
-        fn rotl(self, s: u32) -> Self {
-            // `s` is a constant once inlined: the shifts become immediate ones.
-            let l = avx2!(_mm256_sll_epi32(self.0, _mm_cvtsi32_si128(s as i32)));
-            let r = avx2!(_mm256_srl_epi32(self.0, _mm_cvtsi32_si128(32 - s as i32)));
-            Y8(avx2!(_mm256_or_si256(l, r)))
-        }
-    }
+    register_word!(
+        Y8,
+        avx2,
+        _mm256_set1_epi32,
+        _mm256_add_epi32,
+        _mm256_and_si256,
+        _mm256_or_si256,
+        _mm256_xor_si256,
+        _mm256_sll_epi32,
+        _mm256_srl_epi32
+    );
 
     impl Lanes<8> for Y8 {
         #[inline(always)]

@@ -6,7 +6,7 @@
 //! | `attributes`  | queue kinds and names, queue attributes (SQS ranges), message attributes, body rule |
 //! | `error`       | `EngineError`, one variant per SQS error code                          |
 //! | `md5`         | MD5OfMessageBody / MD5OfMessageAttributes, byte-exact                  |
-//! | `md5_lanes`   | MD5 of up to twelve bodies at once (SSE2 lanes), for batches           |
+//! | `md5_lanes`   | MD5 of up to 16 bodies at once (AVX2 or SSE2 lanes), for batches       |
 //! | `receipt`     | unforgeable receipt handles (HMAC-SHA256, URL-safe base64)             |
 //! | `record`      | the partition's log records and their versioned binary encoding        |
 //! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves   |

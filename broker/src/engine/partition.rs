@@ -1001,7 +1001,7 @@ impl Partition {
     }
 
     /// `md5_body` is the body's digest, computed by the caller (a batch hashes its bodies
-    /// together, up to twelve at a time).
+    /// together, up to sixteen at a time with AVX2, twelve without).
     fn send(
         &mut self,
         now: u64,

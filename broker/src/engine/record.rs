@@ -172,7 +172,7 @@ impl Payload {
             .get_or_init(|| md5_of_body(self.body.as_bytes()))
     }
 
-    /// Computes the body digests the payloads do not have yet, up to twelve bodies at a time (a
+    /// Computes the body digests the payloads do not have yet, side by side in vector lanes (a
     /// receive of replayed messages).
     pub fn fill_md5_bodies<'a>(payloads: impl IntoIterator<Item = &'a Payload>) {
         let missing: Vec<&Payload> = payloads

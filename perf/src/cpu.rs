@@ -75,6 +75,74 @@ impl CpuMeter {
     }
 }
 
+/// The CPU counters a run reads at each edge of its measured window, in seconds: the
+/// server's (where the run can see it), the load generator's, the whole machine's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuSample {
+    pub server: Option<f64>,
+    pub generator: Option<f64>,
+    pub machine: Option<f64>,
+}
+
+impl CpuSample {
+    /// Reads every counter now; `server` only through a meter.
+    pub fn take(server: Option<&CpuMeter>) -> Self {
+        Self {
+            server: server.and_then(CpuMeter::seconds),
+            generator: generator_seconds(IN_PROCESS_BROKER_THREADS),
+            machine: machine_busy_seconds(),
+        }
+    }
+
+    /// What each counter grew by since `start` (`None` where either read failed).
+    pub fn since(&self, start: &Self) -> Self {
+        let d = |a: Option<f64>, b: Option<f64>| Some(a? - b?);
+        Self {
+            server: d(self.server, start.server),
+            generator: d(self.generator, start.generator),
+            machine: d(self.machine, start.machine),
+        }
+    }
+}
+
+/// CPU seconds used so far by this process's threads that a `Threads` meter of `broker`
+/// prefixes does not count: the load generator's (all of this process when the server is
+/// elsewhere: a peer, an external broker). `None` if `/proc` cannot tell.
+pub fn generator_seconds(broker: &[&str]) -> Option<f64> {
+    let ns = threads_ns(Path::new("/proc/self"), |comm| {
+        !broker.iter().any(|p| comm.starts_with(p))
+    })?;
+    Some(ns as f64 / 1e9)
+}
+
+/// CPU seconds the whole machine has been busy so far, over all its cores: user, nice,
+/// system, irq and softirq time from `/proc/stat` (not idle, not iowait, not steal). It counts
+/// what the per-process figures cannot: softirq work on whatever thread an interrupt lands
+/// on, other processes. `None` if `/proc/stat` cannot tell.
+pub fn machine_busy_seconds() -> Option<f64> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: `sysconf` only reads a configuration value; it has no memory-safety
+    // preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    proc_stat_busy_ticks(&stat).map(|t| t as f64 / hz.max(1) as f64)
+}
+
+/// The busy ticks of `/proc/stat`'s first (all-CPU) line: user + nice + system + irq +
+/// softirq.
+fn proc_stat_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().next()?;
+    let mut f = line.split_whitespace();
+    if f.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = f.take(7).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    if v.len() < 7 {
+        return None;
+    }
+    // user nice system idle iowait irq softirq
+    Some(v[0] + v[1] + v[2] + v[5] + v[6])
+}
+
 /// Run time in ns of the threads of process `proc_dir` whose name `keep` accepts; `None` if
 /// the task list cannot be read or no thread was accepted.
 fn threads_ns(proc_dir: &Path, keep: impl Fn(&str) -> bool) -> Option<u64> {
@@ -114,6 +182,26 @@ fn stat_pgrp(line: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_machine_busy_time() {
+        let stat = "cpu  100 2 30 4000 50 6 7 8 0 0\ncpu0 50 1 15 2000 25 3 3 4 0 0\n";
+        assert_eq!(proc_stat_busy_ticks(stat), Some(100 + 2 + 30 + 6 + 7));
+        assert_eq!(proc_stat_busy_ticks("cpu0 1 2 3 4 5 6 7\n"), None);
+        assert_eq!(proc_stat_busy_ticks("cpu  1 2 3\n"), None);
+        assert_eq!(proc_stat_busy_ticks(""), None);
+        let a = machine_busy_seconds().expect("/proc/stat");
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(100) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let b = machine_busy_seconds().expect("/proc/stat");
+        assert!(b >= a, "{a} then {b}");
+        // This thread, counted as the generator (no broker threads named here), burned ~0.1 s.
+        let g = generator_seconds(IN_PROCESS_BROKER_THREADS).expect("own threads");
+        assert!(g >= 0.05, "{g}");
+    }
 
     #[test]
     fn parses_what_the_kernel_writes() {

@@ -22,6 +22,7 @@
 //! lag remains — the clock's slack and a busy runtime — is reported as `send_lag` and counts in
 //! every latency (the floors are measured the same way).
 
+use crate::cpu::CpuSample;
 use crate::target::{Conn, OutMsg, Shape, Target};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
@@ -353,6 +354,16 @@ pub struct RunResult {
     /// `server_cpu_s` per message sent in the window, in µs: what one message costs the
     /// server at this load (sent, received and acknowledged).
     pub server_cpu_us_per_msg: Option<f64>,
+    /// CPU seconds the load generator used in the window: this process's threads but the
+    /// in-process broker's (its QUIC or TCP client, its kernel work, its bookkeeping).
+    pub generator_cpu_s: Option<f64>,
+    pub generator_cpu_us_per_msg: Option<f64>,
+    /// CPU seconds the whole machine was busy in the window, over all its cores (`/proc/stat`:
+    /// server, generator, interrupts and anything else running). Per message, it is what the
+    /// machine's cores must cover for each message: `machine_cores × 10⁶ / machine_cpu_us_per_msg`
+    /// is the most this machine could send at this cost per message.
+    pub machine_cpu_s: Option<f64>,
+    pub machine_cpu_us_per_msg: Option<f64>,
     pub send_mb_per_s: f64,
     pub groups: Vec<GroupResult>,
     pub latency: Latencies,
@@ -996,18 +1007,18 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         };
         tasks.push(task);
     }
-    // The server's CPU over the measured window, where this run can see the server.
+    // CPU over the measured window: the server's (where this run can see it), the
+    // generator's, the machine's.
     let meter = target.cpu_meter();
     let measure_end = sh.measure_end;
     let cpu = async {
-        let meter = meter.as_ref()?;
         tokio::time::sleep_until(warm_end.into()).await;
-        let start = meter.seconds()?;
+        let start = CpuSample::take(meter.as_ref());
         tokio::time::sleep_until(measure_end.into()).await;
-        Some(meter.seconds()? - start)
+        CpuSample::take(meter.as_ref()).since(&start)
     };
     let all = futures::future::join(futures::future::join_all(tasks), cpu);
-    let Ok((_, server_cpu_s)) = tokio::time::timeout(spec.deadline(), all).await else {
+    let Ok((_, cpu)) = tokio::time::timeout(spec.deadline(), all).await else {
         return Err(format!(
             "{}: the run did not end within {:?} (a call hung?)",
             target.name(),
@@ -1039,6 +1050,11 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         })
         .collect();
     let drain_timed_out = group_results.iter().any(|g| g.lost > 0);
+    // CPU seconds in the window per message sent in it, in µs (none if it saw no sends).
+    let per_msg = |cpu: Option<f64>| {
+        cpu.filter(|_| st.sent_window > 0)
+            .map(|s| s * 1e6 / st.sent_window as f64)
+    };
     Ok(RunResult {
         target: target.name(),
         fsync_policy: target.fsync_policy(),
@@ -1081,10 +1097,12 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         first_error: st.first_error.clone(),
         mean_body_bytes: mean_body,
         send_msgs_per_s: st.sent_window as f64 / secs,
-        server_cpu_s,
-        server_cpu_us_per_msg: server_cpu_s
-            .filter(|_| st.sent_window > 0)
-            .map(|s| s * 1e6 / st.sent_window as f64),
+        server_cpu_s: cpu.server,
+        server_cpu_us_per_msg: per_msg(cpu.server),
+        generator_cpu_s: cpu.generator,
+        generator_cpu_us_per_msg: per_msg(cpu.generator),
+        machine_cpu_s: cpu.machine,
+        machine_cpu_us_per_msg: per_msg(cpu.machine),
         send_mb_per_s: st.sent_bytes_window as f64 / secs / 1e6,
         groups: group_results,
         latency: Latencies {

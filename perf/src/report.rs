@@ -219,6 +219,17 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
                     r.send_msgs_per_s
                 );
             }
+            if let (Some(b), Some(o)) = (base.machine_cpu_us_per_msg, r.machine_cpu_us_per_msg) {
+                let _ = writeln!(
+                    s,
+                    "- {} / {} machine CPU per message (server, generator and kernel): **{}** ({:.1} vs {:.1} µs)",
+                    base.target,
+                    r.target,
+                    ratio(b, o),
+                    b,
+                    o
+                );
+            }
         }
         if let Some(e) = rec.echo_floors.iter().find(|e| e.case == *case) {
             let (b, f) = (&base.latency.end_to_end, &e.round_trip);
@@ -334,29 +345,48 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
         );
     }
     let _ = writeln!(s);
-    if rec.runs.iter().any(|r| r.server_cpu_s.is_some()) {
+    if rec
+        .runs
+        .iter()
+        .any(|r| r.server_cpu_s.is_some() || r.machine_cpu_s.is_some())
+    {
         let _ = writeln!(
             s,
-            "Server CPU in the measured window, where the run could see the server (the \
-             in-process broker's threads; a peer's process group; not an external broker), \
-             per message sent in it:\n"
+            "CPU in the measured window, per message sent in it: the server's where the run \
+             could see it (the in-process broker's threads; a peer's process group; not an \
+             external broker), the load generator's (this process but the broker), the whole \
+             machine's ({} cores: both, the kernel's interrupt work, anything else running). The \
+             last column is the most this machine could send at the machine's cost per message \
+             with every core busy — the ceiling a closed loop's peak runs into when the \
+             generator shares the machine:\n",
+            rec.machine_cores
         );
         let _ = writeln!(
             s,
-            "| case | target | sent msg/s | server CPU, cores | µs per message |"
+            "| case | target | sent msg/s | server, cores | server µs/msg | generator µs/msg | machine µs/msg | all cores at this cost, msg/s |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let us = |u: Option<f64>| u.map_or("–".into(), |u| format!("{u:.1}"));
         for r in &rec.runs {
-            let Some(cpu) = r.server_cpu_s else { continue };
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.0} | {:.2} | {} |",
+                "| {} | {} | {:.0} | {} | {} | {} | {} | {} |",
                 r.case,
                 r.target,
                 r.send_msgs_per_s,
-                cpu / r.measured_s.max(1e-9),
-                r.server_cpu_us_per_msg
-                    .map_or("–".into(), |u| format!("{u:.1}"))
+                r.server_cpu_s.map_or("–".into(), |c| format!(
+                    "{:.2}",
+                    c / r.measured_s.max(1e-9)
+                )),
+                us(r.server_cpu_us_per_msg),
+                us(r.generator_cpu_us_per_msg),
+                us(r.machine_cpu_us_per_msg),
+                r.machine_cpu_us_per_msg
+                    .filter(|u| *u > 0.0)
+                    .map_or("–".into(), |u| format!(
+                        "{:.0}",
+                        rec.machine_cores as f64 * 1e6 / u
+                    )),
             );
         }
         let _ = writeln!(s);

@@ -196,14 +196,35 @@ fn scenario_files_run_against_sluice_and_report() {
             // Per message only if the window saw sends (a bounded smoke may send all of its
             // messages during the warm-up).
             let in_window = r["send_msgs_per_s"].as_f64().expect("rate") > 0.0;
-            let per_msg = &r["server_cpu_us_per_msg"];
+            for key in [
+                "server_cpu_us_per_msg",
+                "generator_cpu_us_per_msg",
+                "machine_cpu_us_per_msg",
+            ] {
+                let per_msg = &r[key];
+                assert!(
+                    if in_window {
+                        per_msg.as_f64().is_some_and(|u| u > 0.0 && u.is_finite())
+                    } else {
+                        per_msg.is_null()
+                    },
+                    "{name} (seed {seed}): {key} {per_msg}"
+                );
+            }
+            // The machine's busy time is of the same order as the server's and the
+            // generator's together, and no more than every core for the window. The bounds
+            // are loose on purpose: `/proc/stat` counts in sampled ticks, the threads in ns.
+            // They catch a wrong field or a wrong tick rate, not noise.
+            let cpu = |k: &str| r[k].as_f64().expect(k);
+            let (machine, both) = (
+                cpu("machine_cpu_s"),
+                cpu("server_cpu_s") + cpu("generator_cpu_s"),
+            );
+            let window = cpu("measured_s");
             assert!(
-                if in_window {
-                    per_msg.as_f64().is_some_and(|u| u > 0.0 && u.is_finite())
-                } else {
-                    per_msg.is_null()
-                },
-                "{name} (seed {seed}): {per_msg}"
+                machine + 0.1 >= 0.5 * both && machine <= cores as f64 * window * 1.1 + 0.1,
+                "{name} (seed {seed}): machine {machine} s, server and generator {both} s, \
+                 {cores} cores for {window} s"
             );
         }
         for chart in ["latency", "throughput"] {
@@ -213,7 +234,9 @@ fn scenario_files_run_against_sluice_and_report() {
         }
         let md = std::fs::read_to_string(out.join(format!("{name}-latest.md"))).expect("report");
         assert!(
-            md.contains("### Ratios") && md.contains("fdatasync") && md.contains("µs per message"),
+            md.contains("### Ratios")
+                && md.contains("fdatasync")
+                && md.contains("| server µs/msg | generator µs/msg | machine µs/msg |"),
             "{md}"
         );
     }
@@ -308,6 +331,14 @@ fn an_external_broker_is_named_as_such() {
         "{}",
         runs[0]["server_cpu_s"]
     );
+    // The generator and the machine it runs on are still measured.
+    for key in ["generator_cpu_s", "machine_cpu_s"] {
+        assert!(
+            runs[0][key].as_f64().is_some_and(|s| s > 0.0),
+            "{key}: {}",
+            runs[0][key]
+        );
+    }
     let md = std::fs::read_to_string(out.join("smoke-open-latest.md")).expect("report");
     assert!(md.contains("external broker"), "{md}");
 }

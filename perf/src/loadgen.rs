@@ -358,10 +358,11 @@ pub struct RunResult {
     /// in-process broker's (its QUIC or TCP client, its kernel work, its bookkeeping).
     pub generator_cpu_s: Option<f64>,
     pub generator_cpu_us_per_msg: Option<f64>,
-    /// CPU seconds the whole machine was busy in the window, over all its cores (`/proc/stat`:
-    /// server, generator, interrupts and anything else running). Per message, it is what the
-    /// machine's cores must cover for each message: `machine_cores × 10⁶ / machine_cpu_us_per_msg`
-    /// is the most this machine could send at this cost per message.
+    /// CPU seconds every task on the machine ran in the window, over all its cores (the sum
+    /// of every thread's `schedstat`: server, generator, kernel workers, anything else
+    /// running). Per message, it is what the machine's cores must cover for each message:
+    /// `machine_cores × 10⁶ / machine_cpu_us_per_msg` is the most this machine could send at
+    /// this cost per message.
     pub machine_cpu_s: Option<f64>,
     pub machine_cpu_us_per_msg: Option<f64>,
     pub send_mb_per_s: f64,

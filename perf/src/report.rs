@@ -355,7 +355,7 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
             "CPU in the measured window, per message sent in it: the server's where the run \
              could see it (the in-process broker's threads; a peer's process group; not an \
              external broker), the load generator's (this process but the broker), the whole \
-             machine's ({} cores: both, the kernel's interrupt work, anything else running). The \
+             machine's ({} cores: every task's run time, kernel workers and other processes too). The \
              last column is the most this machine could send at the machine's cost per message \
              with every core busy — the ceiling a closed loop's peak runs into when the \
              generator shares the machine:\n",

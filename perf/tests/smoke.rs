@@ -211,10 +211,9 @@ fn scenario_files_run_against_sluice_and_report() {
                     "{name} (seed {seed}): {key} {per_msg}"
                 );
             }
-            // The machine's busy time is of the same order as the server's and the
-            // generator's together, and no more than every core for the window. The bounds
-            // are loose on purpose: `/proc/stat` counts in sampled ticks, the threads in ns.
-            // They catch a wrong field or a wrong tick rate, not noise.
+            // The machine's run time covers the server's and the generator's (the same ns
+            // counters, summed over every task; threads that exit in the window are missed,
+            // hence the slack), and is no more than every core for the window.
             let cpu = |k: &str| r[k].as_f64().expect(k);
             let (machine, both) = (
                 cpu("machine_cpu_s"),
@@ -222,7 +221,7 @@ fn scenario_files_run_against_sluice_and_report() {
             );
             let window = cpu("measured_s");
             assert!(
-                machine + 0.1 >= 0.5 * both && machine <= cores as f64 * window * 1.1 + 0.1,
+                machine + 0.05 >= 0.95 * both && machine <= cores as f64 * window * 1.05 + 0.05,
                 "{name} (seed {seed}): machine {machine} s, server and generator {both} s, \
                  {cores} cores for {window} s"
             );

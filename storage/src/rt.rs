@@ -101,6 +101,93 @@ mod tests {
         );
     }
 
+    /// glommio is patched (vendor/README.md): the main ring is cooperative, so a completion
+    /// (a disk write's, a socket's readiness) no longer interrupts a running executor; it is
+    /// delivered when the executor next enters the kernel, or when it looks at the ring and
+    /// the kernel flags deferred work. Here one task keeps the executor busy in user space
+    /// (yielding, never parking) while others wait on durable writes and on a loopback TCP
+    /// echo, with a spin before parking as pinned shards have. Every completion must arrive:
+    /// a lost or stuck one hangs the run, which the deadline turns into a failure.
+    #[test]
+    fn completions_reach_an_executor_busy_in_user_space() {
+        use futures::{AsyncReadExt, AsyncWriteExt};
+        const WRITES: u64 = 200;
+        const ECHOES: usize = 200;
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("coop");
+        let written = path.clone();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let ex = super::executor_builder("coop", glommio::Placement::Unbound)
+            .spin_before_park(std::time::Duration::from_micros(50))
+            // The busy task never lets the queue drain: the executor looks at its rings when
+            // this timer preempts it.
+            .preempt_timer(std::time::Duration::from_millis(1))
+            .spawn(move || async move {
+                let busy = std::rc::Rc::new(std::cell::Cell::new(true));
+                let spinner = {
+                    let busy = busy.clone();
+                    glommio::spawn_local(async move {
+                        let mut turns = 0u64;
+                        while busy.get() {
+                            turns += 1;
+                            glommio::yield_if_needed().await;
+                        }
+                        turns
+                    })
+                };
+                let listener = glommio::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+                let addr = listener.local_addr().expect("addr");
+                let server = glommio::spawn_local(async move {
+                    let mut s = listener.accept().await.expect("accept");
+                    let mut b = [0u8; 64];
+                    for _ in 0..ECHOES {
+                        s.read_exact(&mut b).await.expect("read");
+                        s.write_all(&b).await.expect("write");
+                    }
+                });
+                let mut c = glommio::net::TcpStream::connect(addr)
+                    .await
+                    .expect("connect");
+                let file = glommio::io::OpenOptions::new()
+                    .create(true)
+                    .read(true)
+                    .write(true)
+                    .dma_open(&path)
+                    .await
+                    .expect("create");
+                let mut buf = file.alloc_dma_buffer(4096);
+                for i in 0..WRITES {
+                    buf.as_bytes_mut().fill(i as u8);
+                    let b = std::mem::replace(&mut buf, file.alloc_dma_buffer(4096));
+                    assert_eq!(file.write_at(b, i * 4096).await.expect("write"), 4096);
+                    let mut e = [i as u8; 64];
+                    c.write_all(&e).await.expect("send");
+                    c.read_exact(&mut e).await.expect("echo");
+                    assert_eq!(e, [i as u8; 64]);
+                }
+                file.fdatasync().await.expect("sync");
+                file.close().await.expect("close");
+                server.await;
+                busy.set(false);
+                assert!(spinner.await > 0);
+            })
+            .expect("spawn executor");
+        std::thread::spawn(move || {
+            let _ = done_tx.send(ex.join().is_ok());
+        });
+        let finished = done_rx.recv_timeout(std::time::Duration::from_secs(120));
+        assert_eq!(
+            finished,
+            Ok(true),
+            "{WRITES} durable writes and {ECHOES} echoes beside a busy task did not finish"
+        );
+        let bytes = std::fs::read(&written).expect("read back");
+        assert_eq!(bytes.len() as u64, WRITES * 4096);
+        for (i, block) in bytes.chunks(4096).enumerate() {
+            assert!(block.iter().all(|b| *b == i as u8), "block {i}");
+        }
+    }
+
     #[test]
     fn transparent_huge_pages_can_be_turned_off_for_the_process() {
         super::disable_transparent_huge_pages().expect("prctl(PR_SET_THP_DISABLE)");

@@ -1,22 +1,27 @@
-//! The CPU a target's server uses while it is measured: read from the kernel's per-thread run
-//! time (`/proc/<pid>/task/<tid>/schedstat`, nanoseconds on a CPU, user and system together),
-//! sampled at the start and the end of a run's measured window. Divided by the messages sent in
-//! that window, it is the server's CPU per message at that load: the figure to compare across
+//! The CPU a run uses while it is measured: read from the kernel's per-thread run time
+//! (`/proc/<pid>/task/<tid>/schedstat`, nanoseconds on a CPU, user and system together),
+//! sampled at the start and the end of a run's measured window, for three sets of threads: the
+//! server's, the load generator's and the whole machine's. Divided by the messages sent in
+//! that window, the server's is its CPU per message at that load: the figure to compare across
 //! brokers on a machine the load generator shares, and the one the capacity model's cores come
-//! from.
+//! from. The machine's is what the cores must cover per message, generator included.
 //!
 //! What is counted: for the in-process Sluice, the threads of this process that serve it (its
 //! shards, and the kernel's io_uring workers, which do only the broker's I/O here: the generator
 //! does not use io_uring); for a peer, every process in its server's process group (the suite
-//! starts each server as a group of its own). The kernel's work on behalf of a thread
-//! (system calls, the loopback send path) counts to that thread. Not counted: softirq work the
-//! kernel does on whatever thread the interrupt lands on, and threads that exit within the
-//! window.
+//! starts each server as a group of its own); for the generator, this process's other threads;
+//! for the machine, every thread of every process, kernel threads included. The kernel's work
+//! on behalf of a thread (system calls, the loopback send path) counts to that thread.
 //!
-//! The reads happen on the generator's thread, twice per run (the window's edges): a group
-//! scans `/proc` (73 processes on the test machine: well under a millisecond), the in-process
-//! broker reads its dozen threads' files.
+//! A window's figure is the sum, over the threads alive at its end, of what each ran since the
+//! start (all of it for a thread born in the window). A thread that exits within the window is
+//! missed, rather than subtracted: the machine's other processes come and go (a test suite's
+//! do), and a difference of two sums would lose an exiting process's whole lifetime.
+//!
+//! The reads happen on the generator's thread, twice per run (the window's edges), each a scan
+//! of `/proc` (73 processes on the test machine: a few milliseconds at most).
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
 
@@ -33,25 +38,30 @@ pub enum CpuMeter {
 /// kernel names an io_uring worker `iou-wrk-<tid>`.
 pub const IN_PROCESS_BROKER_THREADS: &[&str] = &["shard-", "iou-wrk-"];
 
+/// Run time so far (ns) of each thread a read counted, by thread id.
+pub type Tasks = HashMap<u32, u64>;
+
+/// CPU seconds the threads alive in `end` ran since `start`: a thread's whole run time if it
+/// is new, none if its counter went back (its id was reused).
+pub fn ran_between(start: &Tasks, end: &Tasks) -> f64 {
+    let ns: u64 = end
+        .iter()
+        .map(|(tid, ns)| ns.saturating_sub(start.get(tid).copied().unwrap_or(0)))
+        .sum();
+    ns as f64 / 1e9
+}
+
 impl CpuMeter {
-    /// CPU seconds used so far by what this meter counts; `None` if `/proc` cannot tell.
-    pub fn seconds(&self) -> Option<f64> {
-        let ns = match self {
-            CpuMeter::Threads(prefixes) => threads_ns(Path::new("/proc/self"), |comm| {
+    /// The run time so far of each thread this meter counts; `None` if `/proc` cannot tell or
+    /// nothing is counted.
+    pub fn tasks(&self) -> Option<Tasks> {
+        let mut tasks = Tasks::new();
+        match self {
+            CpuMeter::Threads(prefixes) => threads(Path::new("/proc/self"), &mut tasks, |comm| {
                 prefixes.iter().any(|p| comm.starts_with(p))
             })?,
             CpuMeter::Groups(groups) => {
-                let mut sum = 0u64;
-                let mut found = false;
-                for entry in fs::read_dir("/proc").ok()?.flatten() {
-                    let pid = entry.file_name();
-                    let Some(pid) = pid
-                        .to_str()
-                        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
-                    else {
-                        continue;
-                    };
-                    let dir = Path::new("/proc").join(pid);
+                for dir in processes()? {
                     let Some(pgrp) = fs::read_to_string(dir.join("stat"))
                         .ok()
                         .and_then(|s| stat_pgrp(&s))
@@ -59,26 +69,33 @@ impl CpuMeter {
                         continue; // gone meanwhile
                     };
                     if groups.contains(&pgrp) {
-                        if let Some(ns) = threads_ns(&dir, |_| true) {
-                            sum += ns;
-                            found = true;
-                        }
+                        threads(&dir, &mut tasks, |_| true);
                     }
                 }
-                if !found {
-                    return None;
-                }
-                sum
             }
-        };
-        Some(ns as f64 / 1e9)
+        }
+        (!tasks.is_empty()).then_some(tasks)
+    }
+
+    /// CPU seconds used so far by what this meter counts (threads alive now).
+    #[cfg(test)]
+    pub fn seconds(&self) -> Option<f64> {
+        self.tasks().map(|t| ran_between(&Tasks::new(), &t))
     }
 }
 
-/// The CPU counters a run reads at each edge of its measured window, in seconds: the
-/// server's (where the run can see it), the load generator's, the whole machine's.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// The CPU counters a run reads at each edge of its measured window: the server's (where the
+/// run can see it), the load generator's, the whole machine's.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CpuSample {
+    pub server: Option<Tasks>,
+    pub generator: Option<Tasks>,
+    pub machine: Option<Tasks>,
+}
+
+/// CPU seconds each set of threads ran in a window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuSeconds {
     pub server: Option<f64>,
     pub generator: Option<f64>,
     pub machine: Option<f64>,
@@ -88,66 +105,73 @@ impl CpuSample {
     /// Reads every counter now; `server` only through a meter.
     pub fn take(server: Option<&CpuMeter>) -> Self {
         Self {
-            server: server.and_then(CpuMeter::seconds),
-            generator: generator_seconds(IN_PROCESS_BROKER_THREADS),
-            machine: machine_busy_seconds(),
+            server: server.and_then(CpuMeter::tasks),
+            generator: generator_tasks(IN_PROCESS_BROKER_THREADS),
+            machine: machine_tasks(),
         }
     }
 
-    /// What each counter grew by since `start` (`None` where either read failed).
-    pub fn since(&self, start: &Self) -> Self {
-        let d = |a: Option<f64>, b: Option<f64>| Some(a? - b?);
-        Self {
-            server: d(self.server, start.server),
-            generator: d(self.generator, start.generator),
-            machine: d(self.machine, start.machine),
+    /// What each set ran between `start` and this sample (`None` where either read failed).
+    pub fn since(&self, start: &Self) -> CpuSeconds {
+        let d = |a: &Option<Tasks>, b: &Option<Tasks>| Some(ran_between(b.as_ref()?, a.as_ref()?));
+        CpuSeconds {
+            server: d(&self.server, &start.server),
+            generator: d(&self.generator, &start.generator),
+            machine: d(&self.machine, &start.machine),
         }
     }
 }
 
-/// CPU seconds used so far by this process's threads that a `Threads` meter of `broker`
-/// prefixes does not count: the load generator's (all of this process when the server is
-/// elsewhere: a peer, an external broker). `None` if `/proc` cannot tell.
-pub fn generator_seconds(broker: &[&str]) -> Option<f64> {
-    let ns = threads_ns(Path::new("/proc/self"), |comm| {
+/// This process's threads that a `Threads` meter of `broker` prefixes does not count: the load
+/// generator's (all of this process when the server is elsewhere: a peer, an external broker).
+pub fn generator_tasks(broker: &[&str]) -> Option<Tasks> {
+    let mut tasks = Tasks::new();
+    threads(Path::new("/proc/self"), &mut tasks, |comm| {
         !broker.iter().any(|p| comm.starts_with(p))
     })?;
-    Some(ns as f64 / 1e9)
+    Some(tasks)
 }
 
-/// CPU seconds every task on the machine has run so far, over all its cores: the sum of
-/// `schedstat` over every thread of every process, kernel threads included (io_uring and
-/// block workers, `ksoftirqd`). It counts what the per-process figures cannot: kernel workers,
-/// other processes. Not counted: interrupt time the kernel keeps apart from tasks, and tasks
-/// that exit between the two reads. `/proc/stat`'s tick counts were the first source tried:
+/// Every thread of every process on the machine, kernel threads included (io_uring and block
+/// workers, `ksoftirqd`): what the per-process figures cannot see. Not counted: interrupt time
+/// the kernel keeps apart from tasks. `/proc/stat`'s tick counts were the first source tried:
 /// on this VM they undercount a partly idle machine (below the server's and the generator's
 /// own ns counts at 5,000 msg/s), so the figure reads the same ns counters as the others.
-/// `None` if `/proc` cannot tell.
-pub fn machine_busy_seconds() -> Option<f64> {
-    let mut ns = 0u64;
-    let mut found = false;
-    for entry in fs::read_dir("/proc").ok()?.flatten() {
-        let name = entry.file_name();
-        if !name
-            .to_str()
-            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
-        {
-            continue;
-        }
-        if let Some(n) = threads_ns(&entry.path(), |_| true) {
-            ns += n;
-            found = true;
-        }
+pub fn machine_tasks() -> Option<Tasks> {
+    let mut tasks = Tasks::new();
+    for dir in processes()? {
+        threads(&dir, &mut tasks, |_| true);
     }
-    found.then_some(ns as f64 / 1e9)
+    (!tasks.is_empty()).then_some(tasks)
 }
 
-/// Run time in ns of the threads of process `proc_dir` whose name `keep` accepts; `None` if
-/// the task list cannot be read or no thread was accepted.
-fn threads_ns(proc_dir: &Path, keep: impl Fn(&str) -> bool) -> Option<u64> {
-    let mut sum = 0u64;
-    let mut found = false;
+/// `/proc/<pid>` of every process now.
+fn processes() -> Option<Vec<std::path::PathBuf>> {
+    Some(
+        fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .map(|e| e.path())
+            .collect(),
+    )
+}
+
+/// Adds the run time (ns) of the threads of process `proc_dir` whose name `keep` accepts;
+/// `None` if its task list cannot be read.
+fn threads(proc_dir: &Path, tasks: &mut Tasks, keep: impl Fn(&str) -> bool) -> Option<()> {
     for task in fs::read_dir(proc_dir.join("task")).ok()?.flatten() {
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
         let dir = task.path();
         let Ok(comm) = fs::read_to_string(dir.join("comm")) else {
             continue; // exited meanwhile
@@ -159,11 +183,10 @@ fn threads_ns(proc_dir: &Path, keep: impl Fn(&str) -> bool) -> Option<u64> {
             .ok()
             .and_then(|s| schedstat_ns(&s))
         {
-            sum += ns;
-            found = true;
+            tasks.insert(tid, ns);
         }
     }
-    found.then_some(sum)
+    Some(())
 }
 
 /// The first field of a `schedstat` line: time spent on a CPU, in ns.
@@ -184,19 +207,37 @@ mod tests {
 
     #[test]
     fn reads_the_machine_busy_time() {
-        let a = machine_busy_seconds().expect("/proc");
-        let g0 = generator_seconds(IN_PROCESS_BROKER_THREADS).expect("own threads");
-        let t = std::time::Instant::now();
+        // Burn CPU on this thread (the generator here: no broker threads are named) until the
+        // generator's figure shows 50 ms of it, however busy the machine is otherwise.
+        let a = CpuSample::take(None);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         let mut x = 0u64;
-        while t.elapsed() < std::time::Duration::from_millis(100) {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-        }
-        let g = generator_seconds(IN_PROCESS_BROKER_THREADS).expect("own threads") - g0;
-        let b = machine_busy_seconds().expect("/proc") - a;
-        // This thread (the generator here: no broker threads are named) burned ~0.1 s, and the
-        // machine at least that.
-        assert!(g >= 0.05, "{g}");
-        assert!(b >= g * 0.9, "machine {b} s, this thread {g} s");
+        let d = loop {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(10) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            let d = CpuSample::take(None).since(&a);
+            if d.generator.expect("own threads") >= 0.05 {
+                break d;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "50 ms of CPU in 20 s: {d:?}"
+            );
+        };
+        assert_eq!(d.server, None, "no meter, no server figure");
+        // The machine ran at least what this thread ran.
+        let (g, m) = (d.generator.expect("own threads"), d.machine.expect("/proc"));
+        assert!(m >= g * 0.9, "machine {m} s, generator {g} s");
+    }
+
+    #[test]
+    fn a_thread_that_exits_is_missed_not_subtracted() {
+        let start: Tasks = [(1, 5_000), (2, 9_000_000_000), (3, 100)].into();
+        // 2 exited (with 9 s on its counter); 3 ran 50 ns more; 4 is new; 1's id was reused.
+        let end: Tasks = [(1, 10), (3, 150), (4, 2_000)].into();
+        assert_eq!(ran_between(&start, &end), (50 + 2_000) as f64 / 1e9);
     }
 
     #[test]

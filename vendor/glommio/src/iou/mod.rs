@@ -92,9 +92,6 @@ bitflags::bitflags! {
         const CQSIZE    = 1 << 3;
         const CLAMP     = 1 << 4;
         const ATTACH_WQ = 1 << 5;
-        // Sluice patch (see vendor/README.md): completions do not interrupt a running task.
-        const COOP_TASKRUN = 1 << 8;
-        const TASKRUN_FLAG = 1 << 9;
     }
 }
 

@@ -693,12 +693,7 @@ pub(crate) trait UringCommon {
         self.consume_sqe_queue(&mut queue.submissions, true)
     }
 
-    /// Sluice patch: delivers completions the kernel holds back for a cooperative ring (see
-    /// `SleepableRing::flush_task_work`); nothing for other rings.
-    fn flush_task_work(&mut self) {}
-
     fn consume_completion_queue(&mut self, woke: &mut usize) -> usize {
-        self.flush_task_work();
         let mut completed = 0;
         loop {
             match self.consume_one_event() {
@@ -898,42 +893,18 @@ struct SleepableRing {
     task_queue_stats: AHashMap<TaskQueueHandle, RingIoStats>,
     source_map: Rc<RefCell<SourceMap>>,
     in_kernel: usize,
-    /// Sluice patch: the ring was set up with `COOP_TASKRUN | TASKRUN_FLAG`.
-    coop: bool,
 }
 
 impl SleepableRing {
-    /// Sluice patch: `coop` asks for a ring whose completions do not interrupt this thread
-    /// while it runs (`IORING_SETUP_COOP_TASKRUN`); they are delivered when it next enters the
-    /// kernel, and `flush_task_work` enters it when the kernel flags some as pending
-    /// (`IORING_SETUP_TASKRUN_FLAG`). A kernel older than 5.19 refuses the flags: the ring is
-    /// then set up as upstream does.
     fn new(
         size: usize,
         name: &'static str,
         allocator: Rc<UringBufferAllocator>,
         source_map: Rc<RefCell<SourceMap>>,
-        coop: bool,
     ) -> io::Result<Self> {
         assert!(*IO_URING_RECENT_ENOUGH);
-        let coop_ring = if coop {
-            iou::IoUring::new_with_flags(
-                size as _,
-                iou::SetupFlags::COOP_TASKRUN | iou::SetupFlags::TASKRUN_FLAG,
-                iou::SetupFeatures::empty(),
-            )
-            .ok()
-        } else {
-            None
-        };
-        let coop = coop_ring.is_some();
-        let ring = match coop_ring {
-            Some(ring) => ring,
-            None => iou::IoUring::new(size as _)?,
-        };
         Ok(SleepableRing {
-            coop,
-            ring,
+            ring: iou::IoUring::new(size as _)?,
             size,
             submission_queue: UringQueueState::with_capacity(size * 4),
             name,
@@ -947,43 +918,6 @@ impl SleepableRing {
 
     fn ring_fd(&self) -> RawFd {
         self.ring.raw().ring_fd
-    }
-
-    /// Sluice patch: on a cooperative ring, runs the task work the kernel holds for this
-    /// thread (completions not yet in the CQ) if it flags any, so that a look at the CQ from
-    /// user space (a spin before parking, a poll between task queues) sees them. One atomic
-    /// load when none is pending; an `io_uring_enter` when some is — what the interrupt of the
-    /// upstream setup made happen, minus the inter-processor interrupt.
-    fn flush_task_work(&mut self) {
-        if !self.coop {
-            return;
-        }
-        let raw = self.ring.raw();
-        // SAFETY: `kflags` points into the SQ ring the kernel mapped for this ring, which
-        // lives as long as `self.ring`; the kernel updates it concurrently, so it is read as
-        // an atomic (a u32, suitably aligned by the kernel's layout).
-        let flags = unsafe {
-            (*(raw.sq.kflags as *const std::sync::atomic::AtomicU32))
-                .load(std::sync::atomic::Ordering::Acquire)
-        };
-        if flags & uring_sys::IORING_SQ_TASKRUN == 0 {
-            return;
-        }
-        // SAFETY: io_uring_enter on this ring's own fd, submitting nothing and waiting for
-        // nothing: it only runs pending task work. No pointers are passed. Errors (EINTR,
-        // EAGAIN, EBUSY) leave the work pending for the next look, as upstream's interrupt
-        // would have.
-        unsafe {
-            libc::syscall(
-                libc::SYS_io_uring_enter,
-                raw.ring_fd,
-                0u32,
-                0u32,
-                uring_sys::IORING_ENTER_GETEVENTS,
-                std::ptr::null::<libc::c_void>(),
-                0usize,
-            );
-        }
     }
 
     /// This function prepares a timer that fires unconditionally after a
@@ -1176,10 +1110,6 @@ impl SleepableRing {
 impl UringCommon for SleepableRing {
     fn name(&self) -> &'static str {
         self.name
-    }
-
-    fn flush_task_work(&mut self) {
-        SleepableRing::flush_task_work(self)
     }
 
     fn io_stats_mut(&mut self) -> &mut RingIoStats {
@@ -1376,24 +1306,11 @@ impl Reactor {
         let allocator = Rc::new(UringBufferAllocator::new(io_memory));
         let registry = vec![allocator.as_bytes()];
 
-        // Sluice patch: the main ring (storage I/O, socket readiness, the throughput timer) is
-        // cooperative; the latency ring keeps interrupting, since its preemption timer must
-        // reach a task that runs in user space without entering the kernel.
-        let main_ring = SleepableRing::new(
-            ring_depth,
-            "main",
-            allocator.clone(),
-            source_map.clone(),
-            true,
-        )?;
+        let main_ring =
+            SleepableRing::new(ring_depth, "main", allocator.clone(), source_map.clone())?;
         let poll_ring = PollRing::new(ring_depth, allocator.clone(), source_map.clone())?;
-        let mut latency_ring = SleepableRing::new(
-            ring_depth,
-            "latency",
-            allocator.clone(),
-            source_map.clone(),
-            false,
-        )?;
+        let mut latency_ring =
+            SleepableRing::new(ring_depth, "latency", allocator.clone(), source_map.clone())?;
 
         match main_ring.registrar().register_buffers_by_ref(&registry) {
             Err(x) => warn!("Error: registering buffers in the main ring. Skipping{x:#?}"),
@@ -2242,7 +2159,7 @@ mod tests {
     fn sqe_link_chain() {
         let allocator = Rc::new(UringBufferAllocator::new(65536));
         let source_map = Rc::new(RefCell::new(SourceMap::default()));
-        let mut ring = SleepableRing::new(4, "main", allocator, source_map, true).unwrap();
+        let mut ring = SleepableRing::new(4, "main", allocator, source_map).unwrap();
         let q = ring.submission_queue();
         let mut queue = q.borrow_mut();
 
@@ -2276,7 +2193,7 @@ mod tests {
     fn unterminated_sqe_link_chain() {
         let allocator = Rc::new(UringBufferAllocator::new(65536));
         let source_map = Rc::new(RefCell::new(SourceMap::default()));
-        let mut ring = SleepableRing::new(2, "main", allocator, source_map, true).unwrap();
+        let mut ring = SleepableRing::new(2, "main", allocator, source_map).unwrap();
         let q = ring.submission_queue();
         let mut queue = q.borrow_mut();
 
@@ -2296,7 +2213,7 @@ mod tests {
     fn sqe_link_chain_overflow() {
         let allocator = Rc::new(UringBufferAllocator::new(65536));
         let source_map = Rc::new(RefCell::new(SourceMap::default()));
-        let mut ring = SleepableRing::new(2, "main", allocator, source_map, true).unwrap();
+        let mut ring = SleepableRing::new(2, "main", allocator, source_map).unwrap();
         let q = ring.submission_queue();
         let mut queue = q.borrow_mut();
 

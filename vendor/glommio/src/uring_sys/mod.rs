@@ -82,9 +82,6 @@ pub const IORING_OFF_SQES: libc::__u64 = 0x10000000;
 // sq_ring.kflags
 pub const IORING_SQ_NEED_WAKEUP: libc::c_uint = 1 << 0;
 pub const IORING_SQ_CQ_OVERFLOW: libc::c_uint = 1 << 1;
-// Sluice patch: set by the kernel while task work (deferred completions) is pending on a
-// ring set up with IORING_SETUP_TASKRUN_FLAG.
-pub const IORING_SQ_TASKRUN: libc::c_uint = 1 << 2;
 
 // cq_ring.kflags
 pub const IORING_CQ_EVENTFD_DISABLED: libc::c_uint = 1 << 0;

@@ -18,8 +18,9 @@
 //! missed, rather than subtracted: the machine's other processes come and go (a test suite's
 //! do), and a difference of two sums would lose an exiting process's whole lifetime.
 //!
-//! The reads happen on the generator's thread, twice per run (the window's edges), each a scan
-//! of `/proc` (73 processes on the test machine: a few milliseconds at most).
+//! The reads happen twice per run (the window's edges), each a scan of `/proc` (~170 threads
+//! on the test machine: milliseconds), off the generator's thread (`CpuSample::take_off_thread`)
+//! so that the scan does not delay the sends due at the window's start.
 
 use std::collections::HashMap;
 use std::fs;
@@ -57,9 +58,11 @@ impl CpuMeter {
     pub fn tasks(&self) -> Option<Tasks> {
         let mut tasks = Tasks::new();
         match self {
-            CpuMeter::Threads(prefixes) => threads(Path::new("/proc/self"), &mut tasks, |comm| {
-                prefixes.iter().any(|p| comm.starts_with(p))
-            })?,
+            CpuMeter::Threads(prefixes) => threads(
+                Path::new("/proc/self"),
+                &mut tasks,
+                Some(&|comm: &str| prefixes.iter().any(|p| comm.starts_with(p))),
+            )?,
             CpuMeter::Groups(groups) => {
                 for dir in processes()? {
                     let Some(pgrp) = fs::read_to_string(dir.join("stat"))
@@ -69,7 +72,7 @@ impl CpuMeter {
                         continue; // gone meanwhile
                     };
                     if groups.contains(&pgrp) {
-                        threads(&dir, &mut tasks, |_| true);
+                        threads(&dir, &mut tasks, None);
                     }
                 }
             }
@@ -111,6 +114,14 @@ impl CpuSample {
         }
     }
 
+    /// `take` on tokio's blocking pool, so that the `/proc` scan does not hold up the
+    /// generator's thread; `None` if that thread failed.
+    pub async fn take_off_thread(server: Option<CpuMeter>) -> Option<Self> {
+        tokio::task::spawn_blocking(move || Self::take(server.as_ref()))
+            .await
+            .ok()
+    }
+
     /// What each set ran between `start` and this sample (`None` where either read failed).
     pub fn since(&self, start: &Self) -> CpuSeconds {
         let d = |a: &Option<Tasks>, b: &Option<Tasks>| Some(ran_between(b.as_ref()?, a.as_ref()?));
@@ -126,9 +137,11 @@ impl CpuSample {
 /// generator's (all of this process when the server is elsewhere: a peer, an external broker).
 pub fn generator_tasks(broker: &[&str]) -> Option<Tasks> {
     let mut tasks = Tasks::new();
-    threads(Path::new("/proc/self"), &mut tasks, |comm| {
-        !broker.iter().any(|p| comm.starts_with(p))
-    })?;
+    threads(
+        Path::new("/proc/self"),
+        &mut tasks,
+        Some(&|comm: &str| !broker.iter().any(|p| comm.starts_with(p))),
+    )?;
     Some(tasks)
 }
 
@@ -140,7 +153,7 @@ pub fn generator_tasks(broker: &[&str]) -> Option<Tasks> {
 pub fn machine_tasks() -> Option<Tasks> {
     let mut tasks = Tasks::new();
     for dir in processes()? {
-        threads(&dir, &mut tasks, |_| true);
+        threads(&dir, &mut tasks, None);
     }
     (!tasks.is_empty()).then_some(tasks)
 }
@@ -161,9 +174,9 @@ fn processes() -> Option<Vec<std::path::PathBuf>> {
     )
 }
 
-/// Adds the run time (ns) of the threads of process `proc_dir` whose name `keep` accepts;
-/// `None` if its task list cannot be read.
-fn threads(proc_dir: &Path, tasks: &mut Tasks, keep: impl Fn(&str) -> bool) -> Option<()> {
+/// Adds the run time (ns) of the threads of process `proc_dir` whose name `keep` accepts
+/// (every thread without one: no name is read then); `None` if its task list cannot be read.
+fn threads(proc_dir: &Path, tasks: &mut Tasks, keep: Option<&dyn Fn(&str) -> bool>) -> Option<()> {
     for task in fs::read_dir(proc_dir.join("task")).ok()?.flatten() {
         let Some(tid) = task
             .file_name()
@@ -173,11 +186,13 @@ fn threads(proc_dir: &Path, tasks: &mut Tasks, keep: impl Fn(&str) -> bool) -> O
             continue;
         };
         let dir = task.path();
-        let Ok(comm) = fs::read_to_string(dir.join("comm")) else {
-            continue; // exited meanwhile
-        };
-        if !keep(comm.trim_end()) {
-            continue;
+        if let Some(keep) = keep {
+            let Ok(comm) = fs::read_to_string(dir.join("comm")) else {
+                continue; // exited meanwhile
+            };
+            if !keep(comm.trim_end()) {
+                continue;
+            }
         }
         if let Some(ns) = fs::read_to_string(dir.join("schedstat"))
             .ok()

@@ -22,7 +22,7 @@
 //! lag remains — the clock's slack and a busy runtime — is reported as `send_lag` and counts in
 //! every latency (the floors are measured the same way).
 
-use crate::cpu::CpuSample;
+use crate::cpu::{CpuSample, CpuSeconds};
 use crate::target::{Conn, OutMsg, Shape, Target};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
@@ -1014,9 +1014,13 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
     let measure_end = sh.measure_end;
     let cpu = async {
         tokio::time::sleep_until(warm_end.into()).await;
-        let start = CpuSample::take(meter.as_ref());
+        let start = CpuSample::take_off_thread(meter.clone()).await;
         tokio::time::sleep_until(measure_end.into()).await;
-        CpuSample::take(meter.as_ref()).since(&start)
+        let end = CpuSample::take_off_thread(meter).await;
+        match (start, end) {
+            (Some(start), Some(end)) => end.since(&start),
+            _ => CpuSeconds::default(),
+        }
     };
     let all = futures::future::join(futures::future::join_all(tasks), cpu);
     let Ok((_, cpu)) = tokio::time::timeout(spec.deadline(), all).await else {

@@ -50,7 +50,7 @@ impl<S: AsyncRead + Unpin> hyper::rt::Read for FuturesIo<S> {
                 Poll::Ready(Ok(n)) => {
                     // A reader that claims more than it was given is a bug; `get` keeps it an
                     // error instead of a panic.
-                    let Some(read) = scratch.get(..n) else {
+                    let Some(read) = scratch[..want].get(..n) else {
                         return Poll::Ready(Err(std::io::Error::other(
                             "read returned more bytes than its buffer holds",
                         )));

@@ -1,8 +1,8 @@
 //! Broker configuration. The embedded default (no flags) is a single node on loopback with its
 //! data in `./sluice-data`.
 
+use crate::auth::AuthConfig;
 use crate::engine::Limits;
-use crate::http::auth::AuthConfig;
 use crate::quic::tls::{ServerIdentity, ServerTlsOptions};
 use sluice_storage::LogConfig;
 use std::net::SocketAddr;

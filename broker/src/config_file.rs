@@ -10,8 +10,8 @@
 //! `sluiced --print-config`, with every secret replaced by [`REDACTED`] ([`Settings::redacted`]).
 //! The example file `sluice.toml` at the repository root documents every field.
 
+use crate::auth::{valid_account, AuthConfig, AuthMode, Credential};
 use crate::config::{BrokerConfig, QUIC_IDLE_TIMEOUT_MS_DEFAULT};
-use crate::http::auth::{valid_account, AuthConfig, AuthMode, Credential};
 use crate::http::{BODY_READ_TIMEOUT_MS_DEFAULT, HEADER_READ_TIMEOUT_MS_DEFAULT};
 use crate::metadata::DEFAULT_TENANT;
 use crate::quic::tls::ServerIdentity;

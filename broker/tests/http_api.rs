@@ -25,7 +25,7 @@ fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     // As sluiced does: authentication from SLUICE_AUTH / SLUICE_ACCESS_KEYS.
-    c.auth = sluice_broker::http::auth::AuthConfig::from_env().expect("auth settings");
+    c.auth = sluice_broker::auth::AuthConfig::from_env().expect("auth settings");
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
     let port = b.http_addr().port();

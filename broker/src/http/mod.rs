@@ -8,23 +8,21 @@
 //! | module     | purpose                                                                      |
 //! |------------|------------------------------------------------------------------------------|
 //! | `io`       | futures-io (glommio `TcpStream`) → `hyper::rt::{Read, Write}`; glommio `Timer` for hyper |
-//! | `auth`     | SigV4 verification (header and presigned forms), access keys → accounts      |
 //! | `protocol` | AWS JSON 1.0 and Query requests → one input model; output tree → JSON or XML; `SqsError` |
 //! | `actions`  | the 23 actions of the SQS model against the service layer                    |
 //!
 //! A request: limits checked (`Content-Length` before any byte of body is read, then a
-//! counted read bounded in size and time) → SigV4 → protocol detection (`X-Amz-Target` is JSON,
+//! counted read bounded in size and time) → SigV4 (`crate::auth`) → protocol detection (`X-Amz-Target` is JSON,
 //! otherwise a Query form in the body and/or the URL) → action → rendering. Every failure is an
 //! SQS error in the request's protocol; nothing is a 500 except an internal failure, and the
 //! connection state machine is hyper's (keep-alive, pipelining, header limits, timeouts).
 
 pub mod actions;
-pub mod auth;
 pub mod io;
 pub mod protocol;
 
+use crate::auth::{AuthConfig, AuthMode, SignedRequest};
 use crate::shard::Shard;
-use auth::{AuthConfig, AuthMode, SignedRequest};
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -54,7 +52,7 @@ const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 const XML_CONTENT_TYPE: &str = "text/xml";
 const TARGET_PREFIX: &str = "AmazonSQS.";
 
-/// The front end's settings: authentication from `BrokerConfig::auth` (see [`auth`]), the read
+/// The front end's settings: authentication from `BrokerConfig::auth` (see [`crate::auth`]), the read
 /// timeouts from the environment (`SLUICE_HTTP_HEADER_TIMEOUT_MS`, `SLUICE_HTTP_BODY_TIMEOUT_MS`).
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
@@ -354,7 +352,7 @@ impl ShardHttp {
             now_s: (crate::runtime::now_ms() / 1000) as i64,
         }) {
             Ok(c) => c,
-            Err(e) => return fail(e, false),
+            Err(e) => return fail(SqsError::new(e.code, e.status, e.message), false),
         };
         let host = parts
             .headers
@@ -376,7 +374,6 @@ impl ShardHttp {
         let ctx = actions::Ctx {
             shard: &self.shard,
             caller: &caller,
-            enforce_account: self.config.auth.mode == AuthMode::SigV4,
             host: &host,
             path_queue,
         };

@@ -65,8 +65,8 @@ use sluice_wire::{
     FrameKind, Request, Response, ServerInfo, FRAME_BYTES_MIN, REQUEST_FRAME_BYTES_MAX,
 };
 
+use crate::auth::{AuthMode, Caller, TokenRefused};
 use crate::config::BrokerConfig;
-use crate::http::auth::TokenRefused;
 use crate::metadata::DEFAULT_TENANT;
 use crate::quic::{tls, EndpointOptions, ShardEndpoint, StreamTracker};
 use crate::shard::Shard;
@@ -424,7 +424,10 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
         quic: conn.clone(),
         ctx: Ctx {
             shard: state.shard.clone(),
-            account,
+            caller: Caller {
+                account,
+                verified: state.shard.config.auth.mode == AuthMode::SigV4,
+            },
             url_host: state.ctx_host.clone(),
         },
         tracker,

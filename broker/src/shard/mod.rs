@@ -11,7 +11,7 @@ pub mod partition;
 pub mod render;
 
 use crate::config::BrokerConfig;
-use crate::engine::attributes::QueueKind;
+use crate::engine::attributes::{validate_queue_name, QueueKind};
 use crate::engine::partition::validate_batch as validate_batch_entries;
 use crate::engine::{
     BatchEntry, Command, Counters, Delivered, EngineError, MoveRequest, PartitionConfig, Receipt,
@@ -369,19 +369,37 @@ impl Shard {
                     name,
                     attributes,
                     tags,
-                } => match c.plan_create(
-                    &tenant,
-                    &name,
-                    attributes,
-                    tags,
-                    self.config.default_partitions,
-                    now,
-                )? {
-                    Some(r) => r,
-                    None => return Ok(c.lookup(&tenant, &name)?.id),
-                },
+                } => {
+                    let policy = attributes.get("RedrivePolicy").cloned();
+                    match c.plan_create(
+                        &tenant,
+                        &name,
+                        attributes,
+                        tags,
+                        self.config.default_partitions,
+                        now,
+                    )? {
+                        Some(r) => {
+                            if let Some(p) = &policy {
+                                let kind = validate_queue_name(&name)?;
+                                c.check_redrive_target(
+                                    &tenant,
+                                    &name,
+                                    kind,
+                                    p,
+                                    &self.config.region,
+                                )?;
+                            }
+                            r
+                        }
+                        None => return Ok(c.lookup(&tenant, &name)?.id),
+                    }
+                }
                 MetaOp::SetAttributes { id, changes } => {
                     let q = c.get(id).ok_or(ServiceError::NonExistentQueue)?;
+                    if let Some(p) = changes.get("RedrivePolicy") {
+                        c.check_redrive_target(&q.tenant, &q.name, q.kind, p, &self.config.region)?;
+                    }
                     c.plan_set_attributes(&q, &changes, now)?
                 }
                 MetaOp::SetTags { id, tags } => {
@@ -578,15 +596,12 @@ impl Shard {
                 // A dead-letter move: the source's redrive policy names the DLQ. If the policy
                 // or the DLQ is gone, retry (with back-off) until the operator restores it.
                 None => {
-                    let arn = src
-                        .parsed
-                        .redrive_policy
-                        .as_ref()
-                        .map(|p| p.dead_letter_target_arn.clone())
-                        .ok_or(Some(ServiceError::Internal(
+                    if src.parsed.redrive_policy.is_none() {
+                        return Err(Some(ServiceError::Internal(
                             "redrive policy removed".into(),
-                        )))?;
-                    c.lookup_arn(&arn)
+                        )));
+                    }
+                    c.dead_letter_target(&src, &self.config.region)
                         .ok_or(Some(ServiceError::NonExistentQueue))?
                 }
                 // A redrive: a destination deleted since the task started gets nothing; the

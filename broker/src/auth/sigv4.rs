@@ -4,18 +4,18 @@
 //! the presigned query string (`X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=…`). The
 //! canonical request follows what botocore (and the other SDKs) sign for non-S3 services: the
 //! path URI-encoded once more, the raw query pairs sorted, the signed headers with collapsed
-//! spaces, and the body's SHA-256 (`UNSIGNED-PAYLOAD` for presigned URLs). The signature is
-//! compared in constant time (`Mac::verify_slice`).
+//! spaces, and the payload hash. The signature is compared in constant time
+//! (`Mac::verify_slice`).
 //!
-//! The same access keys authenticate the native QUIC protocol ([`AuthConfig::authenticate_token`]:
-//! the client's `Hello` carries `AKID:SECRET` inside TLS).
-//!
-//! Configuration is `BrokerConfig::auth`; `sluiced` fills it from the environment:
-//! `SLUICE_AUTH=sigv4|none` (default `none`: any signature, or none, is accepted — for local
-//! development, logged loudly at start-up) and `SLUICE_ACCESS_KEYS=AKID:SECRET[:ACCOUNT],…`
-//! (the account id is the tenant; default `000000000000`).
+//! **The payload hash is always the server's own.** The SHA-256 of the body *as received* goes
+//! into the canonical request; a client's `x-amz-content-sha256` header is only compared with it
+//! (a mismatch is refused), never trusted in its place — otherwise a captured request could be
+//! replayed with another body for the 15 minutes its date is valid. `UNSIGNED-PAYLOAD` (what a
+//! presigned URL may be signed with) binds no body, so such a request must carry none: with the
+//! Query protocol, form fields in the body would otherwise override the signed query, `Action`
+//! included.
 
-use super::protocol::SqsError;
+use super::{AuthConfig, AuthMode, Caller};
 use crate::metadata::DEFAULT_TENANT;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -30,116 +30,6 @@ pub const PRESIGN_EXPIRES_S_MAX: i64 = 7 * 24 * 3600;
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthMode {
-    /// Verify every request's signature.
-    SigV4,
-    /// Accept any request (local development); known access keys still select their account.
-    None,
-}
-
-#[derive(Clone)]
-pub struct Credential {
-    pub secret: String,
-    pub account: String,
-}
-
-/// Never prints the secret (configurations are logged).
-impl std::fmt::Debug for Credential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credential")
-            .field("secret", &"<redacted>")
-            .field("account", &self.account)
-            .finish()
-    }
-}
-
-/// Why a native client's token was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenRefused {
-    /// Authentication is on and the `Hello` carried no token.
-    Missing,
-    /// Not `AKID:SECRET`, an unknown key, or the wrong secret (not told apart, on purpose).
-    Invalid,
-}
-
-#[derive(Debug, Clone)]
-pub struct AuthConfig {
-    pub mode: AuthMode,
-    pub keys: HashMap<String, Credential>,
-}
-
-impl AuthConfig {
-    /// Accepts everything: the embedded default.
-    pub fn open() -> Self {
-        AuthConfig {
-            mode: AuthMode::None,
-            keys: HashMap::new(),
-        }
-    }
-
-    /// Reads `SLUICE_AUTH` and `SLUICE_ACCESS_KEYS`.
-    pub fn from_env() -> Result<Self, String> {
-        let mode = match std::env::var("SLUICE_AUTH").as_deref() {
-            Err(_) | Ok("") | Ok("none") => AuthMode::None,
-            Ok("sigv4") => AuthMode::SigV4,
-            Ok(other) => return Err(format!("SLUICE_AUTH={other}: expected sigv4 or none")),
-        };
-        let keys = match std::env::var("SLUICE_ACCESS_KEYS") {
-            Ok(s) => parse_keys(&s)?,
-            Err(_) => HashMap::new(),
-        };
-        if mode == AuthMode::SigV4 && keys.is_empty() {
-            return Err(
-                "SLUICE_AUTH=sigv4 needs SLUICE_ACCESS_KEYS=AKID:SECRET[:ACCOUNT],…".into(),
-            );
-        }
-        Ok(AuthConfig { mode, keys })
-    }
-}
-
-pub fn parse_keys(s: &str) -> Result<HashMap<String, Credential>, String> {
-    let mut keys = HashMap::new();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let mut parts = item.splitn(3, ':');
-        let (Some(id), Some(secret)) = (parts.next(), parts.next()) else {
-            return Err(format!(
-                "access key {item:?}: expected AKID:SECRET[:ACCOUNT]"
-            ));
-        };
-        let account = parts.next().unwrap_or(DEFAULT_TENANT);
-        if id.is_empty() || secret.is_empty() || !valid_account(account) {
-            return Err(format!(
-                "access key {id:?}: empty id or secret, or a bad account id"
-            ));
-        }
-        keys.insert(
-            id.to_string(),
-            Credential {
-                secret: secret.to_string(),
-                account: account.to_string(),
-            },
-        );
-    }
-    Ok(keys)
-}
-
-/// Equal in time that depends on the lengths only, not on where the first difference is.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Account ids name tenants and appear in queue URLs: 1–64 ASCII alphanumerics, `-`, `_`.
-pub fn valid_account(a: &str) -> bool {
-    !a.is_empty()
-        && a.len() <= 64
-        && a.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
 /// What the verifier needs of a request.
 pub struct SignedRequest<'a> {
     pub method: &'a str,
@@ -152,23 +42,28 @@ pub struct SignedRequest<'a> {
     pub now_s: i64,
 }
 
-/// Who sent the request.
+/// Why a request's signature was refused: the SQS error code (also its JSON `__type`), the
+/// HTTP status, and a message for the client. The HTTP front end renders it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub account: String,
-    /// The signature was checked (false in `none` mode).
-    pub verified: bool,
+pub struct AuthError {
+    pub code: &'static str,
+    pub status: u16,
+    pub message: String,
 }
 
-fn auth_error(code: &'static str, status: u16, msg: impl Into<String>) -> SqsError {
-    SqsError::new(code, status, msg)
+fn auth_error(code: &'static str, status: u16, msg: impl Into<String>) -> AuthError {
+    AuthError {
+        code,
+        status,
+        message: msg.into(),
+    }
 }
 
-fn incomplete(msg: impl Into<String>) -> SqsError {
+fn incomplete(msg: impl Into<String>) -> AuthError {
     auth_error("IncompleteSignature", 400, msg)
 }
 
-fn mismatch(msg: impl Into<String>) -> SqsError {
+fn mismatch(msg: impl Into<String>) -> AuthError {
     auth_error("SignatureDoesNotMatch", 403, msg)
 }
 
@@ -185,26 +80,7 @@ struct Signature<'a> {
 }
 
 impl AuthConfig {
-    /// The account of a native-protocol client from its `Hello` token (`AKID:SECRET`).
-    /// In `sigv4` mode a valid token is required; in `none` mode a token with a known key and
-    /// the right secret selects that key's account, anything else gets the default account.
-    /// The secret is compared in constant time.
-    pub fn authenticate_token(&self, token: Option<&str>) -> Result<String, TokenRefused> {
-        let known = token.and_then(|t| {
-            let (akid, secret) = t.split_once(':')?;
-            let cred = self.keys.get(akid)?;
-            constant_time_eq(cred.secret.as_bytes(), secret.as_bytes())
-                .then(|| cred.account.clone())
-        });
-        match (self.mode, known, token) {
-            (_, Some(account), _) => Ok(account),
-            (AuthMode::None, None, _) => Ok(DEFAULT_TENANT.to_string()),
-            (AuthMode::SigV4, None, None) => Err(TokenRefused::Missing),
-            (AuthMode::SigV4, None, Some(_)) => Err(TokenRefused::Invalid),
-        }
-    }
-
-    pub fn authenticate(&self, r: &SignedRequest<'_>) -> Result<Caller, SqsError> {
+    pub fn authenticate(&self, r: &SignedRequest<'_>) -> Result<Caller, AuthError> {
         let sig = match parse(r) {
             Ok(Some(s)) => s,
             Ok(None) => {
@@ -251,7 +127,7 @@ impl AuthConfig {
     }
 }
 
-fn parse<'a>(r: &'a SignedRequest<'a>) -> Result<Option<Signature<'a>>, SqsError> {
+fn parse<'a>(r: &'a SignedRequest<'a>) -> Result<Option<Signature<'a>>, AuthError> {
     if let Some(h) = r.headers.get(http::header::AUTHORIZATION) {
         let h = h
             .to_str()
@@ -328,7 +204,7 @@ fn signature_from<'a>(
     signature: &'a str,
     amz_date: String,
     presigned: Option<i64>,
-) -> Result<Signature<'a>, SqsError> {
+) -> Result<Signature<'a>, AuthError> {
     let sep = if cred.contains("%2F") { "%2F" } else { "/" };
     let parts: Vec<&str> = cred.split(sep).collect();
     let [access_key, date, region, service, terminal] = parts[..] else {
@@ -352,7 +228,7 @@ fn signature_from<'a>(
     })
 }
 
-fn verify(r: &SignedRequest<'_>, sig: &Signature<'_>, secret: &str) -> Result<(), SqsError> {
+fn verify(r: &SignedRequest<'_>, sig: &Signature<'_>, secret: &str) -> Result<(), AuthError> {
     let t = parse_amz_date(&sig.amz_date).ok_or_else(|| {
         incomplete(format!(
             "X-Amz-Date {:?} is not yyyymmddThhmmssZ",
@@ -426,20 +302,33 @@ fn verify(r: &SignedRequest<'_>, sig: &Signature<'_>, secret: &str) -> Result<()
     canonical.push('\n');
     canonical.push_str(&sig.signed_headers.join(";"));
     canonical.push('\n');
-    // The payload hash: the client's `x-amz-content-sha256`, else the body's SHA-256; a
-    // presigned URL may also have been signed with `UNSIGNED-PAYLOAD` (S3 style), so that is
-    // tried second.
-    let body_hash = match r
-        .headers
-        .get("x-amz-content-sha256")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(h) => h.to_string(),
-        None => hex(&Sha256::digest(r.body)),
+    // The payload hash: the body's own SHA-256. A client's `x-amz-content-sha256` must agree
+    // with it; `UNSIGNED-PAYLOAD` (there, or as the second try of a presigned URL) is accepted
+    // only for a request without a body, so that nothing unsigned is ever read.
+    let body_hash = hex(&Sha256::digest(r.body));
+    let declared = match r.headers.get("x-amz-content-sha256") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| mismatch("the x-amz-content-sha256 header is not ASCII"))?,
+        ),
     };
-    let mut candidates = vec![body_hash];
-    if sig.presigned.is_some() && r.headers.get("x-amz-content-sha256").is_none() {
-        candidates.push(UNSIGNED_PAYLOAD.to_string());
+    let mut candidates = Vec::with_capacity(2);
+    match declared {
+        Some(UNSIGNED_PAYLOAD) => candidates.push(UNSIGNED_PAYLOAD),
+        Some(h) if h.eq_ignore_ascii_case(&body_hash) => candidates.push(body_hash.as_str()),
+        Some(_) => {
+            return Err(mismatch(
+                "The x-amz-content-sha256 header does not match the SHA-256 of the request body \
+                 the server received.",
+            ))
+        }
+        None => {
+            candidates.push(body_hash.as_str());
+            if sig.presigned.is_some() {
+                candidates.push(UNSIGNED_PAYLOAD);
+            }
+        }
     }
     let scope = format!("{}/{}/{}/aws4_request", sig.date, sig.region, sig.service);
     let mut key = hmac(format!("AWS4{secret}").as_bytes(), sig.date.as_bytes());
@@ -448,6 +337,14 @@ fn verify(r: &SignedRequest<'_>, sig: &Signature<'_>, secret: &str) -> Result<()
     }
     let given = unhex(sig.signature).ok_or_else(|| mismatch("the signature is not hex"))?;
     for payload_hash in candidates {
+        if payload_hash == UNSIGNED_PAYLOAD && !r.body.is_empty() {
+            // Checked before the signature, so a client learns why and nothing is compared
+            // against a body no signature covers.
+            return Err(mismatch(
+                "A request signed with UNSIGNED-PAYLOAD must not carry a body: sign the body's \
+                 SHA-256, or send every parameter in the signed query string.",
+            ));
+        }
         let full = format!("{canonical}{payload_hash}");
         let string_to_sign = format!(
             "{ALGORITHM}\n{}\n{scope}\n{}",
@@ -537,44 +434,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn native_tokens_follow_the_mode() {
-        let keys = parse_keys("AKIDA:sa:111111111111").expect("keys");
-        let on = AuthConfig {
-            mode: AuthMode::SigV4,
-            keys: keys.clone(),
-        };
-        assert_eq!(
-            on.authenticate_token(Some("AKIDA:sa")).as_deref(),
-            Ok("111111111111")
-        );
-        assert_eq!(on.authenticate_token(None), Err(TokenRefused::Missing));
-        for bad in ["AKIDA:sb", "AKIDA:s", "AKIDA:saa", "AKIDB:sa", "AKIDA", ""] {
-            assert_eq!(
-                on.authenticate_token(Some(bad)),
-                Err(TokenRefused::Invalid),
-                "{bad}"
-            );
-        }
-        let off = AuthConfig {
-            mode: AuthMode::None,
-            keys,
-        };
-        assert_eq!(
-            off.authenticate_token(Some("AKIDA:sa")).as_deref(),
-            Ok("111111111111")
-        );
-        assert_eq!(off.authenticate_token(None).as_deref(), Ok(DEFAULT_TENANT));
-        assert_eq!(
-            off.authenticate_token(Some("AKIDA:wrong")).as_deref(),
-            Ok(DEFAULT_TENANT)
-        );
-        assert!(
-            !format!("{off:?}").contains("sa\""),
-            "secrets stay out of Debug"
-        );
-    }
+    use crate::auth::parse_keys;
 
     #[test]
     fn dates() {

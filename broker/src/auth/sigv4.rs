@@ -491,4 +491,63 @@ mod tests {
             "SignatureDoesNotMatch"
         );
     }
+
+    /// The example request signed over an empty body: a body added later, or a header that
+    /// claims another payload hash, is refused.
+    #[test]
+    fn the_signature_binds_the_body_received() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("host", "iam.amazonaws.com".parse().expect("ascii"));
+        headers.insert(
+            "content-type",
+            "application/x-www-form-urlencoded; charset=utf-8"
+                .parse()
+                .expect("ascii"),
+        );
+        headers.insert("x-amz-date", "20150830T123600Z".parse().expect("ascii"));
+        headers.insert(
+            http::header::AUTHORIZATION,
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/iam/aws4_request, \
+             SignedHeaders=content-type;host;x-amz-date, \
+             Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
+                .parse()
+                .expect("ascii"),
+        );
+        let cfg = AuthConfig {
+            mode: AuthMode::SigV4,
+            keys: parse_keys("AKIDEXAMPLE:wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY:123456789012")
+                .expect("keys"),
+        };
+        let request = |headers: &http::HeaderMap, body: &'static [u8]| {
+            let r = SignedRequest {
+                method: "GET",
+                raw_path: "/",
+                raw_query: "Action=ListUsers&Version=2010-05-08",
+                headers,
+                body,
+                now_s: 1_440_938_160,
+            };
+            cfg.authenticate(&r).map(|c| c.account)
+        };
+        assert_eq!(request(&headers, b"").as_deref(), Ok("123456789012"));
+        let e = request(&headers, b"Action=DeleteUser").expect_err("another body");
+        assert_eq!(e.code, "SignatureDoesNotMatch");
+        // The empty body's hash, claimed for a non-empty body: the claim is checked.
+        let mut claimed = headers.clone();
+        claimed.insert(
+            "x-amz-content-sha256",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+                .parse()
+                .expect("ascii"),
+        );
+        assert_eq!(request(&claimed, b"").as_deref(), Ok("123456789012"));
+        let e = request(&claimed, b"Action=DeleteUser").expect_err("claimed hash");
+        assert!(e.message.contains("x-amz-content-sha256"), "{e:?}");
+        claimed.insert(
+            "x-amz-content-sha256",
+            "UNSIGNED-PAYLOAD".parse().expect("ascii"),
+        );
+        let e = request(&claimed, b"Action=DeleteUser").expect_err("unsigned body");
+        assert!(e.message.contains("UNSIGNED-PAYLOAD"), "{e:?}");
+    }
 }

@@ -278,6 +278,20 @@ impl Catalog {
         now_ms: u64,
     ) -> ServiceResult<Option<MetaRecord>> {
         let kind = validate_queue_name(name)?;
+        // As SQS: a name ending in .fifo is a FIFO queue only when asked for, never by accident
+        // (a standard queue's name cannot contain a dot).
+        if kind == QueueKind::Fifo
+            && !attributes
+                .get("FifoQueue")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            return Err(EngineError::param(
+                "QueueName",
+                "a name ending in .fifo needs the attribute FifoQueue=true; a standard queue's \
+                 name can only include alphanumeric characters, hyphens and underscores",
+            )
+            .into());
+        }
         QueueAttributes::from_pairs(
             kind,
             attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())),

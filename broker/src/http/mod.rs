@@ -362,7 +362,7 @@ impl ShardHttp {
             .map_or_else(|| self.shard.config.http_addr.to_string(), str::to_string);
         let path_queue = (raw_path.len() > 1).then_some(raw_path);
         let decoded = if json {
-            decode_json(action_hint, &body)
+            decode_json(target.as_deref().unwrap_or(""), &body)
         } else {
             decode_query(raw_query, &parts.headers, &body)
         };
@@ -417,29 +417,74 @@ fn valid_host(h: &str) -> bool {
 }
 
 /// The error for a body over [`REQUEST_BODY_BYTES_MAX`]: what SQS says of an oversized batch or
-/// message.
+/// message; for any other action (or a Query request, whose action is in the unread body) the
+/// request as a whole is too large.
 fn too_large(action: &str) -> SqsError {
-    if action == "SendMessageBatch" {
-        crate::engine::EngineError::BatchRequestTooLong {
+    match action {
+        "SendMessageBatch" => crate::engine::EngineError::BatchRequestTooLong {
             size_bytes: REQUEST_BODY_BYTES_MAX,
         }
-        .into()
-    } else {
-        SqsError::invalid(
+        .into(),
+        "SendMessage" => SqsError::invalid(
             "MessageBody",
             format!("the request body is larger than {REQUEST_BODY_BYTES_MAX} bytes"),
-        )
+        ),
+        _ => SqsError::new(
+            "RequestEntityTooLarge",
+            413,
+            format!("The request body is larger than {REQUEST_BODY_BYTES_MAX} bytes."),
+        ),
     }
 }
 
-fn decode_json(action: &str, body: &[u8]) -> Result<(String, Params), SqsError> {
-    if action.is_empty() || !actions::ACTIONS.contains(&action) {
-        return Err(SqsError::new(
-            "InvalidAction",
-            400,
-            format!("The action {action} is not valid for this endpoint."),
-        ));
+/// `application/x-www-form-urlencoded` pairs, strictly: a name or value whose percent-decoded
+/// bytes are not UTF-8 is refused (as the JSON protocol refuses such a string), never replaced
+/// by U+FFFD.
+fn form_pairs(src: &[u8]) -> impl Iterator<Item = Result<(String, String), SqsError>> + '_ {
+    fn decode(part: &[u8]) -> Result<String, SqsError> {
+        let plus_as_space: Vec<u8> = part
+            .iter()
+            .map(|&b| if b == b'+' { b' ' } else { b })
+            .collect();
+        let bytes: Vec<u8> = percent_encoding::percent_decode(&plus_as_space).collect();
+        String::from_utf8(bytes).map_err(|_| {
+            SqsError::new(
+                "MalformedQueryString",
+                400,
+                format!(
+                    "The parameter {:?} is not valid UTF-8 once percent-decoded.",
+                    String::from_utf8_lossy(part)
+                ),
+            )
+        })
     }
+    src.split(|&b| b == b'&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = match pair.iter().position(|&b| b == b'=') {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (pair, &pair[..0]),
+            };
+            Ok((decode(k)?, decode(v)?))
+        })
+}
+
+/// An AWS JSON 1.0 request: `X-Amz-Target: AmazonSQS.<Action>` and a JSON object body. A
+/// target that names no SQS action is `UnknownOperationException`, as AWS answers it.
+fn decode_json(target: &str, body: &[u8]) -> Result<(String, Params), SqsError> {
+    let action = target
+        .strip_prefix(TARGET_PREFIX)
+        .filter(|a| actions::ACTIONS.contains(a))
+        .ok_or_else(|| {
+            SqsError::new(
+                "UnknownOperationException",
+                400,
+                format!(
+                    "The X-Amz-Target {target:?} names no operation of this service: \
+                     expected AmazonSQS.<Action>"
+                ),
+            )
+        })?;
     let map = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Map::new()
     } else {
@@ -491,14 +536,15 @@ fn decode_query(
     let mut params = BTreeMap::new();
     let sources: [&[u8]; 2] = [raw_query.as_bytes(), if form_body { body } else { b"" }];
     for src in sources {
-        for (k, v) in form_urlencoded::parse(src) {
+        for pair in form_pairs(src) {
+            let (k, v) = pair?;
             if k.starts_with("X-Amz-") || k == "Version" {
                 continue;
             }
             if params.len() >= protocol::QUERY_PARAMS_MAX {
                 return Err(SqsError::invalid("Request", "too many parameters"));
             }
-            params.insert(k.into_owned(), v.into_owned());
+            params.insert(k, v);
         }
     }
     let action = params.remove("Action").ok_or_else(|| {

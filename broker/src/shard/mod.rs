@@ -137,6 +137,32 @@ fn stable_hash(s: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(s.as_bytes())
 }
 
+/// At start: removes the directories of queues the catalog says were deleted (a crash between
+/// the durable delete and the removal, or a directory an older version left). Only ids below
+/// the catalog's next id are touched: ids are never reused, so no live or future queue's
+/// directory can match.
+fn remove_deleted_queue_dirs(queues_dir: &std::path::Path, catalog: &Catalog) {
+    let Ok(entries) = std::fs::read_dir(queues_dir) else {
+        return; // no queue was ever created
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(|n| n.parse::<u64>().ok()) else {
+            continue;
+        };
+        if id < catalog.next_id() && catalog.get(id).is_none() {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => {
+                    tracing::info!(queue = id, "removed a deleted queue's leftover directory")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, queue = id, "removing a deleted queue's directory")
+                }
+            }
+        }
+    }
+}
+
 impl Shard {
     /// Starts the shard on the current executor: joins the mesh and, on shard 0, loads the
     /// metadata and bootstraps every shard with it.
@@ -201,6 +227,9 @@ impl Shard {
             shard.streams_start().await?;
             tracing::info!(records = records.len(), "metadata loaded");
             shard.broadcast_meta(records).await?;
+            // Under the metadata lock, so that no queue is created meanwhile.
+            let _serial = shard.meta_lock.lock().await;
+            remove_deleted_queue_dirs(&config.data_dir.join("queues"), &shard.catalog.borrow());
         }
         Ok(shard)
     }
@@ -525,6 +554,11 @@ impl Shard {
                 let _ = a.close().await;
                 if let Err(e) = std::fs::remove_dir_all(a.dir()) {
                     tracing::warn!(error = %e, dir = %a.dir().display(), "removing a deleted queue's partition");
+                }
+                // The queue's own directory goes with its last partition (other shards may
+                // still hold theirs: then it is not empty yet, and one of them removes it).
+                if let Some(parent) = a.dir().parent() {
+                    let _ = std::fs::remove_dir(parent);
                 }
             }
         }

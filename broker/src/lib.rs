@@ -18,3 +18,6 @@ pub mod runtime;
 pub mod server;
 pub mod shard;
 pub mod stream;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -410,7 +410,7 @@ async fn get_queue_attributes(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
 }
 
 /// A SendMessage's (or batch entry's) message, moved out of the parameters (no body copy).
-fn send_request(p: &mut Params) -> Result<(SendRequest, Option<String>), SqsError> {
+pub(crate) fn send_request(p: &mut Params) -> Result<(SendRequest, Option<String>), SqsError> {
     let body = p.str("MessageBody")?;
     let delay_s = p.opt_int_in("DelaySeconds", 0, i64::from(DELAY_S_MAX))?;
     let attributes = p.message_attributes("MessageAttributes")?;
@@ -485,7 +485,7 @@ async fn send_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
 }
 
 /// The request-level rules every batch shares: 1–10 entries with distinct, well-formed ids.
-fn batch_entries(p: &mut Params) -> Result<Vec<(String, Params)>, SqsError> {
+pub(crate) fn batch_entries(p: &mut Params) -> Result<Vec<(String, Params)>, SqsError> {
     let entries = p.struct_list("Entries")?.unwrap_or_default();
     if entries.is_empty() {
         return Err(crate::engine::EngineError::EmptyBatchRequest.into());

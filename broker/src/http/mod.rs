@@ -471,7 +471,7 @@ fn form_pairs(src: &[u8]) -> impl Iterator<Item = Result<(String, String), SqsEr
 
 /// An AWS JSON 1.0 request: `X-Amz-Target: AmazonSQS.<Action>` and a JSON object body. A
 /// target that names no SQS action is `UnknownOperationException`, as AWS answers it.
-fn decode_json(target: &str, body: &[u8]) -> Result<(String, Params), SqsError> {
+pub(crate) fn decode_json(target: &str, body: &[u8]) -> Result<(String, Params), SqsError> {
     let action = target
         .strip_prefix(TARGET_PREFIX)
         .filter(|a| actions::ACTIONS.contains(a))
@@ -509,7 +509,7 @@ fn decode_json(target: &str, body: &[u8]) -> Result<(String, Params), SqsError> 
     Ok((action.to_string(), Params::from_json(map)))
 }
 
-fn decode_query(
+pub(crate) fn decode_query(
     raw_query: &str,
     headers: &http::HeaderMap,
     body: &[u8],

@@ -159,6 +159,7 @@ impl LogView {
         }
     }
 
+    #[cfg(test)]
     pub fn cache_bytes(&self) -> usize {
         self.cache_bytes
     }

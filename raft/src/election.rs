@@ -28,8 +28,32 @@ impl RaftGroup {
                 .is_some_and(|t| self.now_ms < t + self.cfg.election_timeout_ms)
     }
 
+    /// A voter of the active membership may campaign; so may a voter of the last committed one
+    /// while a newer one is pending. Otherwise a leader that appended its own removal and then
+    /// lost its quorum leaves a cluster where the only replica holding the change may not
+    /// campaign and the others may not win without it (their logs are behind it). Elected, it
+    /// commits the change and steps down (`after_commit`).
     pub(crate) fn can_campaign(&self) -> bool {
-        self.is_voter()
+        if self.is_voter() {
+            return true;
+        }
+        // The base (index 0) is committed; a later entry once the commit passed it.
+        let n = self.configs.len();
+        let committed = (0..n)
+            .rev()
+            .find(|&i| i == 0 || self.configs[i].0 < self.commit)
+            .map(|i| &self.configs[i]);
+        let pending = n > 1 && self.configs[n - 1].0 >= self.commit;
+        pending && committed.is_some_and(|(_, m)| m.is_voter(self.me, self.hs.disk))
+    }
+
+    /// Whether this replica may grant votes. Not only voters: a replica that is behind may not
+    /// yet know it was promoted, and Raft needs its vote. But never a replica that knows no
+    /// membership (an empty disk) or whose membership lists this node on another disk (it lost
+    /// the log that disk held). The candidate checks the disk id in the answer as well.
+    pub(crate) fn may_vote(&self) -> bool {
+        let m = self.membership();
+        !m.members.is_empty() && m.get(self.me).is_none_or(|(r, _)| r.disk == self.hs.disk)
     }
 
     /// Starts a pre-vote (`pre`) or a real election. A pre-vote changes neither term nor vote:
@@ -83,7 +107,7 @@ impl RaftGroup {
         // The candidate must not be a known node on another disk (an amnesiac replica).
         let candidate_ok = m.get(from).is_none_or(|(r, _)| r.disk == disk);
         let up_to_date = (last_term, last_offset) >= (self.log.last_term(), self.log.end);
-        let granted = self.is_voter()
+        let granted = self.may_vote()
             && candidate_ok
             && up_to_date
             && if pre {

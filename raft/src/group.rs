@@ -245,6 +245,10 @@ impl RaftGroup {
             && self.noop_end.is_some_and(|e| self.commit >= e)
             && self.transfer.is_none()
     }
+    /// The leader's view of each follower (empty on followers).
+    pub fn progress(&self) -> impl Iterator<Item = (NodeId, &Progress)> {
+        self.progress.iter().map(|(n, p)| (*n, p))
+    }
     /// Whether this group needs `ready()` to be called.
     pub fn has_ready(&self) -> bool {
         self.dirty

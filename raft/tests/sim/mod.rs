@@ -212,7 +212,7 @@ pub struct Sim {
     pub acked: Vec<(GroupId, Offset, Term)>,
     pub stats: Stats,
     /// Time of the last disk loss: losses are spaced so a lost replica can rejoin first.
-    last_disk_loss: u64,
+    last_disk_loss: Option<u64>,
     next_payload: u64,
     /// Each group's membership as of its last committed config entry.
     pub committed_members: BTreeMap<GroupId, Membership>,
@@ -322,13 +322,17 @@ impl Sim {
             leaders: BTreeMap::new(),
             acked: Vec::new(),
             stats: Stats::default(),
-            last_disk_loss: 0,
+            last_disk_loss: None,
             next_payload: 0,
             committed_members: BTreeMap::new(),
         };
         for &g in &gids {
-            let m = sim.nodes.iter().find_map(|n| n.disks[&g].base.as_ref().map(|(m, _)| m.membership.clone()));
-            sim.committed_members.insert(g, m.expect("bootstrap membership"));
+            let m = sim
+                .nodes
+                .iter()
+                .find_map(|n| n.disks[&g].base.as_ref().map(|(m, _)| m.membership.clone()));
+            sim.committed_members
+                .insert(g, m.expect("bootstrap membership"));
         }
         for i in 0..nodes {
             sim.start_node(i);
@@ -359,7 +363,10 @@ impl Sim {
             node.applied.insert(g, base);
             node.last_commit.insert(g, base.0);
             if let Err(e) = raft.add_group(g, r, local, seed) {
-                panic!("seed {}: restore of node {id} group {g} failed: {e}", self.seed);
+                panic!(
+                    "seed {}: restore of node {id} group {g} failed: {e}",
+                    self.seed
+                );
             }
         }
         node.raft = Some(raft);
@@ -616,7 +623,11 @@ impl Sim {
             let k = h.partition_point(|x| x.end <= at);
             if k < h.len() {
                 let x = &h[k];
-                if x.offset != e.offset || x.term != e.term || x.data_hash != data_hash || x.chain != chain {
+                if x.offset != e.offset
+                    || x.term != e.term
+                    || x.data_hash != data_hash
+                    || x.chain != chain
+                {
                     let x = x.clone();
                     self.fail(format!(
                         "node {} group {g}: committed entry at {at} differs: history {x:?}, node term {} end {}",
@@ -629,6 +640,31 @@ impl Sim {
                 if e.kind == EntryKind::Config {
                     let m = Membership::decode(&e.data).expect("valid config");
                     self.committed_members.insert(g, m);
+                }
+                if std::env::var("SIM_TRACE").is_ok_and(|v| v == format!("{g}:{at}")) {
+                    let gr = self.nodes[i].raft.as_ref().unwrap().group(g).unwrap();
+                    eprintln!(
+                        "TRACE t={} node {} {:?} term {} commit {} members {:?}",
+                        self.now,
+                        i + 1,
+                        gr.role(),
+                        gr.term(),
+                        gr.commit(),
+                        gr.membership().members
+                    );
+                    for (p, pr) in gr.progress() {
+                        eprintln!("  progress {p}: {pr:?}");
+                    }
+                    for n in &self.nodes {
+                        let d = &n.disks[&g];
+                        eprintln!(
+                            "  node {} end {} flushed_end {} entry {:?}",
+                            n.id,
+                            d.end(),
+                            d.flushed_end(),
+                            d.entry_at(at).map(|e| (e.offset, e.term))
+                        );
+                    }
                 }
                 let h = self.history.get_mut(&g).expect("group");
                 h.push(HEntry {
@@ -651,25 +687,27 @@ impl Sim {
         self.stats.acked += 1;
         let h = &self.history[&g];
         let k = h.partition_point(|x| x.end <= offset);
-        if !h.get(k).is_some_and(|x| x.offset == offset && x.term == term) {
-            self.fail(format!("acked proposal at {offset} term {term} not committed"));
-        }
-        let m = self.nodes[i].raft.as_ref().expect("up").group(g).expect("g").membership().clone();
-        let mut holders = 0;
-        let mut voters = 0;
-        for (r, role) in &m.members {
-            if *role != Role::Voter {
-                continue;
-            }
-            voters += 1;
-            let d = &self.nodes[self.idx(r.node)].disks[&g];
-            if d.id == r.disk && d.holds_flushed(offset, term, end) {
-                holders += 1;
-            }
-        }
-        if holders < voters / 2 + 1 {
+        if !h
+            .get(k)
+            .is_some_and(|x| x.offset == offset && x.term == term)
+        {
             self.fail(format!(
-                "acked proposal at {offset} term {term} flushed on {holders} of {voters} voters"
+                "acked proposal at {offset} term {term} not committed"
+            ));
+        }
+        let m = self.nodes[i]
+            .raft
+            .as_ref()
+            .expect("up")
+            .group(g)
+            .expect("g")
+            .membership()
+            .clone();
+        let x = h[k].clone();
+        if !self.holders_ok(g, &m, &x) {
+            self.dump(g);
+            self.fail(format!(
+                "acked proposal at {offset} term {term} (end {end}) not flushed on a majority of voters"
             ));
         }
         self.acked.push((g, offset, term));
@@ -773,33 +811,40 @@ impl Sim {
     /// under a snapshot), and every acknowledged proposal is in the history.
     pub fn check_durability(&self) {
         for &g in &self.groups {
-            let m = &self.committed_members[&g];
-            let voters: Vec<Replica> = m
-                .members
-                .iter()
-                .filter(|(_, r)| *r == Role::Voter)
-                .map(|(r, _)| *r)
-                .collect();
-            // A voter whose disk was lost is a failed replica: Raft tolerates a minority of them,
-            // so entries must be on a majority minus the lost ones (and on at least one).
-            let lost = voters
-                .iter()
-                .filter(|r| self.nodes[self.idx(r.node)].disks[&g].id != r.disk)
-                .count();
-            let need = (voters.len() / 2 + 1).saturating_sub(lost).max(1);
-            for x in &self.history[&g] {
-                let holders = voters
+            // An entry commits under the leader's active membership, which may be one appended
+            // after the last committed one (single-server changes take effect when appended, and
+            // any majority of the old and the new membership intersect). Either must hold it.
+            // Any replica's latest membership may be the one its leader counted with.
+            let mut ms = vec![self.committed_members[&g].clone()];
+            ms.extend(
+                self.nodes
                     .iter()
-                    .filter(|r| {
-                        let d = &self.nodes[self.idx(r.node)].disks[&g];
-                        d.id == r.disk && d.holds_flushed(x.offset, x.term, x.end)
-                    })
-                    .count();
-                if holders < need {
+                    .filter_map(|n| n.raft.as_ref()?.group(g))
+                    .map(|gr| gr.membership().clone()),
+            );
+            for x in &self.history[&g] {
+                let ok = ms.iter().any(|m| self.holders_ok(g, m, x));
+                if !ok {
+                    for m in &ms {
+                        eprintln!("membership {:?}", m.members);
+                    }
+                    for n in &self.nodes {
+                        let d = &n.disks[&g];
+                        eprintln!(
+                            "node {} disk {:?} start {} end {} flushed_end {} entry {:?}",
+                            n.id,
+                            d.id,
+                            d.start(),
+                            d.end(),
+                            d.flushed_end(),
+                            d.entry_at(x.offset).map(|e| (e.offset, e.term, e.end()))
+                        );
+                    }
+                    eprintln!("history entry {x:?}");
+                    self.dump(g);
                     self.fail(format!(
-                        "group {g}: committed entry at {} held by {holders} of {} voters ({lost} lost)",
-                        x.offset,
-                        voters.len()
+                        "group {g}: committed entry at {} not held by a majority",
+                        x.offset
                     ));
                 }
             }
@@ -811,6 +856,31 @@ impl Sim {
                 self.fail(format!("acked entry at {o} term {t} lost from history"));
             }
         }
+    }
+
+    /// Whether a majority of `m`'s voters hold `x` flushed. A voter whose disk was lost is a
+    /// failed replica: Raft tolerates a minority of them, so the entry must be on a majority
+    /// minus the lost ones (and on at least one).
+    fn holders_ok(&self, g: GroupId, m: &Membership, x: &HEntry) -> bool {
+        let voters: Vec<Replica> = m
+            .members
+            .iter()
+            .filter(|(_, r)| *r == Role::Voter)
+            .map(|(r, _)| *r)
+            .collect();
+        let lost = voters
+            .iter()
+            .filter(|r| self.nodes[self.idx(r.node)].disks[&g].id != r.disk)
+            .count();
+        let need = (voters.len() / 2 + 1).saturating_sub(lost).max(1);
+        let holders = voters
+            .iter()
+            .filter(|r| {
+                let d = &self.nodes[self.idx(r.node)].disks[&g];
+                d.id == r.disk && d.holds_flushed(x.offset, x.term, x.end)
+            })
+            .count();
+        holders >= need
     }
 
     /// The membership in the committed history (from the most advanced live replica).
@@ -957,7 +1027,7 @@ impl Sim {
     /// its current disk as a voter or learner (no earlier loss still rejoining) and enough time
     /// has passed: more simultaneous losses than Raft tolerates lose data by definition.
     fn disk_loss_allowed(&self) -> bool {
-        if self.now < self.last_disk_loss + 30_000 {
+        if self.last_disk_loss.is_some_and(|t| self.now < t + 30_000) {
             return false;
         }
         self.groups.iter().all(|&g| {
@@ -974,7 +1044,7 @@ impl Sim {
         self.nodes[i].raft = None;
         if lose_disk {
             self.stats.disk_losses += 1;
-            self.last_disk_loss = self.now;
+            self.last_disk_loss = Some(self.now);
             for d in self.nodes[i].disks.values_mut() {
                 *d = Disk::new(DiskId(self.rng.gen()));
             }
@@ -1092,19 +1162,14 @@ impl Sim {
             return;
         }
         let t = voters[self.rng.gen_range(0..voters.len())];
-        if raft
-            .group_mut(g)
-            .expect("g")
-            .transfer_leadership(t)
-            .is_ok()
-        {
+        if raft.group_mut(g).expect("g").transfer_leadership(t).is_ok() {
             self.stats.transfers += 1;
         }
         self.drive(i);
     }
 
-    /// Adds a non-member as an auto-promoting learner, or removes a member when there are spare
-    /// voters (keeping at least three).
+    /// Adds a non-member as an auto-promoting learner, or removes a voter when there are more
+    /// than three.
     fn conf_change_random(&mut self) {
         let g = self.groups[self.rng.gen_range(0..self.groups.len())];
         let Some(i) = self.leader_of(g) else { return };
@@ -1122,9 +1187,11 @@ impl Sim {
             .map(|n| n.id)
             .filter(|id| m.get(*id).is_none())
             .collect();
-        let change = if m.members.len() > 3 {
-            let k = self.rng.gen_range(0..m.members.len());
-            ConfChange::Remove(m.members[k].0.node)
+        // Keep at least three voters: a two-voter group tolerates no failure, and the campaign
+        // also loses disks.
+        let change = if m.voter_count() > 3 {
+            let voters: Vec<NodeId> = m.voter_ids().collect();
+            ConfChange::Remove(voters[self.rng.gen_range(0..voters.len())])
         } else if let Some(&n) = outsiders.first() {
             let disk = self.nodes[self.idx(n)].disks[&g].id;
             ConfChange::AddLearner {
@@ -1162,19 +1229,28 @@ impl Sim {
             let ok = self.run_until(max_ms, |s| s.leader_of(g).is_some());
             if !ok {
                 self.dump(g);
-                self.fail(format!("liveness: group {g} has no serving leader after healing"));
+                self.fail(format!(
+                    "liveness: group {g} has no serving leader after healing"
+                ));
             }
-            let target = {
-                let i = self.leader_of(g).expect("checked");
-                self.propose_to(g);
-                self.nodes[i].raft.as_ref().expect("up").group(g).expect("g").log_end()
-            };
-            let ok = self.run_until(max_ms, |s| {
-                s.history[&g].last().is_some_and(|x| x.end >= target)
-            });
-            if !ok {
-                self.dump(g);
-                self.fail(format!("liveness: group {g} did not commit after healing"));
+            // A proposal can be lost with its leader (never acknowledged): re-propose until one
+            // is acknowledged.
+            let acked_before = self.acked.iter().filter(|a| a.0 == g).count();
+            let deadline = self.now + max_ms;
+            let mut next_try = self.now;
+            loop {
+                if self.acked.iter().filter(|a| a.0 == g).count() > acked_before {
+                    break;
+                }
+                if self.now >= deadline {
+                    self.dump(g);
+                    self.fail(format!("liveness: group {g} did not commit after healing"));
+                }
+                if self.now >= next_try {
+                    self.propose_to(g);
+                    next_try = self.now + 500;
+                }
+                self.step();
             }
         }
         self.check_log_matching();

@@ -27,7 +27,8 @@ pub struct Config {
     pub max_cache_bytes: usize,
     /// Bytes proposed on the leader and not yet committed: beyond it `propose` pushes back.
     pub max_uncommitted_bytes: usize,
-    /// A learner within this many offsets of the leader's log end counts as caught up.
+    /// A learner within this many offsets of the leader's log end counts as caught up (promotion
+    /// of a voter that lags makes every commit wait for it).
     pub learner_caught_up_offsets: u64,
     pub durability: Durability,
 }
@@ -41,7 +42,7 @@ impl Default for Config {
             max_inflight_bytes: 4 * 1024 * 1024,
             max_cache_bytes: 8 * 1024 * 1024,
             max_uncommitted_bytes: 16 * 1024 * 1024,
-            learner_caught_up_offsets: 0,
+            learner_caught_up_offsets: 1024,
             durability: Durability::Flushed,
         }
     }

@@ -286,6 +286,17 @@ impl RaftGroup {
         }
     }
 
+    /// Starts a pre-vote now instead of waiting for the election timeout (an operator's
+    /// "campaign", or a test). Returns false if this replica may not campaign.
+    pub fn campaign_now(&mut self) -> bool {
+        if self.role == RaftRole::Leader || !self.can_campaign() {
+            return false;
+        }
+        self.dirty = true;
+        self.campaign(true, false);
+        true
+    }
+
     pub(crate) fn handle_timeout_now(&mut self) {
         if self.role != RaftRole::Leader && self.can_campaign() {
             self.campaign(false, true);

@@ -115,7 +115,8 @@ impl RaftGroup {
         }
     }
 
-    /// A leader whose removal (or demotion) committed steps down; others elect a leader.
+    /// A leader whose removal (or demotion) committed steps down; others elect a leader. With
+    /// the change committed, the next one may go: promote a caught-up learner.
     pub(crate) fn after_commit(&mut self) {
         if self.role != RaftRole::Leader {
             return;
@@ -124,6 +125,16 @@ impl RaftGroup {
         if *o < self.commit && !m.is_voter(self.me, self.hs.disk) {
             let term = self.hs.term;
             self.become_follower(term, None);
+            return;
+        }
+        let learners: Vec<NodeId> = m
+            .members
+            .iter()
+            .filter(|(_, r)| matches!(r, Role::Learner { auto_promote: true }))
+            .map(|(r, _)| r.node)
+            .collect();
+        for n in learners {
+            self.maybe_promote(n);
         }
     }
 

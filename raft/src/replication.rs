@@ -512,6 +512,7 @@ impl RaftGroup {
             self.dirty = true;
             self.send_append(from);
         }
+        self.maybe_promote(from);
         let before = self.commit;
         self.maybe_commit();
         if self.commit != before {

@@ -713,16 +713,9 @@ impl Sim {
                 "acked proposal at {offset} term {term} not committed"
             ));
         }
-        let m = self.nodes[i]
-            .raft
-            .as_ref()
-            .expect("up")
-            .group(g)
-            .expect("g")
-            .membership()
-            .clone();
         let x = h[k].clone();
-        if self.check_flushed_on_ack && !self.holders_ok(g, &m, &x) {
+        let ms = self.candidate_memberships(g);
+        if self.check_flushed_on_ack && !ms.iter().any(|m| self.holders_ok(g, m, &x)) {
             self.dump(g);
             self.fail(format!(
                 "acked proposal at {offset} term {term} (end {end}) not flushed on a majority of voters"
@@ -832,19 +825,7 @@ impl Sim {
             // An entry commits under the leader's active membership, which may be one appended
             // after the last committed one (single-server changes take effect when appended, and
             // any majority of the old and the new membership intersect). Either must hold it.
-            // Any replica's latest membership (on its disk, up or down) may be the one its
-            // leader counted with.
-            let mut ms = vec![self.committed_members[&g].clone()];
-            for n in &self.nodes {
-                let d = &n.disks[&g];
-                let last = d
-                    .entries()
-                    .filter(|e| e.kind == EntryKind::Config)
-                    .last()
-                    .map(|e| Membership::decode(&e.data).expect("valid config"))
-                    .or_else(|| d.base.as_ref().map(|(m, _)| m.membership.clone()));
-                ms.extend(last);
-            }
+            let ms = self.candidate_memberships(g);
             for x in &self.history[&g] {
                 let ok = ms.iter().any(|m| self.holders_ok(g, m, x));
                 if !ok {
@@ -879,6 +860,29 @@ impl Sim {
                 self.fail(format!("acked entry at {o} term {t} lost from history"));
             }
         }
+    }
+
+    /// Memberships a leader may have counted a commit with: the last committed one, and the last
+    /// two on every replica's disk (up or down). A change takes effect when appended, so a
+    /// commit decided just before a leader appended a change was counted with the one before.
+    fn candidate_memberships(&self, g: GroupId) -> Vec<Membership> {
+        let mut ms = vec![self.committed_members[&g].clone()];
+        for n in &self.nodes {
+            let d = &n.disks[&g];
+            let configs: Vec<Membership> = d
+                .base
+                .as_ref()
+                .map(|(m, _)| m.membership.clone())
+                .into_iter()
+                .chain(
+                    d.entries()
+                        .filter(|e| e.kind == EntryKind::Config)
+                        .map(|e| Membership::decode(&e.data).expect("valid config")),
+                )
+                .collect();
+            ms.extend(configs.into_iter().rev().take(2));
+        }
+        ms
     }
 
     /// Whether a majority of `m`'s voters hold `x` flushed. A voter whose disk was lost is a

@@ -47,3 +47,6 @@ pub use types::{
     DiskId, Entry, EntryKind, GroupId, HardState, Membership, NodeId, Offset, Replica, Restore,
     Role, Snapshot, SnapshotMeta, Term, MEMBERS_MAX,
 };
+
+#[cfg(test)]
+mod tests;

@@ -37,6 +37,9 @@ impl RaftGroup {
         if self.is_voter() {
             return true;
         }
+        if self.rescue_campaign_due() {
+            return true;
+        }
         // The base (index 0) is committed; a later entry once the commit passed it.
         let n = self.configs.len();
         let committed = (0..n)
@@ -45,6 +48,18 @@ impl RaftGroup {
             .map(|i| &self.configs[i]);
         let pending = n > 1 && self.configs[n - 1].0 >= self.commit;
         pending && committed.is_some_and(|(_, m)| m.is_voter(self.me, self.hs.disk))
+    }
+
+    /// A replica that is not a voter in its own view may still hold the most up-to-date log of
+    /// the voters that can be reached: it missed its own promotion, and the log holding the
+    /// promotion lost the election to it (seen in the simulator: a disk loss, a 4-voter group,
+    /// the only replica with the newest term a not-yet-promoted learner, every election stuck).
+    /// After long enough without a leader (4 election timeouts, so it never races the voters'
+    /// own elections) it campaigns; voters still check its log, so this is safe, and elected
+    /// it commits its term and steps down (`after_commit`) for a voter to take over.
+    fn rescue_campaign_due(&self) -> bool {
+        let silent_since = self.leader_contact_ms.unwrap_or(self.created_ms);
+        self.may_vote() && self.now_ms >= silent_since + 4 * self.cfg.election_timeout_ms
     }
 
     /// Whether this replica may grant votes. Not only voters: a replica that is behind may not
@@ -196,7 +211,7 @@ impl RaftGroup {
             self.log.clear_cache();
             self.transfer = None;
             self.noop_end = None;
-            self.leader_contact_ms = None;
+            self.leader_contact_ms = Some(self.now_ms);
         }
         self.dirty = true;
         self.role = RaftRole::Follower;

@@ -101,6 +101,7 @@ pub struct RaftGroup {
     pub(crate) respond: bool,
 
     pub(crate) now_ms: u64,
+    pub(crate) created_ms: u64,
     pub(crate) election_deadline_ms: u64,
     /// When a leader was last heard from (the pre-vote/vote lease), or, on a leader, when a
     /// quorum last answered.
@@ -177,6 +178,7 @@ impl RaftGroup {
             reported: (0, 0),
             respond: false,
             now_ms,
+            created_ms: now_ms,
             election_deadline_ms: 0,
             leader_contact_ms: None,
             rng: SplitMix64::new(seed ^ id.rotate_left(17) ^ restore.node),

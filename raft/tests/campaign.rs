@@ -48,7 +48,7 @@ fn campaign_with(default_seeds: u64, default_steps: u64) {
 
 #[test]
 fn sim_ci() {
-    campaign_with(4, 15_000);
+    campaign_with(50, 20_000);
 }
 
 #[test]

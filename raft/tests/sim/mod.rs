@@ -590,7 +590,7 @@ impl Sim {
                 self.apply(i, g, c);
             }
             for p in &rd.committed {
-                self.on_acked(i, g, p.offset, p.term, p.end);
+                self.on_acked(g, p.offset, p.term, p.end);
             }
         }
         for m in r.messages {
@@ -701,7 +701,7 @@ impl Sim {
 
     /// A client is told its proposal committed: it must be in the history, and flushed on a
     /// majority of the voters.
-    fn on_acked(&mut self, i: usize, g: GroupId, offset: Offset, term: Term, end: Offset) {
+    fn on_acked(&mut self, g: GroupId, offset: Offset, term: Term, end: Offset) {
         self.stats.acked += 1;
         let h = &self.history[&g];
         let k = h.partition_point(|x| x.end <= offset);

@@ -59,16 +59,21 @@ impl RaftGroup {
     /// it commits its term and steps down (`after_commit`) for a voter to take over.
     fn rescue_campaign_due(&self) -> bool {
         let silent_since = self.leader_contact_ms.unwrap_or(self.created_ms);
-        self.may_vote() && self.now_ms >= silent_since + 4 * self.cfg.election_timeout_ms
+        !self.membership().members.is_empty()
+            && self.may_vote()
+            && self.now_ms >= silent_since + 4 * self.cfg.election_timeout_ms
     }
 
-    /// Whether this replica may grant votes. Not only voters: a replica that is behind may not
-    /// yet know it was promoted, and Raft needs its vote. But never a replica that knows no
-    /// membership (an empty disk) or whose membership lists this node on another disk (it lost
-    /// the log that disk held). The candidate checks the disk id in the answer as well.
+    /// Whether this replica may grant votes: not when its membership lists this node on another
+    /// disk (it is the replacement of a lost disk and knows it). A replica that knows no
+    /// membership yet may answer: the candidate counts a vote only if the answer names the disk
+    /// its membership lists, so the vote of a replacement disk is never counted, while a member
+    /// whose disk is intact but holds nothing durable yet (added, never flushed) still votes —
+    /// without it a group can lose its quorum for good (seen in the simulator).
     pub(crate) fn may_vote(&self) -> bool {
-        let m = self.membership();
-        !m.members.is_empty() && m.get(self.me).is_none_or(|(r, _)| r.disk == self.hs.disk)
+        self.membership()
+            .get(self.me)
+            .is_none_or(|(r, _)| r.disk == self.hs.disk)
     }
 
     /// Starts a pre-vote (`pre`) or a real election. A pre-vote changes neither term nor vote:

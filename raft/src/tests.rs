@@ -164,12 +164,38 @@ fn a_deposed_leader_learns_the_newer_term_from_its_follower() {
 }
 
 #[test]
-fn a_replica_with_an_empty_disk_never_votes() {
+fn a_replica_with_an_empty_disk_never_campaigns_and_its_vote_is_not_counted() {
     let mut r = restore(2);
     r.base = None;
     r.hard_state.disk = DiskId(999);
     let mut f = RaftGroup::new(0, cfg(), r, 0, 3).unwrap();
     assert!(!f.campaign_now());
+    f.tick(100_000);
+    assert_eq!(
+        f.role(),
+        RaftRole::Follower,
+        "no campaign with an empty disk"
+    );
+
+    // Node 1 campaigns; node 2 answers from a replacement disk: not counted.
+    let mut c = follower(1);
+    assert!(c.campaign_now());
+    let granted = |disk| Body::VoteResp {
+        pre: true,
+        granted: true,
+        disk,
+    };
+    c.step(1, msg(2, 1, 1, granted(DiskId(999)))).unwrap();
+    assert_eq!(c.role(), RaftRole::PreCandidate);
+    c.step(1, msg(2, 1, 1, granted(DISKS[1]))).unwrap();
+    assert_eq!(c.role(), RaftRole::Candidate);
+}
+
+#[test]
+fn a_replica_that_knows_it_was_replaced_does_not_vote() {
+    let mut r = restore(2);
+    r.hard_state.disk = DiskId(999); // the membership lists node 2 on DISKS[1]
+    let mut f = RaftGroup::new(0, cfg(), r, 0, 3).unwrap();
     let vote = Body::Vote {
         pre: false,
         transfer: false,

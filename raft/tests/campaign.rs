@@ -56,3 +56,29 @@ fn sim_ci() {
 fn campaign() {
     campaign_with(1000, 100_000);
 }
+
+/// The long run with five replicas per group (two may be down at once: figure-8 territory).
+/// `SLUICE_SIM_SEEDS=200 SLUICE_SIM_STEPS=100000 cargo test -p sluice-raft --release --test
+/// campaign -- --ignored campaign_five --nocapture`
+#[test]
+#[ignore]
+fn campaign_five() {
+    let base = seed_from_env();
+    let seeds = env_u64("SLUICE_SIM_SEEDS", 200);
+    let steps = env_u64("SLUICE_SIM_STEPS", 100_000);
+    eprintln!("campaign_five: base seed {base}, {seeds} seeds x {steps} steps");
+    let mut total = Stats::default();
+    for k in 0..seeds {
+        let mut s = Sim::new(base.wrapping_add(k), 5, 2, 5, Faults::chaos());
+        for i in 0..steps {
+            s.step();
+            if i % 2000 == 1999 {
+                s.check_log_matching();
+            }
+        }
+        s.check_durability();
+        s.settle_and_check_liveness(30_000);
+        add_stats(&mut total, &s.stats);
+    }
+    eprintln!("campaign_five: totals {total:?}");
+}

@@ -6,8 +6,8 @@
 //! ```
 //!
 //! 1. CPU per proposed batch on the leader and on a follower (1 KiB batches, shared `Bytes`).
-//! 2. CPU of 1,000 idle groups per node (leaders spread over the three nodes) with coalesced
-//!    heartbeats at the default 150 ms interval, as a fraction of one core, for two tick periods.
+//! 2. CPU of 1,000 idle groups per node (leaders spread over the three nodes, then all on node 1)
+//!    with coalesced heartbeats at the default 150 ms interval, as a fraction of one core.
 //!
 //! Only time spent inside the core's calls is counted (`Instant` around each call).
 
@@ -187,11 +187,11 @@ fn per_batch() {
     );
 }
 
-fn idle(groups: u64, tick_ms: u64) {
+fn idle(groups: u64, tick_ms: u64, one_leader: bool) {
     let cfg = Config::default();
     let hb = cfg.heartbeat_interval_ms;
     let mut c = Cluster::new(groups, cfg);
-    c.elect(groups, false);
+    c.elect(groups, one_leader);
     // Warm up past the first heartbeat rounds.
     let mut now = 0;
     for _ in 0..20 {
@@ -221,6 +221,7 @@ fn idle(groups: u64, tick_ms: u64) {
 
 fn main() {
     per_batch();
-    idle(1_000, 10);
-    idle(1_000, 50);
+    idle(1_000, 10, false);
+    idle(1_000, 50, false);
+    idle(1_000, 10, true);
 }

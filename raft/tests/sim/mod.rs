@@ -1058,12 +1058,20 @@ impl Sim {
         if self.last_disk_loss.is_some_and(|t| self.now < t + 30_000) {
             return false;
         }
+        // Every view (committed, and each live replica's latest) must list every member as a
+        // voter on its current disk: an uncommitted rejoin can still be undone.
         self.groups.iter().all(|&g| {
-            self.known_membership(g).is_some_and(|m| {
+            let healthy = |m: &Membership| {
                 m.members.iter().all(|(r, role)| {
                     *role == Role::Voter && self.nodes[self.idx(r.node)].disks[&g].id == r.disk
                 })
-            })
+            };
+            healthy(&self.committed_members[&g])
+                && self
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.raft.as_ref()?.group(g))
+                    .all(|gr| healthy(gr.membership()))
         })
     }
 

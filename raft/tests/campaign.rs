@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! SLUICE_SIM_SEEDS=1000 SLUICE_SIM_STEPS=100000 cargo test -p sluice-raft --release \
-//!     --test campaign -- --ignored campaign --nocapture
+//!     --test campaign -- --ignored --exact campaign --nocapture
 //! ```
 //!
 //! Seeds are `SLUICE_SEED` (or a random base, printed) plus 0..SLUICE_SIM_SEEDS; a failure

@@ -218,7 +218,7 @@ impl MultiRaft {
             let mut r = g.ready();
             out.messages
                 .extend(r.messages.drain(..).map(Envelope::Group));
-            if !r.is_empty() || r.log_epoch != 0 {
+            if !r.is_empty() {
                 out.groups.push((*id, r));
             }
         }

@@ -102,12 +102,13 @@ impl Sim {
     /// under a snapshot), and every acknowledged proposal is in the history.
     pub fn check_durability(&self) {
         for &g in &self.groups {
-            // An entry commits under the leader's active membership, which may be one appended
-            // after the last committed one (single-server changes take effect when appended, and
-            // any majority of the old and the new membership intersect). Either must hold it.
-            let ms = self.candidate_memberships(g);
+            // An entry commits on a majority of the leader's active membership, which may be one
+            // appended after the committed one and later truncated away. What Raft guarantees
+            // is that every quorum of the committed membership (one change away from it)
+            // intersects the holders, so no replica lacking the entry can be elected.
+            let ms = vec![self.committed_members[&g].clone()];
             for x in &self.history[&g] {
-                let ok = ms.iter().any(|m| self.holders_ok(g, m, x));
+                let ok = ms.iter().all(|m| self.holders_ok(g, m, x, false));
                 if !ok {
                     for m in &ms {
                         eprintln!("membership {:?}", m.members);
@@ -127,7 +128,7 @@ impl Sim {
                     eprintln!("history entry {x:?}");
                     self.dump(g);
                     self.fail(format!(
-                        "group {g}: committed entry at {} not held by a majority",
+                        "group {g}: committed entry at {} missing from a possible quorum",
                         x.offset
                     ));
                 }
@@ -165,10 +166,17 @@ impl Sim {
         ms
     }
 
-    /// Whether a majority of `m`'s voters hold `x` flushed. A voter whose disk was lost is a
-    /// failed replica: Raft tolerates a minority of them, so the entry must be on a majority
-    /// minus the lost ones (and on at least one).
-    pub(super) fn holders_ok(&self, g: GroupId, m: &Membership, x: &HEntry) -> bool {
+    /// Whether enough of `m`'s voters hold `x` flushed: a majority (`majority`, what a leader
+    /// counts), or enough that every quorum of `m` contains a holder (what keeps it from being
+    /// lost). A voter whose disk was lost is a failed replica that can neither hold nor vote:
+    /// the counts are taken over the others (and at least one holder is always required).
+    pub(super) fn holders_ok(
+        &self,
+        g: GroupId,
+        m: &Membership,
+        x: &HEntry,
+        majority: bool,
+    ) -> bool {
         let voters: Vec<Replica> = m
             .members
             .iter()
@@ -179,7 +187,13 @@ impl Sim {
             .iter()
             .filter(|r| self.nodes[self.idx(r.node)].disks[&g].id != r.disk)
             .count();
-        let need = (voters.len() / 2 + 1).saturating_sub(lost).max(1);
+        let quorum = voters.len() / 2 + 1;
+        let need = if majority {
+            quorum.saturating_sub(lost)
+        } else {
+            (voters.len() - lost).saturating_sub(quorum) + 1
+        }
+        .max(1);
         let holders = voters
             .iter()
             .filter(|r| {

@@ -205,7 +205,7 @@ impl Sim {
         }
         let x = h[k].clone();
         let ms = self.candidate_memberships(g);
-        if self.check_flushed_on_ack && !ms.iter().any(|m| self.holders_ok(g, m, &x)) {
+        if self.check_flushed_on_ack && !ms.iter().any(|m| self.holders_ok(g, m, &x, true)) {
             self.dump(g);
             self.fail(format!(
                 "acked proposal at {offset} term {term} (end {end}) not flushed on a majority of voters"

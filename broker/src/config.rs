@@ -54,6 +54,8 @@ pub struct BrokerConfig {
     /// Who may call: SigV4 for the HTTP API and `AKID:SECRET` tokens for the native protocol,
     /// from the same access keys. The embedded default accepts everyone (and says so loudly).
     pub auth: AuthConfig,
+    /// Per-account quotas (rates, queues).
+    pub quotas: crate::auth::quota::QuotaConfig,
     /// The HTTP API's read timeouts (request head and keep-alive idle; body), milliseconds.
     /// `None`: `SLUICE_HTTP_HEADER_TIMEOUT_MS` / `SLUICE_HTTP_BODY_TIMEOUT_MS` or the default,
     /// read when the front end starts; `sluiced` sets them from its settings
@@ -175,6 +177,7 @@ impl BrokerConfig {
             quic_idle_timeout_ms: QUIC_IDLE_TIMEOUT_MS_DEFAULT,
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
             auth: AuthConfig::open(),
+            quotas: Default::default(),
             http_header_timeout_ms: None,
             http_body_timeout_ms: None,
         })

@@ -61,6 +61,23 @@ pub struct Settings {
     pub quic: QuicSettings,
     #[serde(default, skip_serializing_if = "MetricsSettings::is_empty")]
     pub metrics: MetricsSettings,
+    #[serde(default, skip_serializing_if = "QuotaSettings::is_empty")]
+    pub quotas: QuotaSettings,
+}
+
+/// `[quotas]`: what each account may do, on both front ends (unset: unlimited rates).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSettings {
+    /// API calls per second per account; past it, `RequestThrottled` (retryable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_per_s: Option<u32>,
+    /// Request bytes per second per account; past it, `RequestThrottled` (retryable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_s: Option<u64>,
+    /// Queues one account may hold; past it, CreateQueue answers `OverLimit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queues_per_account: Option<usize>,
 }
 
 /// `[auth]`: who may call, both front ends (SigV4 on HTTP, `AKID:SECRET` tokens on QUIC).
@@ -161,6 +178,12 @@ impl MetricsSettings {
     }
 }
 
+impl QuotaSettings {
+    fn is_empty(&self) -> bool {
+        *self == QuotaSettings::default()
+    }
+}
+
 /// Parses `AKID:SECRET[:ACCOUNT],…` (the `SLUICE_ACCESS_KEYS` form).
 pub fn parse_access_keys(s: &str) -> Result<Vec<AccessKey>, ConfigError> {
     let mut out = Vec::new();
@@ -236,6 +259,14 @@ impl Settings {
             metrics: MetricsSettings {
                 addr: self.metrics.addr.or(below.metrics.addr),
             },
+            quotas: QuotaSettings {
+                requests_per_s: self.quotas.requests_per_s.or(below.quotas.requests_per_s),
+                bytes_per_s: self.quotas.bytes_per_s.or(below.quotas.bytes_per_s),
+                queues_per_account: self
+                    .quotas
+                    .queues_per_account
+                    .or(below.quotas.queues_per_account),
+            },
         }
     }
 
@@ -270,6 +301,11 @@ impl Settings {
             },
             metrics: MetricsSettings {
                 addr: Some("127.0.0.1:9400".parse().expect("literal")),
+            },
+            quotas: QuotaSettings {
+                requests_per_s: None,
+                bytes_per_s: None,
+                queues_per_account: Some(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT),
             },
         }
     }
@@ -311,6 +347,16 @@ impl Settings {
                      (1-64 of A-Z a-z 0-9 - _)"
                 )));
             }
+        }
+        if s.quotas.requests_per_s == Some(0)
+            || s.quotas.bytes_per_s == Some(0)
+            || s.quotas.queues_per_account == Some(0)
+        {
+            return Err(ConfigError(
+                "quotas: requests_per_s, bytes_per_s and queues_per_account must be above 0 \
+                 (leave a rate unset for no limit)"
+                    .into(),
+            ));
         }
         if s.auth.mode == Some(AuthName::Sigv4) && keys.is_empty() {
             return Err(ConfigError(
@@ -406,6 +452,14 @@ impl Settings {
             _ => Some(self.quic.shard_port_base.unwrap_or(0)),
         };
         c.metrics_addr = self.metrics.addr.or(d.metrics.addr).expect("default");
+        c.quotas = crate::auth::quota::QuotaConfig {
+            requests_per_s: self.quotas.requests_per_s,
+            bytes_per_s: self.quotas.bytes_per_s,
+            queues_per_account: self
+                .quotas
+                .queues_per_account
+                .unwrap_or(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT),
+        };
         Ok(c)
     }
 }
@@ -439,6 +493,38 @@ mod tests {
         assert_eq!(r.auth, default.auth);
         assert_eq!(r.quic, default.quic);
         assert_eq!(r.metrics, default.metrics);
+        assert_eq!(r.quotas, default.quotas);
+    }
+
+    #[test]
+    fn quotas_reach_the_broker_and_zero_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Settings::parse(
+            "[quotas]\nrequests_per_s = 50\nbytes_per_s = 4096\nqueues_per_account = 3\n",
+            "f",
+        )
+        .unwrap()
+        .resolve()
+        .unwrap()
+        .broker_config_in(dir.path());
+        assert_eq!(c.quotas.requests_per_s, Some(50));
+        assert_eq!(c.quotas.bytes_per_s, Some(4096));
+        assert_eq!(c.quotas.queues_per_account, 3);
+        let open = Settings::parse("", "f")
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(open.quotas, crate::auth::quota::QuotaConfig::default());
+        for zero in [
+            "requests_per_s = 0",
+            "bytes_per_s = 0",
+            "queues_per_account = 0",
+        ] {
+            let e = Settings::parse(&format!("[quotas]\n{zero}\n"), "f")
+                .unwrap()
+                .resolve()
+                .unwrap_err();
+            assert!(e.0.contains("quotas"), "{e}");
+        }
     }
 
     #[test]

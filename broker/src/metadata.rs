@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 pub const META_FORMAT_VERSION: u32 = 1;
 /// Queues per tenant (SQS has no hard limit on queues; this bounds the catalog's memory).
-pub const QUEUES_PER_TENANT_MAX: usize = 100_000;
 /// Tags per queue (SQS: 50).
 pub const TAGS_PER_QUEUE_MAX: usize = 50;
 /// SQS: a deleted queue's name cannot be reused for 60 s.
@@ -215,16 +214,34 @@ impl QueueMeta {
 }
 
 /// Every queue, by id and by (tenant, name). Identical on every shard.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct Catalog {
     queues: BTreeMap<u64, Arc<QueueMeta>>,
     by_name: HashMap<(String, String), u64>,
     /// Recently deleted names and when, for the 60 s reuse rule.
     deleted: HashMap<(String, String), u64>,
     next_id: u64,
+    /// Queues one account may hold (`[quotas] queues_per_account`).
+    queues_per_account: usize,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog::new(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT)
+    }
 }
 
 impl Catalog {
+    pub fn new(queues_per_account: usize) -> Self {
+        Catalog {
+            queues: BTreeMap::new(),
+            by_name: HashMap::new(),
+            deleted: HashMap::new(),
+            next_id: 0,
+            queues_per_account,
+        }
+    }
+
     pub fn get(&self, id: u64) -> Option<Arc<QueueMeta>> {
         self.queues.get(&id).cloned()
     }
@@ -309,8 +326,8 @@ impl Catalog {
                 return Err(ServiceError::QueueDeletedRecently);
             }
         }
-        if self.queues.values().filter(|q| q.tenant == tenant).count() >= QUEUES_PER_TENANT_MAX {
-            return Err(ServiceError::TooManyQueues(QUEUES_PER_TENANT_MAX));
+        if self.queues.values().filter(|q| q.tenant == tenant).count() >= self.queues_per_account {
+            return Err(ServiceError::TooManyQueues(self.queues_per_account));
         }
         Ok(Some(MetaRecord::QueueCreated {
             v: META_FORMAT_VERSION,

@@ -456,3 +456,74 @@ fn an_account_reaches_nothing_of_another_over_quic() {
     });
     handle.shutdown();
 }
+
+/// Quotas: one account past its request rate gets `RequestThrottled` (retryable), another
+/// account on the same broker is served; a queue count quota gives `OverLimit`.
+#[test]
+fn one_account_past_its_rate_does_not_slow_another() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    c.shards = 1;
+    c.default_partitions = 1;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.auth = AuthConfig {
+        mode: AuthMode::SigV4,
+        keys: parse_keys(&format!(
+            "AKIDATTACKER:attacker-secret:{ATTACKER},AKIDVICTIM:victim-secret:{VICTIM}"
+        ))
+        .expect("keys"),
+    };
+    c.quotas.requests_per_s = Some(50);
+    c.quotas.queues_per_account = 2;
+    let handle = sluice_broker::server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    let addr = handle.quic_addr();
+    let trust = Trust::PemFile(dir.path().join("quic-selfsigned-cert.pem"));
+    run(async move {
+        let connect = |akid: &str, secret: &str| {
+            let options = ClientOptions {
+                credentials: Some(Credentials::new(akid, secret)),
+                retries: 0,
+                ..ClientOptions::new(trust.clone())
+            };
+            Client::connect(addr, options)
+        };
+        let noisy = connect("AKIDATTACKER", "attacker-secret")
+            .await
+            .expect("noisy");
+        let quiet = connect("AKIDVICTIM", "victim-secret").await.expect("quiet");
+        let nq = noisy.create_queue("a").await.expect("create");
+        noisy.create_queue("b").await.expect("create");
+        let e = noisy.create_queue("c").await.expect_err("third queue");
+        assert_eq!(e.code(), Some(ErrorCode::OverLimit), "{e:?}");
+        let qq = quiet.create_queue("a").await.expect("create");
+        // Far past 50 requests in well under a second.
+        let mut throttled = 0;
+        for i in 0..200 {
+            match noisy.send(&nq, &format!("m{i}")).await {
+                Ok(_) => {}
+                Err(e) => {
+                    assert_eq!(e.code(), Some(ErrorCode::RequestThrottled), "{e:?}");
+                    assert!(e.is_retryable(), "throttling is retryable");
+                    throttled += 1;
+                }
+            }
+        }
+        assert!(
+            throttled >= 100,
+            "the noisy account was throttled ({throttled} of 200)"
+        );
+        for i in 0..20 {
+            quiet
+                .send(&qq, &format!("q{i}"))
+                .await
+                .expect("the quiet account is served");
+        }
+        // After a second the noisy account is served again.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        noisy.send(&nq, "later").await.expect("refilled");
+    });
+    handle.shutdown();
+}

@@ -5,6 +5,7 @@
 //! | (here)   | access keys → accounts, the auth mode, native `Hello` tokens                      |
 //! | `sigv4`  | AWS Signature Version 4 (header and presigned forms) for the HTTP API             |
 //! | `access` | queue URLs, ARNs and owner ids resolved *within the caller's account*             |
+//! | `quota`  | per-account rates (requests/s, bytes/s: `RequestThrottled`) and queue counts      |
 //!
 //! Configuration is `BrokerConfig::auth`; `sluiced` fills it from the environment:
 //! `SLUICE_AUTH=sigv4|none` (default `none`: any signature, or none, is accepted — for local
@@ -14,6 +15,7 @@
 //! inside TLS).
 
 pub mod access;
+pub mod quota;
 pub mod sigv4;
 
 use crate::metadata::DEFAULT_TENANT;

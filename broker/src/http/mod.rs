@@ -354,6 +354,9 @@ impl ShardHttp {
             Ok(c) => c,
             Err(e) => return fail(SqsError::new(e.code, e.status, e.message), false),
         };
+        if let Err(e) = self.shard.admit(&caller.account, body.len() as u64) {
+            return fail(e.into(), false);
+        }
         let host = parts
             .headers
             .get(http::header::HOST)

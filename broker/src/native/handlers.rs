@@ -121,7 +121,11 @@ pub struct Ctx {
 
 /// Runs one request. `Hello` never reaches here (the connection handles it).
 /// (Counted for metrics by the connection, `native::dispatch`.)
-pub async fn handle(ctx: &Ctx, request: Request) -> Response {
+/// `bytes`: the request frame's body, metered by the account's byte-rate quota.
+pub async fn handle(ctx: &Ctx, request: Request, bytes: u64) -> Response {
+    if let Err(e) = ctx.shard.admit(&ctx.caller.account, bytes) {
+        return Response::Error(Failure::from(e).to_response());
+    }
     match dispatch(ctx, request).await {
         Ok(r) => r,
         Err(f) => Response::Error(f.to_response()),

@@ -659,7 +659,7 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         let started = std::time::Instant::now();
         let kind = request.kind();
         let response = {
-            let work = std::pin::pin!(handlers::handle(&connection.ctx, request));
+            let work = std::pin::pin!(handlers::handle(&connection.ctx, request, bytes as u64));
             let closed = std::pin::pin!(connection.quic.closed());
             match futures::future::select(work, closed).await {
                 futures::future::Either::Left((response, _)) => response,

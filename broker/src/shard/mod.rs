@@ -122,6 +122,8 @@ pub struct Shard {
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardResponse>>>,
     next_request: Cell<u64>,
     meta_log: RefCell<Option<Rc<Log<DmaFs>>>>,
+    /// This shard's share of every account's request and byte rates.
+    rates: RefCell<crate::auth::quota::RateLimiter>,
     meta_lock: futures::lock::Mutex<()>,
     receipts: ReceiptCodec,
     ready: Cell<bool>,
@@ -184,7 +186,11 @@ impl Shard {
             shards: config.shards,
             config: config.clone(),
             fs,
-            catalog: RefCell::new(Catalog::default()),
+            catalog: RefCell::new(Catalog::new(config.quotas.queues_per_account)),
+            rates: RefCell::new(crate::auth::quota::RateLimiter::new(
+                &config.quotas,
+                config.shards,
+            )),
             partitions: RefCell::new(HashMap::new()),
             senders,
             pending: RefCell::new(HashMap::new()),
@@ -721,6 +727,16 @@ impl Shard {
         } else {
             Err(ServiceError::Unavailable("broker is starting"))
         }
+    }
+
+    /// Admits one request of `bytes` for `account` under its rate quotas (both front ends
+    /// call this once per request, after authentication), or `RequestThrottled`.
+    pub fn admit(&self, account: &str, bytes: u64) -> ServiceResult<()> {
+        let mut rates = self.rates.borrow_mut();
+        if rates.is_unlimited() {
+            return Ok(());
+        }
+        rates.admit(account, bytes, runtime::now_ms())
     }
 
     pub fn queue(&self, tenant: &str, name: &str) -> ServiceResult<Arc<QueueMeta>> {

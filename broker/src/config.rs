@@ -171,6 +171,7 @@ impl BrokerConfig {
                     data_dir: data_dir.clone(),
                 },
                 client_ca_path: None,
+                client_cert_accounts: Default::default(),
             },
             quic_shard_port_base: Some(0),
             quic_shard_addrs: Vec::new(),

@@ -136,6 +136,10 @@ pub struct QuicSettings {
     /// PEM CA bundle: require client certificates chaining to it (mutual TLS).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<PathBuf>,
+    /// Client certificate name (subject CN, else a DNS SAN) → account: such a certificate
+    /// authenticates its connection as that account, with no access key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_cert_accounts: Option<std::collections::BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_timeout_ms: Option<u64>,
     /// Serve an endpoint per shard besides `addr`, for clients routing to the owning core.
@@ -252,6 +256,10 @@ impl Settings {
                 cert: self.quic.cert.or(below.quic.cert),
                 key: self.quic.key.or(below.quic.key),
                 client_ca: self.quic.client_ca.or(below.quic.client_ca),
+                client_cert_accounts: self
+                    .quic
+                    .client_cert_accounts
+                    .or(below.quic.client_cert_accounts),
                 idle_timeout_ms: self.quic.idle_timeout_ms.or(below.quic.idle_timeout_ms),
                 shard_endpoints: self.quic.shard_endpoints.or(below.quic.shard_endpoints),
                 shard_port_base: self.quic.shard_port_base.or(below.quic.shard_port_base),
@@ -295,6 +303,7 @@ impl Settings {
                 cert: None,
                 key: None,
                 client_ca: None,
+                client_cert_accounts: None,
                 idle_timeout_ms: Some(QUIC_IDLE_TIMEOUT_MS_DEFAULT),
                 shard_endpoints: Some(true),
                 shard_port_base: Some(0),
@@ -329,6 +338,21 @@ impl Settings {
                 "quic.cert and quic.key: give both (or neither, for a self-signed certificate)"
                     .into(),
             ));
+        }
+        if let Some(map) = &s.quic.client_cert_accounts {
+            if !map.is_empty() && s.quic.client_ca.is_none() {
+                return Err(ConfigError(
+                    "quic.client_cert_accounts: needs quic.client_ca (certificates are only \
+                     trusted when they chain to it)"
+                        .into(),
+                ));
+            }
+            if let Some((name, _)) = map.iter().find(|(n, a)| n.is_empty() || !valid_account(a)) {
+                return Err(ConfigError(format!(
+                    "quic.client_cert_accounts[{name:?}]: an empty name or a bad account id \
+                     (1-64 of A-Z a-z 0-9 - _)"
+                )));
+            }
         }
         if s.quic.idle_timeout_ms == Some(0) {
             return Err(ConfigError("quic.idle_timeout_ms: must be above 0".into()));
@@ -443,6 +467,8 @@ impl Settings {
             };
         }
         c.quic_tls.client_ca_path = self.quic.client_ca.clone();
+        c.quic_tls.client_cert_accounts =
+            self.quic.client_cert_accounts.clone().unwrap_or_default();
         c.quic_idle_timeout_ms = self
             .quic
             .idle_timeout_ms
@@ -494,6 +520,26 @@ mod tests {
         assert_eq!(r.quic, default.quic);
         assert_eq!(r.metrics, default.metrics);
         assert_eq!(r.quotas, default.quotas);
+    }
+
+    #[test]
+    fn client_certificate_accounts_need_a_ca_and_valid_accounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = "[quic]\nclient_ca = \"ca.pem\"\nclient_cert_accounts = { \"svc\" = \"111\" }\n";
+        let c = Settings::parse(ok, "f")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(c.quic_tls.client_cert_accounts["svc"], "111");
+        for bad in [
+            "[quic]\nclient_cert_accounts = { \"svc\" = \"111\" }\n",
+            "[quic]\nclient_ca = \"ca.pem\"\nclient_cert_accounts = { \"svc\" = \"a/b\" }\n",
+            "[quic]\nclient_ca = \"ca.pem\"\nclient_cert_accounts = { \"\" = \"111\" }\n",
+        ] {
+            let e = Settings::parse(bad, "f").unwrap().resolve().unwrap_err();
+            assert!(e.0.contains("client_cert_accounts"), "{e}");
+        }
     }
 
     #[test]

@@ -527,3 +527,111 @@ fn one_account_past_its_rate_does_not_slow_another() {
     });
     handle.shutdown();
 }
+
+/// Mutual TLS: a client certificate named in `client_cert_accounts` is its account's identity
+/// (no access key needed), and reaches only that account; a key of another account beside it
+/// is refused.
+#[test]
+fn client_certificates_map_to_their_accounts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA cert");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let ca_path = dir.path().join("clients-ca.pem");
+    std::fs::write(&ca_path, ca_cert.pem()).expect("write");
+    let client = |name: &str| {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec![format!("{name}.example")]).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.signed_by(&key, &issuer).expect("cert");
+        let (cert_path, key_path) = (
+            dir.path().join(format!("{name}.pem")),
+            dir.path().join(format!("{name}-key.pem")),
+        );
+        std::fs::write(&cert_path, cert.pem()).expect("write");
+        std::fs::write(&key_path, key.serialize_pem()).expect("write");
+        sluice_sdk::ClientIdentity {
+            cert_path,
+            key_path,
+        }
+    };
+    let (svc_a, svc_b, unmapped) = (client("svc-a"), client("svc-b"), client("svc-x"));
+    let data = dir.path().join("data");
+    let mut c = BrokerConfig::embedded(data.clone()).expect("config");
+    c.shards = 1;
+    c.default_partitions = 1;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.auth = AuthConfig {
+        mode: AuthMode::SigV4,
+        keys: parse_keys(&format!("AKIDVICTIM:victim-secret:{VICTIM}")).expect("keys"),
+    };
+    c.quic_tls.client_ca_path = Some(ca_path);
+    c.quic_tls.client_cert_accounts = [
+        ("svc-a".to_string(), ATTACKER.to_string()),
+        // Mapped by its DNS name rather than its common name.
+        ("svc-b.example".to_string(), VICTIM.to_string()),
+    ]
+    .into();
+    let handle = sluice_broker::server::start(c).expect("start");
+    handle.wait_ready().expect("ready");
+    let addr = handle.quic_addr();
+    let trust = Trust::PemFile(data.join("quic-selfsigned-cert.pem"));
+    run(async move {
+        let connect = |identity: sluice_sdk::ClientIdentity, creds: Option<Credentials>| {
+            let options = ClientOptions {
+                identity: Some(identity),
+                credentials: creds,
+                retries: 0,
+                ..ClientOptions::new(trust.clone())
+            };
+            Client::connect(addr, options)
+        };
+        let a = connect(svc_a.clone(), None)
+            .await
+            .expect("svc-a by certificate");
+        let b = connect(svc_b.clone(), None)
+            .await
+            .expect("svc-b by DNS name");
+        let qa = a.create_queue("jobs").await.expect("create");
+        let qb = b.create_queue("jobs").await.expect("create");
+        assert!(qa.contains(ATTACKER), "{qa}");
+        assert!(qb.contains(VICTIM), "{qb}");
+        let e = a
+            .send(&qb, "x")
+            .await
+            .expect_err("the other account's queue");
+        assert_eq!(e.code(), Some(ErrorCode::QueueDoesNotExist), "{e:?}");
+        // The same account by key and certificate is fine; another account's key is not.
+        connect(svc_b, Some(Credentials::new("AKIDVICTIM", "victim-secret")))
+            .await
+            .expect("agreeing key");
+        let e = connect(svc_a, Some(Credentials::new("AKIDVICTIM", "victim-secret")))
+            .await
+            .err()
+            .expect("disagreeing key");
+        assert_eq!(e.code(), Some(ErrorCode::AccessDenied), "{e:?}");
+        // A certificate the CA signed but no mapping names still needs an access key.
+        let e = connect(unmapped.clone(), None)
+            .await
+            .err()
+            .expect("unmapped certificate without a key");
+        assert_eq!(e.code(), Some(ErrorCode::AccessDenied), "{e:?}");
+        let v = connect(
+            unmapped,
+            Some(Credentials::new("AKIDVICTIM", "victim-secret")),
+        )
+        .await
+        .expect("unmapped certificate with a key");
+        v.send(&qb, "by key")
+            .await
+            .expect("served as the key's account");
+    });
+    handle.shutdown();
+}

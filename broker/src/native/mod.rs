@@ -342,6 +342,22 @@ async fn refuse_connection(
     );
 }
 
+/// The account of a connection's verified client certificate, if one of its names is mapped.
+fn certificate_account(
+    conn: &quinn::Connection,
+    accounts: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    if accounts.is_empty() {
+        return None;
+    }
+    let identity = conn.peer_identity()?;
+    let chain = identity.downcast_ref::<Vec<rustls::pki_types::CertificateDer<'static>>>()?;
+    let leaf = chain.first()?;
+    crate::quic::tls::client_cert_names(leaf)
+        .into_iter()
+        .find_map(|name| accounts.get(&name).cloned())
+}
+
 async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker: StreamTracker) {
     let state = slot.0.clone();
     // 1. The handshake on the first stream.
@@ -385,10 +401,26 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
         },
         Err(e) => Err(e.to_error_response()),
     };
+    // A verified client certificate named in `client_cert_accounts` is an identity of its own.
+    let cert_account =
+        certificate_account(&conn, &state.shard.config.quic_tls.client_cert_accounts);
     let ok = match hello.and_then(|h| {
         // The version first (a client that cannot speak ours learns that before anything),
         // then who it is.
         answer_hello(&h, &state.info, DEFAULT_TENANT)?;
+        if let Some(account) = &cert_account {
+            // A token besides the certificate must name the same account.
+            let agrees = h.auth_token.as_deref().is_none_or(|t| {
+                state.shard.config.auth.authenticate_token(Some(t)).as_ref() == Ok(account)
+            });
+            if !agrees {
+                return Err(ErrorResponse::new(
+                    ErrorCode::AccessDenied,
+                    "the client certificate and the credentials name different accounts",
+                ));
+            }
+            return answer_hello(&h, &state.info, account);
+        }
         let account = state
             .shard
             .config
@@ -426,7 +458,9 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
             shard: state.shard.clone(),
             caller: Caller {
                 account,
-                verified: state.shard.config.auth.mode == AuthMode::SigV4,
+                // Accounts are kept apart when keys are checked, and for a connection whose
+                // certificate names its account.
+                verified: state.shard.config.auth.mode == AuthMode::SigV4 || cert_account.is_some(),
             },
             url_host: state.ctx_host.clone(),
         },

@@ -100,8 +100,24 @@ const BUDGET_POLL_MS: u64 = 1;
 pub const STREAM_STOP_CODE_MALFORMED: u32 = ErrorCode::MalformedFrame as u32;
 
 /// Picks a free UDP port for `addr` (port 0) and holds it, with SO_REUSEPORT so the shards can
-/// join, until the broker is ready (`BrokerHandle::wait_ready` drops it).
+/// join, until the broker is ready (`BrokerHandle::wait_ready` drops it). A port something else
+/// already holds fails the start: another broker's SO_REUSEPORT socket would otherwise share its
+/// datagrams with ours, breaking both brokers' connections at random.
 pub fn reserve_port(addr: SocketAddr) -> std::io::Result<(std::net::UdpSocket, SocketAddr)> {
+    if addr.port() != 0 {
+        // Without SO_REUSEPORT or SO_REUSEADDR: fails if any socket is bound there.
+        let probe = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        probe.bind(&addr.into()).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("QUIC on {addr}: {e} (another broker or program uses the port)"),
+            )
+        })?;
+    }
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,

@@ -54,6 +54,8 @@ pub struct BrokerConfig {
     /// Who may call: SigV4 for the HTTP API and `AKID:SECRET` tokens for the native protocol,
     /// from the same access keys. The embedded default accepts everyone (and says so loudly).
     pub auth: AuthConfig,
+    /// Free bytes on the data disk under which sends are refused (`crate::disk`).
+    pub disk_free_bytes_min: u64,
     /// Per-account quotas (rates, queues).
     pub quotas: crate::auth::quota::QuotaConfig,
     /// The HTTP API's read timeouts (request head and keep-alive idle; body), milliseconds.
@@ -179,6 +181,7 @@ impl BrokerConfig {
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
             auth: AuthConfig::open(),
             quotas: Default::default(),
+            disk_free_bytes_min: crate::disk::DISK_FREE_BYTES_MIN_DEFAULT,
             http_header_timeout_ms: None,
             http_body_timeout_ms: None,
         })

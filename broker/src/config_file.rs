@@ -53,6 +53,10 @@ pub struct Settings {
     /// Region named in queue ARNs and URLs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// Free bytes on the data disk under which sends are refused (retryable, "disk is full")
+    /// while receives and deletes go on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_free_bytes_min: Option<u64>,
     #[serde(default, skip_serializing_if = "AuthSettings::is_empty")]
     pub auth: AuthSettings,
     #[serde(default, skip_serializing_if = "HttpSettings::is_empty")]
@@ -241,6 +245,7 @@ impl Settings {
             spin_us: self.spin_us.or(below.spin_us),
             partitions: self.partitions.or(below.partitions),
             region: self.region.or(below.region),
+            disk_free_bytes_min: self.disk_free_bytes_min.or(below.disk_free_bytes_min),
             auth: AuthSettings {
                 mode: self.auth.mode.or(below.auth.mode),
                 access_keys: self.auth.access_keys.or(below.auth.access_keys),
@@ -288,6 +293,7 @@ impl Settings {
             spin_us: None,    // by placement: see BrokerConfig::spin_before_park_us
             partitions: None, // the number of shards, once they are known
             region: Some("us-east-1".to_string()),
+            disk_free_bytes_min: Some(crate::disk::DISK_FREE_BYTES_MIN_DEFAULT),
             auth: AuthSettings {
                 mode: Some(AuthName::None),
                 access_keys: Some(Vec::new()),
@@ -446,6 +452,9 @@ impl Settings {
         c.cpus = self.cpus.clone().unwrap_or_default();
         c.spin_before_park_us = self.spin_us;
         c.region = self.region.clone().or(d.region).expect("default");
+        c.disk_free_bytes_min = self
+            .disk_free_bytes_min
+            .unwrap_or(crate::disk::DISK_FREE_BYTES_MIN_DEFAULT);
         c.http_addr = self.http.addr.or(d.http.addr).expect("default");
         c.auth = self.auth_config();
         c.http_header_timeout_ms = Some(

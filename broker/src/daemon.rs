@@ -99,6 +99,9 @@ pub struct DaemonArgs {
     /// Request bytes per second per account [default: unlimited].
     #[arg(long, env = "SLUICE_QUOTA_BYTES_PER_S")]
     pub quota_bytes_per_s: Option<u64>,
+    /// Free bytes on the data disk under which sends are refused [default: 268435456].
+    #[arg(long, env = "SLUICE_DISK_FREE_BYTES_MIN")]
+    pub disk_free_bytes_min: Option<u64>,
     /// Queues one account may hold [default: 100000].
     #[arg(long, env = "SLUICE_QUOTA_QUEUES_PER_ACCOUNT")]
     pub quota_queues_per_account: Option<usize>,
@@ -114,6 +117,7 @@ impl DaemonArgs {
             spin_us: self.spin_us,
             partitions: self.partitions,
             region: self.region.clone(),
+            disk_free_bytes_min: self.disk_free_bytes_min,
             ..Settings::default()
         };
         s.http.addr = self.http_addr;

@@ -23,6 +23,12 @@ pub enum ServiceError {
     Unavailable(&'static str),
     #[error("request throttled: {0}")]
     Throttled(&'static str),
+    /// Free space is below the reserve: nothing new is stored until there is room again.
+    #[error(
+        "the broker's disk is full ({free_bytes} bytes free, under the {reserve_bytes}-byte \
+         reserve): sends are refused until space is freed; receives and deletes go on"
+    )]
+    DiskFull { free_bytes: u64, reserve_bytes: u64 },
     /// A queue URL that is not `http(s)://<host>/<account>/<name>`.
     #[error("The address {0} is not valid for this endpoint.")]
     InvalidAddress(String),
@@ -64,6 +70,7 @@ impl ServiceError {
             ServiceError::Internal(_) => ("InternalFailure", 500, true),
             ServiceError::Unavailable(_) => ("ServiceUnavailable", 503, true),
             ServiceError::Throttled(_) => ("RequestThrottled", 403, true),
+            ServiceError::DiskFull { .. } => ("ServiceUnavailable", 503, true),
             ServiceError::InvalidAddress(_) => ("InvalidAddress", 404, false),
             ServiceError::ResourceNotFound(_) => ("ResourceNotFoundException", 400, false),
             ServiceError::Unsupported(_) => {
@@ -81,7 +88,15 @@ impl ServiceError {
 
 impl From<sluice_storage::StorageError> for ServiceError {
     fn from(e: sluice_storage::StorageError) -> Self {
-        ServiceError::Internal(format!("storage: {e}"))
+        match e {
+            // The reserve was not enough (another program filled the disk): the same
+            // retryable error as the reserve's own refusal.
+            sluice_storage::StorageError::NoSpace { .. } => ServiceError::DiskFull {
+                free_bytes: 0,
+                reserve_bytes: 0,
+            },
+            other => ServiceError::Internal(format!("storage: {other}")),
+        }
     }
 }
 

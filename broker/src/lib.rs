@@ -7,6 +7,7 @@ pub mod auth;
 pub mod config;
 pub mod config_file;
 pub mod daemon;
+pub mod disk;
 pub mod engine;
 pub mod error;
 pub mod http;

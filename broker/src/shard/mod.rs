@@ -124,6 +124,8 @@ pub struct Shard {
     meta_log: RefCell<Option<Rc<Log<DmaFs>>>>,
     /// This shard's share of every account's request and byte rates.
     rates: RefCell<crate::auth::quota::RateLimiter>,
+    /// Free space on the data disk: sends stop under the reserve.
+    pub disk: crate::disk::DiskGuard,
     meta_lock: futures::lock::Mutex<()>,
     receipts: ReceiptCodec,
     ready: Cell<bool>,
@@ -187,6 +189,7 @@ impl Shard {
             config: config.clone(),
             fs,
             catalog: RefCell::new(Catalog::new(config.quotas.queues_per_account)),
+            disk: crate::disk::DiskGuard::new(config.data_dir.clone(), config.disk_free_bytes_min),
             rates: RefCell::new(crate::auth::quota::RateLimiter::new(
                 &config.quotas,
                 config.shards,
@@ -817,6 +820,13 @@ impl Shard {
         attributes: BTreeMap<String, String>,
         tags: BTreeMap<String, String>,
     ) -> ServiceResult<Arc<QueueMeta>> {
+        // A new queue allocates segments: not on a full disk (an existing one is returned).
+        if let Ok(q) = self.queue(tenant, name) {
+            if q.attributes == attributes {
+                return Ok(q);
+            }
+        }
+        self.disk.check(runtime::now_ms())?;
         let id = self
             .meta(MetaOp::Create {
                 tenant: tenant.to_string(),
@@ -906,6 +916,7 @@ impl Shard {
 
     pub async fn send(&self, q: &QueueMeta, req: SendRequest) -> ServiceResult<SentReply> {
         self.check_ready()?;
+        self.disk.check(runtime::now_ms())?;
         let p = self.send_partition(q, req.group_id.as_deref());
         match self.execute_on(q, p, Command::Send(req)).await? {
             Reply::Sent(s) => Ok(s),
@@ -924,6 +935,7 @@ impl Shard {
     ) -> ServiceResult<Vec<(String, Result<SentReply, ServiceError>)>> {
         self.check_ready()?;
         validate_batch_entries(&entries)?;
+        self.disk.check(runtime::now_ms())?;
         let mut by_partition: BTreeMap<u32, Vec<(usize, BatchEntry)>> = BTreeMap::new();
         let standard_p = self.send_partition(q, None);
         for (i, e) in entries.into_iter().enumerate() {

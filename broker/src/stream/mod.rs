@@ -107,6 +107,7 @@ impl From<ServiceError> for StreamError {
         match e {
             ServiceError::Unavailable(s) => StreamError::Unavailable(s.into()),
             ServiceError::Throttled(s) => StreamError::Throttled(s),
+            e @ ServiceError::DiskFull { .. } => StreamError::Unavailable(e.to_string()),
             other => StreamError::Internal(other.to_string()),
         }
     }
@@ -667,6 +668,7 @@ impl Shard {
         batch: Vec<u8>,
     ) -> StreamResult<Produced> {
         self.check_stream_ready()?;
+        self.disk.check(runtime::now_ms())?;
         let p = match partition {
             Some(p) => {
                 Self::check_partition(t, p)?;

@@ -60,6 +60,9 @@ pub struct BrokerConfig {
     /// (`crate::config_file`).
     pub http_header_timeout_ms: Option<u64>,
     pub http_body_timeout_ms: Option<u64>,
+    /// Host names the HTTP API accepts while authentication is off, besides `localhost` and IP
+    /// literals (`crate::http::local`); `"*"`: any.
+    pub http_allowed_hosts: Vec<String>,
 }
 
 /// Default idle timeout of a native-protocol connection.
@@ -177,6 +180,7 @@ impl BrokerConfig {
             auth: AuthConfig::open(),
             http_header_timeout_ms: None,
             http_body_timeout_ms: None,
+            http_allowed_hosts: Vec::new(),
         })
     }
 }

@@ -67,6 +67,10 @@ pub struct DaemonArgs {
     /// Time to receive an HTTP request body [default: 30000].
     #[arg(long, env = "SLUICE_HTTP_BODY_TIMEOUT_MS")]
     pub http_body_timeout_ms: Option<u64>,
+    /// With auth off, Host names the HTTP API accepts besides localhost and IP addresses
+    /// (comma-separated; `*`: any) [default: none].
+    #[arg(long, env = "SLUICE_HTTP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub http_allowed_hosts: Vec<String>,
     /// Native QUIC protocol [default: 127.0.0.1:7400].
     #[arg(long, env = "SLUICE_QUIC_ADDR")]
     pub quic_addr: Option<SocketAddr>,
@@ -121,6 +125,8 @@ impl DaemonArgs {
         };
         s.http.header_timeout_ms = self.http_header_timeout_ms;
         s.http.body_timeout_ms = self.http_body_timeout_ms;
+        s.http.allowed_hosts =
+            (!self.http_allowed_hosts.is_empty()).then(|| self.http_allowed_hosts.clone());
         s.quic.enabled = self.no_quic.then_some(false);
         s.quic.addr = self.quic_addr;
         s.quic.cert = self.quic_cert.clone();

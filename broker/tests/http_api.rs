@@ -16,6 +16,14 @@ static ONE_BROKER: Mutex<()> = Mutex::new(());
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
+    start_with(dir, env, |_| {})
+}
+
+fn start_with(
+    dir: &Path,
+    env: &[(&str, &str)],
+    tune: impl FnOnce(&mut BrokerConfig),
+) -> (BrokerHandle, u16) {
     for (k, v) in env {
         std::env::set_var(k, v);
     }
@@ -26,6 +34,7 @@ fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     // As sluiced does: authentication from SLUICE_AUTH / SLUICE_ACCESS_KEYS.
     c.auth = sluice_broker::auth::AuthConfig::from_env().expect("auth settings");
+    tune(&mut c);
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
     let port = b.http_addr().port();
@@ -797,4 +806,95 @@ fn a_taken_http_port_fails_the_start_instead_of_serving_without_the_api() {
     assert!(e.to_string().contains("SQS HTTP API on"), "{e}");
     // The other program still has its port.
     drop(other);
+}
+
+/// With auth off (the local default), a web page must not drive the API: a DNS-rebinding page
+/// sends its own name as Host, a cross-site form POST carries a foreign Origin. Both are refused
+/// with AccessDenied before anything happens; local clients and configured names pass.
+#[test]
+fn auth_off_refuses_rebinding_hosts_and_foreign_origins() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    std::env::set_var("SLUICE_AUTH", "none");
+    std::env::remove_var("SLUICE_ACCESS_KEYS");
+    let (b, port) = start(tmp.path(), &[]);
+    let create = |host: &str, origin: Option<&str>, name: &str| {
+        let form = format!("Action=CreateQueue&QueueName={name}");
+        let origin = origin.map_or(String::new(), |o| format!("Origin: {o}\r\n"));
+        raw(
+            port,
+            format!(
+                "POST / HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/x-www-form-urlencoded\r\n\
+                 Content-Length: {}\r\n\r\n{form}",
+                form.len()
+            )
+            .as_bytes(),
+        )
+    };
+    // DNS rebinding: the page's name, whatever the port.
+    let r = create(&format!("rebind.attacker.example:{port}"), None, "rebound");
+    assert_xml_error(&r, 403, "AccessDenied");
+    assert!(r.body.contains("rebind.attacker.example"), "{}", r.body);
+    assert!(
+        r.body.contains("allowed_hosts"),
+        "the error says how to allow it: {}",
+        r.body
+    );
+    let r = raw(
+        port,
+        format!(
+            "POST / HTTP/1.1\r\nHost: localhost.attacker.example\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+             Content-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{{}}"
+        )
+        .as_bytes(),
+    );
+    assert_json_error(&r, 403, "AccessDenied", "AccessDenied");
+    // A cross-site form POST from a page elsewhere: a local Host, a foreign Origin.
+    let r = create(
+        &format!("127.0.0.1:{port}"),
+        Some("https://attacker.example"),
+        "csrf",
+    );
+    assert_xml_error(&r, 403, "AccessDenied");
+    assert!(r.body.contains("Origin"), "{}", r.body);
+    let r = create("localhost", Some("null"), "csrf2");
+    assert_xml_error(&r, 403, "AccessDenied");
+    // Nothing was created.
+    let listed = json(port, "ListQueues", "{}");
+    assert_eq!(listed.status, 200);
+    assert!(
+        !listed.body.contains("rebound") && !listed.body.contains("csrf"),
+        "{}",
+        listed.body
+    );
+    // Local clients: localhost, loopback literals, a page on localhost.
+    for (host, origin) in [
+        (format!("localhost:{port}"), None),
+        (format!("127.0.0.1:{port}"), None),
+        (format!("[::1]:{port}"), None),
+        ("localhost".to_string(), Some("http://localhost:3000")),
+    ] {
+        let r = create(&host, origin, "local-ok");
+        assert_eq!(r.status, 200, "{host} {origin:?}: {}", r.body);
+    }
+    b.shutdown();
+
+    // A configured name passes (a docker-compose service, say); still not a foreign page.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (b, port) = start_with(tmp.path(), &[], |c| {
+        c.http_allowed_hosts = vec!["sluice".to_string()];
+    });
+    let ok = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: sluice:9324\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+          Content-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{}",
+    );
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let r = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: other\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+          Content-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{}",
+    );
+    assert_json_error(&r, 403, "AccessDenied", "AccessDenied");
+    b.shutdown();
 }

@@ -10,8 +10,9 @@
 //! | `io`       | futures-io (glommio `TcpStream`) → `hyper::rt::{Read, Write}`; glommio `Timer` for hyper |
 //! | `protocol` | AWS JSON 1.0 and Query requests → one input model; output tree → JSON or XML; `SqsError` |
 //! | `actions`  | the 23 actions of the SQS model against the service layer                    |
+//! | `local`    | with auth off, only local clients: `Host` and `Origin` checks (DNS rebinding, CSRF) |
 //!
-//! A request: limits checked (`Content-Length` before any byte of body is read, then a
+//! A request: with auth off, the local guard (`local`); limits checked (`Content-Length` before any byte of body is read, then a
 //! counted read bounded in size and time) → SigV4 (`crate::auth`) → protocol detection (`X-Amz-Target` is JSON,
 //! otherwise a Query form in the body and/or the URL) → action → rendering. Every failure is an
 //! SQS error in the request's protocol; nothing is a 500 except an internal failure, and the
@@ -19,6 +20,7 @@
 
 pub mod actions;
 pub mod io;
+pub mod local;
 pub mod protocol;
 
 use crate::auth::{AuthConfig, AuthMode, SignedRequest};
@@ -59,6 +61,8 @@ pub struct HttpConfig {
     pub auth: AuthConfig,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    /// Host names accepted besides local ones while auth is off (`local`).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl HttpConfig {
@@ -79,6 +83,7 @@ impl HttpConfig {
                 HEADER_READ_TIMEOUT_MS_DEFAULT,
             )?,
             body_read_timeout: ms("SLUICE_HTTP_BODY_TIMEOUT_MS", BODY_READ_TIMEOUT_MS_DEFAULT)?,
+            allowed_hosts: Vec::new(),
         })
     }
 }
@@ -93,6 +98,7 @@ pub async fn serve(shard: Rc<Shard>) {
         if let Some(t) = shard.config.http_body_timeout_ms {
             c.body_read_timeout = ms(t);
         }
+        c.allowed_hosts = shard.config.http_allowed_hosts.clone();
         c
     });
     let config = match configured {
@@ -301,6 +307,13 @@ impl ShardHttp {
                 ),
                 false,
             );
+        }
+        // With auth off, only local clients (DNS rebinding, cross-site form posts), before a
+        // byte of the body is read.
+        if self.config.auth.mode == AuthMode::None {
+            if let Err(e) = local::check(&parts.headers, &self.config.allowed_hosts) {
+                return fail(e.into(), true);
+            }
         }
         // The size limit, before a byte of the body is buffered.
         let declared = parts

@@ -138,6 +138,9 @@ pub struct QuicSettings {
 pub struct MetricsSettings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub addr: Option<SocketAddr>,
+    /// Per-queue and per-group series, labelled with account and queue (group, topic) names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_labels: Option<bool>,
 }
 
 impl AuthSettings {
@@ -239,6 +242,7 @@ impl Settings {
             },
             metrics: MetricsSettings {
                 addr: self.metrics.addr.or(below.metrics.addr),
+                queue_labels: self.metrics.queue_labels.or(below.metrics.queue_labels),
             },
         }
     }
@@ -275,6 +279,7 @@ impl Settings {
             },
             metrics: MetricsSettings {
                 addr: Some("127.0.0.1:9400".parse().expect("literal")),
+                queue_labels: Some(true),
             },
         }
     }
@@ -423,6 +428,7 @@ impl Settings {
             _ => Some(self.quic.shard_port_base.unwrap_or(0)),
         };
         c.metrics_addr = self.metrics.addr.or(d.metrics.addr).expect("default");
+        c.metrics_queue_labels = self.metrics.queue_labels.unwrap_or(true);
         Ok(c)
     }
 }

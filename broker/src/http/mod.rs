@@ -11,9 +11,13 @@
 //! | `protocol` | AWS JSON 1.0 and Query requests → one input model; output tree → JSON or XML; `SqsError` |
 //! | `actions`  | the 23 actions of the SQS model against the service layer                    |
 //! | `local`    | with auth off, only local clients: `Host` and `Origin` checks (DNS rebinding, CSRF) |
+//! | `slots`    | connection caps where the longest-idle connection gives way; accept back-off  |
 //!
-//! A request: with auth off, the local guard (`local`); limits checked (`Content-Length` before any byte of body is read, then a
-//! counted read bounded in size and time) → SigV4 (`crate::auth`) → protocol detection (`X-Amz-Target` is JSON,
+//! A request: with auth off, the local guard (`local`); with SigV4 on, what can be checked of
+//! the signature before the body (present, well formed, known key, date in range:
+//! `AuthConfig::precheck`); limits checked (`Content-Length` before any byte of body is read,
+//! then a counted read bounded in size and time, and — until the signature is checked — in
+//! the shard's budget of unauthenticated body bytes) → SigV4 (`crate::auth`) → protocol detection (`X-Amz-Target` is JSON,
 //! otherwise a Query form in the body and/or the URL) → action → rendering. Every failure is an
 //! SQS error in the request's protocol; nothing is a 500 except an internal failure, and the
 //! connection state machine is hyper's (keep-alive, pipelining, header limits, timeouts).
@@ -22,12 +26,13 @@ pub mod actions;
 pub mod io;
 pub mod local;
 pub mod protocol;
+pub mod slots;
 
 use crate::auth::{AuthConfig, AuthMode, SignedRequest};
 use crate::shard::Shard;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use protocol::{Params, SqsError};
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -40,8 +45,21 @@ use std::time::Duration;
 pub const REQUEST_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// Largest request head (request line + headers), hyper's read buffer bound.
 pub const REQUEST_HEAD_BYTES_MAX: usize = 64 * 1024;
-/// Connections one shard serves at once; beyond, new ones get a 503 and are closed.
+/// Connections one shard serves at once, at most: `server::start` lowers it to fit the file
+/// descriptor limit (`crate::config_fds`). At the cap, the longest-idle connection is closed
+/// for a new one (`slots`); if every connection is busy, the new one gets a 503.
 pub const CONNECTIONS_PER_SHARD_MAX: usize = 4_096;
+/// Bytes of request bodies one shard may hold before their signatures are checked (SigV4
+/// mode): what unauthenticated clients can make the broker buffer, 16 MiB per shard. A
+/// request reserves its declared length (the maximum for a chunked body) before its body is
+/// read and gives it back once its signature is checked; the body is read into a buffer of
+/// exactly that size. Requests without a plausible signature never reach it
+/// (`AuthConfig::precheck`).
+pub const UNAUTHENTICATED_BODY_BYTES_PER_SHARD_MAX: usize = 16 * 1024 * 1024;
+/// How long a request waits for room in that budget before a retryable 503
+/// (`ServiceUnavailable`): long enough to ride out a burst of large batches, short enough that
+/// an attacker's uploads cannot queue legitimate ones for long.
+pub const UNAUTHENTICATED_BODY_WAIT_MS_MAX: u64 = 2_000;
 /// The listen backlog of each shard's socket.
 pub const LISTEN_BACKLOG: i32 = 1_024;
 /// Default time to receive a request's head, and the idle time allowed between requests of a
@@ -125,19 +143,29 @@ pub async fn serve(shard: Rc<Shard>) {
         }
     };
     tracing::info!(shard = shard.id, %addr, "SQS HTTP API listening");
+    let connections_max = shard
+        .config
+        .http_connections_per_shard_max
+        .unwrap_or(CONNECTIONS_PER_SHARD_MAX);
     let state = Rc::new(ShardHttp {
         shard,
         config,
-        connections: Cell::new(0),
+        slots: slots::Slots::new(connections_max),
+        body_budget: Rc::new(glommio::sync::Semaphore::new(
+            UNAUTHENTICATED_BODY_BYTES_PER_SHARD_MAX as u64,
+        )),
         next_request: Cell::new(0),
     });
+    let mut accept_errors = slots::AcceptErrors::new("SQS HTTP API");
     loop {
         let stream = match listener.accept().await {
-            Ok(s) => s,
+            Ok(s) => {
+                accept_errors.succeeded();
+                s
+            }
             Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(error = %e, "SQS HTTP API: accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                // EMFILE and friends persist until something closes: back off, log rarely.
+                glommio::timer::sleep(accept_errors.failed(&e)).await;
                 continue;
             }
         };
@@ -189,23 +217,16 @@ fn bind(addr: std::net::SocketAddr) -> std::io::Result<glommio::net::TcpListener
 struct ShardHttp {
     shard: Rc<Shard>,
     config: HttpConfig,
-    connections: Cell<usize>,
+    slots: Rc<slots::Slots>,
+    /// [`UNAUTHENTICATED_BODY_BYTES_PER_SHARD_MAX`], in bytes.
+    body_budget: Rc<glommio::sync::Semaphore>,
     next_request: Cell<u64>,
-}
-
-/// Counts a connection while it lives.
-struct ConnectionSlot(Rc<ShardHttp>);
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        self.0.connections.set(self.0.connections.get() - 1);
-    }
 }
 
 impl ShardHttp {
     async fn connection(self: Rc<Self>, stream: glommio::net::TcpStream) {
         use futures::AsyncWriteExt;
-        if self.connections.get() >= CONNECTIONS_PER_SHARD_MAX {
+        let Some((slot, evicted)) = self.slots.acquire() else {
             let mut stream = stream;
             let _ = stream
                 .write_all(
@@ -214,14 +235,21 @@ impl ShardHttp {
                 .await;
             let _ = stream.close().await;
             return;
-        }
-        self.connections.set(self.connections.get() + 1);
-        let _slot = ConnectionSlot(self.clone());
+        };
+        let slot = Rc::new(slot);
         let _ = stream.set_nodelay(true);
         let me = self.clone();
+        let in_service = slot.clone();
         let service = hyper::service::service_fn(move |req| {
             let me = me.clone();
-            async move { Ok::<_, std::convert::Infallible>(me.handle(req).await) }
+            // Busy from the moment a head has arrived until the response is produced: such
+            // a connection is never closed to make room for another.
+            let busy = in_service.busy();
+            async move {
+                let r = me.handle(req).await;
+                drop(busy);
+                Ok::<_, std::convert::Infallible>(r)
+            }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
@@ -229,12 +257,16 @@ impl ShardHttp {
             .header_read_timeout(self.config.header_read_timeout)
             .keep_alive(true)
             .max_buf_size(REQUEST_HEAD_BYTES_MAX);
-        if let Err(e) = builder
-            .serve_connection(io::FuturesIo::new(stream), service)
-            .await
-        {
-            tracing::debug!(error = %e, "SQS HTTP connection ended");
+        let conn = builder.serve_connection(io::FuturesIo::new(stream), service);
+        match futures::future::select(Box::pin(conn), evicted).await {
+            futures::future::Either::Left((Err(e), _)) => {
+                tracing::debug!(error = %e, "SQS HTTP connection ended");
+            }
+            futures::future::Either::Left((Ok(()), _)) => {}
+            // Idle longest when the cap was reached: dropping the connection closes it.
+            futures::future::Either::Right(_) => {}
         }
+        drop(slot);
     }
 
     fn request_id(&self) -> String {
@@ -315,6 +347,21 @@ impl ShardHttp {
                 return fail(e.into(), true);
             }
         }
+        let raw_path = parts.uri.path();
+        let raw_query = parts.uri.query().unwrap_or("");
+        let now_s = (crate::runtime::now_ms() / 1000) as i64;
+        // SigV4: what can be checked without the body, before a byte of it is read. Refused
+        // here, the body is never read (the connection closes).
+        if let Err(e) = self.config.auth.precheck(&SignedRequest {
+            method: parts.method.as_str(),
+            raw_path,
+            raw_query,
+            headers: &parts.headers,
+            body: &[],
+            now_s,
+        }) {
+            return fail(SqsError::new(e.code, e.status, e.message), true);
+        }
         // The size limit, before a byte of the body is buffered.
         let declared = parts
             .headers
@@ -324,16 +371,38 @@ impl ShardHttp {
         if declared.is_some_and(|n| n > REQUEST_BODY_BYTES_MAX as u64) {
             return fail(too_large(action_hint), true);
         }
-        let collect = Limited::new(body, REQUEST_BODY_BYTES_MAX).collect();
-        let timeout = glommio::timer::sleep(self.config.body_read_timeout);
-        let body = match futures::future::select(Box::pin(collect), Box::pin(timeout)).await {
-            futures::future::Either::Left((Ok(b), _)) => b.to_bytes(),
-            futures::future::Either::Left((Err(e), _)) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    return fail(too_large(action_hint), true);
+        // Room in the shard's budget of unauthenticated body bytes, held until the signature
+        // has been checked (SigV4 only: with auth off there is nothing to wait for).
+        let reserve = declared.map_or(REQUEST_BODY_BYTES_MAX, |n| n as usize);
+        let permit = if self.config.auth.mode == AuthMode::SigV4 && reserve > 0 {
+            let wait =
+                glommio::timer::sleep(Duration::from_millis(UNAUTHENTICATED_BODY_WAIT_MS_MAX));
+            let acquire = self.body_budget.acquire_static_permit(reserve as u64);
+            match futures::future::select(Box::pin(acquire), Box::pin(wait)).await {
+                futures::future::Either::Left((Ok(p), _)) => Some(p),
+                _ => {
+                    return fail(
+                        SqsError::new(
+                            "ServiceUnavailable",
+                            503,
+                            "Too many request bodies are being received before their \
+                             signatures are checked; retry shortly.",
+                        ),
+                        true,
+                    )
                 }
+            }
+        } else {
+            None
+        };
+        let read = read_body(body, reserve);
+        let timeout = glommio::timer::sleep(self.config.body_read_timeout);
+        let body = match futures::future::select(Box::pin(read), Box::pin(timeout)).await {
+            futures::future::Either::Left((Ok(b), _)) => b,
+            futures::future::Either::Left((Err(BodyError::TooLarge), _)) => {
+                return fail(too_large(action_hint), true);
+            }
+            futures::future::Either::Left((Err(BodyError::Read), _)) => {
                 return fail(
                     SqsError::new(
                         "MalformedRequest",
@@ -354,19 +423,24 @@ impl ShardHttp {
                 )
             }
         };
-        let raw_path = parts.uri.path();
-        let raw_query = parts.uri.query().unwrap_or("");
         let caller = match self.config.auth.authenticate(&SignedRequest {
             method: parts.method.as_str(),
             raw_path,
             raw_query,
             headers: &parts.headers,
             body: &body,
-            now_s: (crate::runtime::now_ms() / 1000) as i64,
+            now_s,
         }) {
             Ok(c) => c,
-            Err(e) => return fail(SqsError::new(e.code, e.status, e.message), false),
+            Err(e) => {
+                // Give the memory back before the answer goes out.
+                drop(body);
+                drop(permit);
+                return fail(SqsError::new(e.code, e.status, e.message), true);
+            }
         };
+        // Authenticated: the body no longer counts against the unauthenticated budget.
+        drop(permit);
         let host = parts
             .headers
             .get(http::header::HOST)
@@ -404,6 +478,32 @@ impl ShardHttp {
             Err(e) => fail(e, false),
         }
     }
+}
+
+/// Why a body could not be read.
+enum BodyError {
+    /// Over [`REQUEST_BODY_BYTES_MAX`] (a chunked body, or one longer than declared).
+    TooLarge,
+    /// The connection failed or the framing was bad.
+    Read,
+}
+
+/// Reads a body into one buffer of `expected` bytes (its declared length; the maximum for a
+/// chunked body, grown as it arrives), never past [`REQUEST_BODY_BYTES_MAX`]: what was
+/// reserved for it is what it holds, not a list of chunks and then a copy.
+async fn read_body(mut body: hyper::body::Incoming, expected: usize) -> Result<Vec<u8>, BodyError> {
+    use http_body_util::BodyExt;
+    let mut buf = Vec::with_capacity(expected.min(REQUEST_BODY_BYTES_MAX));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| BodyError::Read)?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > REQUEST_BODY_BYTES_MAX {
+                return Err(BodyError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
 }
 
 /// What a request was, for metrics: filled in as it is decoded and answered.

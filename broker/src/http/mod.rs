@@ -163,7 +163,6 @@ pub async fn serve(shard: Rc<Shard>) {
         next_request: Cell::new(0),
         large_bodies_freed: Cell::new(false),
     });
-    glommio::spawn_local(release_memory(state.clone())).detach();
     let mut accept_errors = slots::AcceptErrors::new("SQS HTTP API");
     loop {
         let stream = match listener.accept().await {
@@ -229,28 +228,27 @@ struct ShardHttp {
     /// [`UNAUTHENTICATED_BODY_BYTES_PER_SHARD_MAX`], in bytes.
     body_budget: Rc<glommio::sync::Semaphore>,
     next_request: Cell<u64>,
-    /// A large body was freed since memory was last given back ([`release_memory`]).
+    /// A large body was freed and [`release_memory`] is scheduled.
     large_bodies_freed: Cell<bool>,
 }
 
-extern "C" {
-    /// mimalloc (the global allocator of `sluiced`, `main.rs`; linked through the `mimalloc`
-    /// crate in every build): frees the calling thread's retained pages back to the system.
-    fn mi_collect(force: bool);
+/// What gives freed memory back to the system, set by the program that chose the allocator
+/// (`sluiced`: mimalloc's `mi_collect`); unset (brokers embedded in tests), nothing is done.
+static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets what [`release_memory`] calls (once; later calls are ignored).
+pub fn set_memory_release(release: fn()) {
+    let _ = MEMORY_RELEASE.set(release);
 }
 
-/// Gives this shard's freed memory back to the system once a large body has been freed,
-/// at most every [`MEMORY_RELEASE_INTERVAL_MS`], so that a burst of large requests (refused
-/// uploads above all) leaves no resident memory behind.
+/// Gives this shard's freed memory back to the system [`MEMORY_RELEASE_INTERVAL_MS`] after
+/// the first large body freed since the last time, so that a burst of large requests (refused
+/// uploads above all) leaves no resident memory behind; an idle shard is never woken for it.
 async fn release_memory(http: Rc<ShardHttp>) {
-    loop {
-        glommio::timer::sleep(Duration::from_millis(MEMORY_RELEASE_INTERVAL_MS)).await;
-        if http.large_bodies_freed.replace(false) {
-            // SAFETY: mi_collect takes no pointers and may be called from any thread at any
-            // time; it only returns the calling thread's free pages (force = false: without
-            // walking other threads' heaps).
-            unsafe { mi_collect(false) };
-        }
+    glommio::timer::sleep(Duration::from_millis(MEMORY_RELEASE_INTERVAL_MS)).await;
+    http.large_bodies_freed.set(false);
+    if let Some(release) = MEMORY_RELEASE.get() {
+        release();
     }
 }
 
@@ -300,9 +298,9 @@ impl ShardHttp {
         drop(slot);
     }
 
-    fn note_freed(&self, bytes: usize) {
-        if bytes >= LARGE_BODY_BYTES_MIN {
-            self.large_bodies_freed.set(true);
+    fn note_freed(self: &Rc<Self>, bytes: usize) {
+        if bytes >= LARGE_BODY_BYTES_MIN && !self.large_bodies_freed.replace(true) {
+            glommio::spawn_local(release_memory(self.clone())).detach();
         }
     }
 
@@ -321,7 +319,7 @@ impl ShardHttp {
     }
 
     /// Answers one request and counts it for metrics (action, error shape, latency).
-    async fn handle(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(self: &Rc<Self>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
         let started = std::time::Instant::now();
         let outcome = Outcome {
             action: Cell::new("unknown"),
@@ -337,7 +335,7 @@ impl ShardHttp {
     }
 
     async fn handle_inner(
-        &self,
+        self: &Rc<Self>,
         req: Request<hyper::body::Incoming>,
         outcome: &Outcome,
     ) -> Response<Full<Bytes>> {

@@ -90,10 +90,11 @@ pub fn nofile_soft_limit() -> std::io::Result<u64> {
 /// `partitions` queue partitions on disk.
 pub fn connections_per_shard(soft_limit: u64, shards: usize, partitions: u64) -> usize {
     let shards = shards.max(1) as u64;
+    // Saturating throughout: the soft limit may be RLIM_INFINITY (u64::MAX).
     let reserved = FDS_RESERVED_FIXED
-        + FDS_RESERVED_PER_SHARD * shards
-        + FDS_PER_PARTITION.saturating_mul(partitions);
-    let for_connections = soft_limit.saturating_sub(reserved) * CONNECTIONS_SHARE_PERCENT / 100;
+        .saturating_add(FDS_RESERVED_PER_SHARD.saturating_mul(shards))
+        .saturating_add(FDS_PER_PARTITION.saturating_mul(partitions));
+    let for_connections = soft_limit.saturating_sub(reserved) / 100 * CONNECTIONS_SHARE_PERCENT;
     let per_shard = usize::try_from(for_connections / shards).unwrap_or(usize::MAX);
     per_shard.clamp(
         CONNECTIONS_PER_SHARD_MIN,
@@ -124,10 +125,10 @@ mod tests {
             connections_per_shard(1 << 20, 2, 0),
             crate::http::CONNECTIONS_PER_SHARD_MAX
         );
-        // 4,096: (4096 - 128 - 64) / 2 / 2 shards.
-        assert_eq!(connections_per_shard(4096, 2, 0), 976);
+        // 4,096: (4096 - 128 - 64) in whole hundreds, half of it, over 2 shards.
+        assert_eq!(connections_per_shard(4096, 2, 0), 975);
         // Partitions on disk take theirs first.
-        assert_eq!(connections_per_shard(4096, 2, 1000), 476);
+        assert_eq!(connections_per_shard(4096, 2, 1000), 475);
         // Starved: the floor, never zero.
         assert_eq!(connections_per_shard(256, 2, 0), CONNECTIONS_PER_SHARD_MIN);
         assert_eq!(

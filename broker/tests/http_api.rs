@@ -563,7 +563,7 @@ fn query_protocol_round_trip_and_errors() {
     let r = query(port, "Action=ListQueues&%ZZ=%");
     assert!(r.status < 500, "{}", r.body);
     // A JSON body without a target is neither protocol.
-    let r = raw(port, b"POST / HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+    let r = raw(port, b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
     assert_xml_error(&r, 400, "InvalidAction");
     b.shutdown();
 }
@@ -602,7 +602,7 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     // A declared body over the limit is refused before it is sent.
     let r = raw(
         port,
-        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessageBatch\r\nContent-Length: 3145728\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessageBatch\r\nContent-Length: 3145728\r\n\r\n",
     );
     assert_json_error(
         &r,
@@ -613,12 +613,12 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     assert_eq!(r.header("connection"), Some("close"));
     let r = raw(
         port,
-        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nContent-Length: 3145728\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nContent-Length: 3145728\r\n\r\n",
     );
     assert_json_error(&r, 400, "InvalidParameterValue", "InvalidParameterValue");
     // A chunked body that grows past the limit is cut off while it streams.
     let mut s = connect(port);
-    s.write_all(b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nTransfer-Encoding: chunked\r\n\r\n")
+    s.write_all(b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nTransfer-Encoding: chunked\r\n\r\n")
         .expect("write");
     let chunk = vec![b'a'; 256 * 1024];
     let mut sent = 0;
@@ -656,14 +656,14 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     let t = Instant::now();
     let r = raw(
         port,
-        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 100\r\n\r\n{\"a",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 100\r\n\r\n{\"a",
     );
     assert_json_error(&r, 400, "RequestTimeout", "RequestTimeout");
     assert!(t.elapsed() < Duration::from_secs(5));
 
     // A head that stops arriving (and an idle keep-alive connection): closed after the header
     // timeout.
-    for partial in [&b"POST / HTTP/1.1\r\nHost: h\r\n"[..], &b""[..]] {
+    for partial in [&b"POST / HTTP/1.1\r\nHost: localhost\r\n"[..], &b""[..]] {
         let mut s = connect(port);
         s.write_all(partial).expect("write");
         let t = Instant::now();
@@ -686,7 +686,7 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     // Oversized head.
     let mut s = connect(port);
     let long = format!(
-        "GET / HTTP/1.1\r\nHost: h\r\nX-Long: {}\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: localhost\r\nX-Long: {}\r\n\r\n",
         "a".repeat(100_000)
     );
     let _ = s.write_all(long.as_bytes());
@@ -754,7 +754,7 @@ fn sigv4_rejections_have_their_codes() {
     assert_json_error(&r, 403, "SignatureDoesNotMatch", "SignatureDoesNotMatch");
     let r = raw(
         port,
-        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nAuthorization: AWS4-HMAC-SHA256 garbage\r\nContent-Length: 0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nAuthorization: AWS4-HMAC-SHA256 garbage\r\nContent-Length: 0\r\n\r\n",
     );
     assert_json_error(&r, 400, "IncompleteSignature", "IncompleteSignature");
     b.shutdown();

@@ -842,11 +842,8 @@ fn auth_off_refuses_rebinding_hosts_and_foreign_origins() {
     );
     let r = raw(
         port,
-        format!(
-            "POST / HTTP/1.1\r\nHost: localhost.attacker.example\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
-             Content-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{{}}"
-        )
-        .as_bytes(),
+        b"POST / HTTP/1.1\r\nHost: localhost.attacker.example\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+          Content-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{}",
     );
     assert_json_error(&r, 403, "AccessDenied", "AccessDenied");
     // A cross-site form POST from a page elsewhere: a local Host, a foreign Origin.

@@ -397,8 +397,9 @@ fn a_thousand_unauthenticated_uploads_cost_a_bounded_amount_of_memory() {
     /// 2 shards × 16 MiB of unauthenticated bodies, hyper's per-connection buffers, allocator
     /// slack.
     const PEAK_GROWTH_KIB_MAX: u64 = 128 * 1024;
-    /// What may stay resident once the uploads are over.
-    const SETTLED_GROWTH_KIB_MAX: u64 = 96 * 1024;
+    /// What may stay resident once the uploads are over (the broker gives freed bodies back
+    /// within a second; measured +2 to +22 MiB, and +57 MiB before the fix).
+    const SETTLED_GROWTH_KIB_MAX: u64 = 48 * 1024;
     const UPLOADS: usize = 1_000;
     const CONCURRENCY: usize = 250;
     const BODY_BYTES: usize = 2 * 1024 * 1024 - 64;

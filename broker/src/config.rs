@@ -64,6 +64,15 @@ pub struct BrokerConfig {
     /// (`crate::config_file`).
     pub http_header_timeout_ms: Option<u64>,
     pub http_body_timeout_ms: Option<u64>,
+    /// Host names the HTTP API accepts while authentication is off, besides `localhost` and IP
+    /// literals (`crate::http::local`); `"*"`: any.
+    pub http_allowed_hosts: Vec<String>,
+    /// HTTP connections each shard serves at once. `None`: sized by `server::start` to the
+    /// descriptors available (`crate::config_fds`), and written back here.
+    pub http_connections_per_shard_max: Option<usize>,
+    /// Label per-queue metrics with the account and queue name (`crate::metrics`); off: the
+    /// per-queue series are left out (the endpoint is unauthenticated).
+    pub metrics_queue_labels: bool,
 }
 
 /// Default idle timeout of a native-protocol connection.
@@ -100,11 +109,12 @@ pub fn meta_log_config() -> LogConfig {
     }
 }
 
-/// Reads the receipt key from the data dir, creating it (mode 0600) on first start.
+/// Reads the receipt key from the data dir, creating it (mode 0600) on first start, and the
+/// data dir (mode 0700) if it is missing.
 pub fn load_or_create_receipt_key(data_dir: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir_all(data_dir)?;
+    crate::config_perms::create_data_dir(data_dir)?;
     let path = data_dir.join("receipt.key");
     match std::fs::read(&path) {
         Ok(k) if k.len() == RECEIPT_KEY_BYTES => return Ok(k),
@@ -184,6 +194,9 @@ impl BrokerConfig {
             disk_free_bytes_min: crate::disk::DISK_FREE_BYTES_MIN_DEFAULT,
             http_header_timeout_ms: None,
             http_body_timeout_ms: None,
+            http_allowed_hosts: Vec::new(),
+            http_connections_per_shard_max: None,
+            metrics_queue_labels: true,
         })
     }
 }

@@ -105,6 +105,9 @@ pub struct HttpSettings {
     pub header_timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body_timeout_ms: Option<u64>,
+    /// With auth off: Host names accepted besides localhost and IP literals; `"*"`: any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -160,6 +163,9 @@ pub struct QuicSettings {
 pub struct MetricsSettings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub addr: Option<SocketAddr>,
+    /// Per-queue and per-group series, labelled with account and queue (group, topic) names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_labels: Option<bool>,
 }
 
 impl AuthSettings {
@@ -254,6 +260,7 @@ impl Settings {
                 addr: self.http.addr.or(below.http.addr),
                 header_timeout_ms: self.http.header_timeout_ms.or(below.http.header_timeout_ms),
                 body_timeout_ms: self.http.body_timeout_ms.or(below.http.body_timeout_ms),
+                allowed_hosts: self.http.allowed_hosts.or(below.http.allowed_hosts),
             },
             quic: QuicSettings {
                 enabled: self.quic.enabled.or(below.quic.enabled),
@@ -271,6 +278,7 @@ impl Settings {
             },
             metrics: MetricsSettings {
                 addr: self.metrics.addr.or(below.metrics.addr),
+                queue_labels: self.metrics.queue_labels.or(below.metrics.queue_labels),
             },
             quotas: QuotaSettings {
                 requests_per_s: self.quotas.requests_per_s.or(below.quotas.requests_per_s),
@@ -302,6 +310,7 @@ impl Settings {
                 addr: Some("127.0.0.1:9324".parse().expect("literal")),
                 header_timeout_ms: Some(HEADER_READ_TIMEOUT_MS_DEFAULT),
                 body_timeout_ms: Some(BODY_READ_TIMEOUT_MS_DEFAULT),
+                allowed_hosts: Some(Vec::new()),
             },
             quic: QuicSettings {
                 enabled: Some(true),
@@ -316,6 +325,7 @@ impl Settings {
             },
             metrics: MetricsSettings {
                 addr: Some("127.0.0.1:9400".parse().expect("literal")),
+                queue_labels: Some(true),
             },
             quotas: QuotaSettings {
                 requests_per_s: None,
@@ -367,6 +377,17 @@ impl Settings {
             return Err(ConfigError(
                 "http.header_timeout_ms, http.body_timeout_ms: must be above 0".into(),
             ));
+        }
+        for (i, h) in s.http.allowed_hosts.iter().flatten().enumerate() {
+            let name_ok = !h.is_empty()
+                && h.len() <= 253
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+            if !(name_ok || h == crate::http::local::ANY_HOST) {
+                return Err(ConfigError(format!(
+                    "http.allowed_hosts[{i}]: {h:?} is not a host name (no port, no scheme) or \"*\""
+                )));
+            }
         }
         let keys = s.auth.access_keys.as_deref().unwrap_or_default();
         for (i, k) in keys.iter().enumerate() {
@@ -467,6 +488,7 @@ impl Settings {
                 .body_timeout_ms
                 .unwrap_or(BODY_READ_TIMEOUT_MS_DEFAULT),
         );
+        c.http_allowed_hosts = self.http.allowed_hosts.clone().unwrap_or_default();
         c.quic_enabled = self.quic.enabled.unwrap_or(true);
         c.quic_addr = self.quic.addr.or(d.quic.addr).expect("default");
         if let (Some(cert_path), Some(key_path)) = (&self.quic.cert, &self.quic.key) {
@@ -495,6 +517,7 @@ impl Settings {
                 .queues_per_account
                 .unwrap_or(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT),
         };
+        c.metrics_queue_labels = self.metrics.queue_labels.unwrap_or(true);
         Ok(c)
     }
 }

@@ -67,6 +67,10 @@ pub struct DaemonArgs {
     /// Time to receive an HTTP request body [default: 30000].
     #[arg(long, env = "SLUICE_HTTP_BODY_TIMEOUT_MS")]
     pub http_body_timeout_ms: Option<u64>,
+    /// With auth off, Host names the HTTP API accepts besides localhost and IP addresses
+    /// (comma-separated; `*`: any) [default: none].
+    #[arg(long, env = "SLUICE_HTTP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub http_allowed_hosts: Vec<String>,
     /// Native QUIC protocol [default: 127.0.0.1:7400].
     #[arg(long, env = "SLUICE_QUIC_ADDR")]
     pub quic_addr: Option<SocketAddr>,
@@ -89,6 +93,10 @@ pub struct DaemonArgs {
     /// Metrics and health [default: 127.0.0.1:9400].
     #[arg(long, env = "SLUICE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Leave per-queue and per-group series (labelled with account and queue names) out of
+    /// /metrics [default: included].
+    #[arg(long, env = "SLUICE_METRICS_NO_QUEUE_LABELS")]
+    pub metrics_no_queue_labels: bool,
     /// Region named in queue ARNs and URLs [default: us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
@@ -135,6 +143,8 @@ impl DaemonArgs {
         };
         s.http.header_timeout_ms = self.http_header_timeout_ms;
         s.http.body_timeout_ms = self.http_body_timeout_ms;
+        s.http.allowed_hosts =
+            (!self.http_allowed_hosts.is_empty()).then(|| self.http_allowed_hosts.clone());
         s.quic.enabled = self.no_quic.then_some(false);
         s.quic.addr = self.quic_addr;
         s.quic.cert = self.quic_cert.clone();
@@ -145,6 +155,7 @@ impl DaemonArgs {
         s.quotas.requests_per_s = self.quota_requests_per_s;
         s.quotas.bytes_per_s = self.quota_bytes_per_s;
         s.quotas.queues_per_account = self.quota_queues_per_account;
+        s.metrics.queue_labels = self.metrics_no_queue_labels.then_some(false);
         Ok(s)
     }
 
@@ -221,6 +232,35 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
         "starting sluiced {}",
         env!("CARGO_PKG_VERSION")
     );
+    // Before any thread starts: the soft descriptor limit up to the hard one; the HTTP
+    // connection caps are then sized to it (crate::config_fds, logged by server::start).
+    match crate::config_fds::raise_nofile_limit() {
+        Ok(l) if l.soft != l.soft_before => tracing::info!(
+            from = l.soft_before,
+            to = l.soft,
+            hard = l.hard,
+            "raised the soft file descriptor limit (RLIMIT_NOFILE) to the hard limit"
+        ),
+        Ok(l) => tracing::info!(soft = l.soft, hard = l.hard, "file descriptor limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the file descriptor limit"),
+    }
+    // Before the broker creates anything: files 0600, directories 0700 (crate::config_perms).
+    crate::config_perms::restrict_umask();
+    if let Some(path) = &args.config {
+        let has_secrets = crate::config_file::Settings::load(path)
+            .is_ok_and(|f| f.auth.access_keys.is_some_and(|k| !k.is_empty()));
+        if let Some(mode) = has_secrets
+            .then(|| crate::config_perms::secret_file_exposed(path))
+            .flatten()
+        {
+            tracing::warn!(
+                file = %path.display(),
+                mode = format!("{mode:o}"),
+                "the config file holds access-key secrets and is world-readable: \
+                 chmod 600 it (readable by the broker's user only)"
+            );
+        }
+    }
     let config = match settings.broker_config() {
         Ok(c) => c,
         Err(e) => {
@@ -232,6 +272,19 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
             return EXIT_START_FAILED;
         }
     };
+    match crate::config_perms::tighten_data_dir(&config.data_dir) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            data_dir = %config.data_dir.display(),
+            entries = n,
+            "removed group and other permissions in the data dir"
+        ),
+        Err(e) => tracing::warn!(
+            data_dir = %config.data_dir.display(),
+            error = %e,
+            "could not tighten the data dir's permissions"
+        ),
+    }
     let signals = block_signals();
     let broker = match crate::server::start(config) {
         Ok(b) => b,

@@ -5,7 +5,9 @@
 
 pub mod auth;
 pub mod config;
+pub mod config_fds;
 pub mod config_file;
+pub mod config_perms;
 pub mod daemon;
 pub mod disk;
 pub mod engine;

@@ -11,6 +11,19 @@ use sluice_broker::daemon::{DaemonArgs, SETTINGS_HELP};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+extern "C" {
+    /// mimalloc's "free retained memory now" (the library is linked through `GLOBAL`).
+    fn mi_collect(force: bool);
+}
+
+/// mimalloc keeps freed pages for reuse; after a burst of large request bodies a shard asks it
+/// to give them back (`sluice_broker::http::set_memory_release`).
+fn release_memory() {
+    // SAFETY: mi_collect takes no pointers and may be called on any thread at any time; with
+    // force = false it returns only the calling thread's free pages.
+    unsafe { mi_collect(false) }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "sluiced",
@@ -25,5 +38,6 @@ struct Cli {
 
 fn main() {
     let cli = Cli::parse();
+    sluice_broker::http::set_memory_release(release_memory);
     std::process::exit(sluice_broker::daemon::run("sluiced", &cli.daemon));
 }

@@ -144,6 +144,22 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
             quic_port_reservation.push(socket);
         }
     }
+    if config.http_connections_per_shard_max.is_none() {
+        // Fit the connection caps to the descriptors this process may open (crate::config_fds).
+        let soft = crate::config_fds::nofile_soft_limit()?;
+        let partitions = crate::config_fds::partitions_on_disk(&config.data_dir);
+        let per_shard =
+            crate::config_fds::connections_per_shard(soft, config.shards.max(1), partitions);
+        tracing::info!(
+            nofile_soft_limit = soft,
+            queue_partitions = partitions,
+            http_connections_per_shard = per_shard,
+            shards = config.shards.max(1),
+            "HTTP connection caps sized to the file descriptor limit (the rest is kept for \
+             segment files, 2 per queue partition, and listeners)"
+        );
+        config.http_connections_per_shard_max = Some(per_shard);
+    }
     let (http_socket, http_addr) = crate::http::reserve_port(config.http_addr)?;
     config.http_addr = http_addr;
     let started = std::time::Instant::now();

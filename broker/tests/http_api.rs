@@ -16,6 +16,14 @@ static ONE_BROKER: Mutex<()> = Mutex::new(());
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
+    start_with(dir, env, |_| {})
+}
+
+fn start_with(
+    dir: &Path,
+    env: &[(&str, &str)],
+    tune: impl FnOnce(&mut BrokerConfig),
+) -> (BrokerHandle, u16) {
     for (k, v) in env {
         std::env::set_var(k, v);
     }
@@ -26,6 +34,7 @@ fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     // As sluiced does: authentication from SLUICE_AUTH / SLUICE_ACCESS_KEYS.
     c.auth = sluice_broker::auth::AuthConfig::from_env().expect("auth settings");
+    tune(&mut c);
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
     let port = b.http_addr().port();
@@ -554,7 +563,7 @@ fn query_protocol_round_trip_and_errors() {
     let r = query(port, "Action=ListQueues&%ZZ=%");
     assert!(r.status < 500, "{}", r.body);
     // A JSON body without a target is neither protocol.
-    let r = raw(port, b"POST / HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+    let r = raw(port, b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
     assert_xml_error(&r, 400, "InvalidAction");
     b.shutdown();
 }
@@ -593,7 +602,7 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     // A declared body over the limit is refused before it is sent.
     let r = raw(
         port,
-        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessageBatch\r\nContent-Length: 3145728\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessageBatch\r\nContent-Length: 3145728\r\n\r\n",
     );
     assert_json_error(
         &r,
@@ -604,12 +613,12 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     assert_eq!(r.header("connection"), Some("close"));
     let r = raw(
         port,
-        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nContent-Length: 3145728\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nContent-Length: 3145728\r\n\r\n",
     );
     assert_json_error(&r, 400, "InvalidParameterValue", "InvalidParameterValue");
     // A chunked body that grows past the limit is cut off while it streams.
     let mut s = connect(port);
-    s.write_all(b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nTransfer-Encoding: chunked\r\n\r\n")
+    s.write_all(b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nTransfer-Encoding: chunked\r\n\r\n")
         .expect("write");
     let chunk = vec![b'a'; 256 * 1024];
     let mut sent = 0;
@@ -647,14 +656,14 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     let t = Instant::now();
     let r = raw(
         port,
-        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 100\r\n\r\n{\"a",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 100\r\n\r\n{\"a",
     );
     assert_json_error(&r, 400, "RequestTimeout", "RequestTimeout");
     assert!(t.elapsed() < Duration::from_secs(5));
 
     // A head that stops arriving (and an idle keep-alive connection): closed after the header
     // timeout.
-    for partial in [&b"POST / HTTP/1.1\r\nHost: h\r\n"[..], &b""[..]] {
+    for partial in [&b"POST / HTTP/1.1\r\nHost: localhost\r\n"[..], &b""[..]] {
         let mut s = connect(port);
         s.write_all(partial).expect("write");
         let t = Instant::now();
@@ -677,7 +686,7 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
     // Oversized head.
     let mut s = connect(port);
     let long = format!(
-        "GET / HTTP/1.1\r\nHost: h\r\nX-Long: {}\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: localhost\r\nX-Long: {}\r\n\r\n",
         "a".repeat(100_000)
     );
     let _ = s.write_all(long.as_bytes());
@@ -745,7 +754,7 @@ fn sigv4_rejections_have_their_codes() {
     assert_json_error(&r, 403, "SignatureDoesNotMatch", "SignatureDoesNotMatch");
     let r = raw(
         port,
-        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nAuthorization: AWS4-HMAC-SHA256 garbage\r\nContent-Length: 0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nAuthorization: AWS4-HMAC-SHA256 garbage\r\nContent-Length: 0\r\n\r\n",
     );
     assert_json_error(&r, 400, "IncompleteSignature", "IncompleteSignature");
     b.shutdown();
@@ -855,4 +864,92 @@ fn a_second_broker_on_the_same_ports_fails_the_start() {
     let again = server::start(config(b_dir.path(), http, quic)).expect("after the first stopped");
     again.wait_ready().expect("ready");
     again.shutdown();
+}
+
+/// With auth off (the local default), a web page must not drive the API: a DNS-rebinding page
+/// sends its own name as Host, a cross-site form POST carries a foreign Origin. Both are refused
+/// with AccessDenied before anything happens; local clients and configured names pass.
+#[test]
+fn auth_off_refuses_rebinding_hosts_and_foreign_origins() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    std::env::set_var("SLUICE_AUTH", "none");
+    std::env::remove_var("SLUICE_ACCESS_KEYS");
+    let (b, port) = start(tmp.path(), &[]);
+    let create = |host: &str, origin: Option<&str>, name: &str| {
+        let form = format!("Action=CreateQueue&QueueName={name}");
+        let origin = origin.map_or(String::new(), |o| format!("Origin: {o}\r\n"));
+        raw(
+            port,
+            format!(
+                "POST / HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/x-www-form-urlencoded\r\n\
+                 Content-Length: {}\r\n\r\n{form}",
+                form.len()
+            )
+            .as_bytes(),
+        )
+    };
+    // DNS rebinding: the page's name, whatever the port.
+    let r = create(&format!("rebind.attacker.example:{port}"), None, "rebound");
+    assert_xml_error(&r, 403, "AccessDenied");
+    assert!(r.body.contains("rebind.attacker.example"), "{}", r.body);
+    assert!(
+        r.body.contains("allowed_hosts"),
+        "the error says how to allow it: {}",
+        r.body
+    );
+    let r = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: localhost.attacker.example\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+          Content-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{}",
+    );
+    assert_json_error(&r, 403, "AccessDenied", "AccessDenied");
+    // A cross-site form POST from a page elsewhere: a local Host, a foreign Origin.
+    let r = create(
+        &format!("127.0.0.1:{port}"),
+        Some("https://attacker.example"),
+        "csrf",
+    );
+    assert_xml_error(&r, 403, "AccessDenied");
+    assert!(r.body.contains("Origin"), "{}", r.body);
+    let r = create("localhost", Some("null"), "csrf2");
+    assert_xml_error(&r, 403, "AccessDenied");
+    // Nothing was created.
+    let listed = json(port, "ListQueues", "{}");
+    assert_eq!(listed.status, 200);
+    assert!(
+        !listed.body.contains("rebound") && !listed.body.contains("csrf"),
+        "{}",
+        listed.body
+    );
+    // Local clients: localhost, loopback literals, a page on localhost.
+    for (host, origin) in [
+        (format!("localhost:{port}"), None),
+        (format!("127.0.0.1:{port}"), None),
+        (format!("[::1]:{port}"), None),
+        ("localhost".to_string(), Some("http://localhost:3000")),
+    ] {
+        let r = create(&host, origin, "local-ok");
+        assert_eq!(r.status, 200, "{host} {origin:?}: {}", r.body);
+    }
+    b.shutdown();
+
+    // A configured name passes (a docker-compose service, say); still not a foreign page.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (b, port) = start_with(tmp.path(), &[], |c| {
+        c.http_allowed_hosts = vec!["sluice".to_string()];
+    });
+    let ok = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: sluice:9324\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+          Content-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{}",
+    );
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let r = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: other\r\nX-Amz-Target: AmazonSQS.ListQueues\r\n\
+          Content-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{}",
+    );
+    assert_json_error(&r, 403, "AccessDenied", "AccessDenied");
+    b.shutdown();
 }

@@ -228,7 +228,37 @@ fn signature_from<'a>(
     })
 }
 
-fn verify(r: &SignedRequest<'_>, sig: &Signature<'_>, secret: &str) -> Result<(), AuthError> {
+impl AuthConfig {
+    /// What can be checked before the body is read (SigV4 mode; nothing otherwise): a
+    /// signature is there and well formed, its access key is known, its date is within the
+    /// allowed skew (a presigned URL: not expired). `r.body` is not looked at. A request that
+    /// fails here is refused without a byte of its body buffered; one that passes is still
+    /// unauthenticated until [`AuthConfig::authenticate`] has checked the signature over the
+    /// body (the HTTP front end bounds what such requests may buffer meanwhile).
+    pub fn precheck(&self, r: &SignedRequest<'_>) -> Result<(), AuthError> {
+        if self.mode != AuthMode::SigV4 {
+            return Ok(());
+        }
+        let sig = parse(r)?.ok_or_else(|| {
+            auth_error(
+                "MissingAuthenticationToken",
+                403,
+                "Request is missing Authentication Token",
+            )
+        })?;
+        if !self.keys.contains_key(sig.access_key) {
+            return Err(auth_error(
+                "InvalidClientTokenId",
+                403,
+                "The security token included in the request is invalid.",
+            ));
+        }
+        check_time(r, &sig)
+    }
+}
+
+/// The signature's date: well formed, matching the credential scope, within the skew.
+fn check_time(r: &SignedRequest<'_>, sig: &Signature<'_>) -> Result<(), AuthError> {
     let t = parse_amz_date(&sig.amz_date).ok_or_else(|| {
         incomplete(format!(
             "X-Amz-Date {:?} is not yyyymmddThhmmssZ",
@@ -254,6 +284,11 @@ fn verify(r: &SignedRequest<'_>, sig: &Signature<'_>, secret: &str) -> Result<()
         }
         _ => {}
     }
+    Ok(())
+}
+
+fn verify(r: &SignedRequest<'_>, sig: &Signature<'_>, secret: &str) -> Result<(), AuthError> {
+    check_time(r, sig)?;
     if !sig.signed_headers.contains(&"host") {
         return Err(mismatch("the host header must be signed"));
     }

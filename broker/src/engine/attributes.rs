@@ -211,6 +211,17 @@ impl QueueAttributes {
                     }
                 }
             }
+            // Queue policies are not enforced (access is by account: `crate::auth`), so one is
+            // refused rather than stored as if it held; "" (no policy) is what there is.
+            // InvalidAttributeValue: modelled for CreateQueue and SetQueueAttributes, so every
+            // SDK surfaces it by name, and it names the attribute to drop.
+            "Policy" if !value.is_empty() => {
+                return Err(EngineError::attr(
+                    name,
+                    "queue policies are not supported: Sluice does not enforce them, and access \
+                     is by account (one access key's account reaches its own queues only)",
+                ))
+            }
             // Accepted and kept by the metadata layer; the partition has nothing to do with them.
             "Policy"
             | "KmsMasterKeyId"

@@ -10,22 +10,29 @@
 //! | `io`       | futures-io (glommio `TcpStream`) → `hyper::rt::{Read, Write}`; glommio `Timer` for hyper |
 //! | `protocol` | AWS JSON 1.0 and Query requests → one input model; output tree → JSON or XML; `SqsError` |
 //! | `actions`  | the 23 actions of the SQS model against the service layer                    |
+//! | `local`    | with auth off, only local clients: `Host` and `Origin` checks (DNS rebinding, CSRF) |
+//! | `slots`    | connection caps where the longest-idle connection gives way; accept back-off  |
 //!
-//! A request: limits checked (`Content-Length` before any byte of body is read, then a
-//! counted read bounded in size and time) → SigV4 (`crate::auth`) → protocol detection (`X-Amz-Target` is JSON,
+//! A request: with auth off, the local guard (`local`); with SigV4 on, what can be checked of
+//! the signature before the body (present, well formed, known key, date in range:
+//! `AuthConfig::precheck`); limits checked (`Content-Length` before any byte of body is read,
+//! then a counted read bounded in size and time, and — until the signature is checked — in
+//! the shard's budget of unauthenticated body bytes) → SigV4 (`crate::auth`) → protocol detection (`X-Amz-Target` is JSON,
 //! otherwise a Query form in the body and/or the URL) → action → rendering. Every failure is an
 //! SQS error in the request's protocol; nothing is a 500 except an internal failure, and the
 //! connection state machine is hyper's (keep-alive, pipelining, header limits, timeouts).
 
 pub mod actions;
 pub mod io;
+pub mod local;
 pub mod protocol;
+pub mod slots;
 
 use crate::auth::{AuthConfig, AuthMode, SignedRequest};
 use crate::shard::Shard;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use protocol::{Params, SqsError};
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -38,8 +45,27 @@ use std::time::Duration;
 pub const REQUEST_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// Largest request head (request line + headers), hyper's read buffer bound.
 pub const REQUEST_HEAD_BYTES_MAX: usize = 64 * 1024;
-/// Connections one shard serves at once; beyond, new ones get a 503 and are closed.
+/// Connections one shard serves at once, at most: `server::start` lowers it to fit the file
+/// descriptor limit (`crate::config_fds`). At the cap, the longest-idle connection is closed
+/// for a new one (`slots`); if every connection is busy, the new one gets a 503.
 pub const CONNECTIONS_PER_SHARD_MAX: usize = 4_096;
+/// Bytes of request bodies one shard may hold before their signatures are checked (SigV4
+/// mode): what unauthenticated clients can make the broker buffer, 16 MiB per shard. A
+/// request reserves its declared length (the maximum for a chunked body) before its body is
+/// read and gives it back once its signature is checked; the body is read into a buffer of
+/// exactly that size. Requests without a plausible signature never reach it
+/// (`AuthConfig::precheck`).
+pub const UNAUTHENTICATED_BODY_BYTES_PER_SHARD_MAX: usize = 16 * 1024 * 1024;
+/// A body at least this large, once freed, asks the shard to give memory back to the system
+/// (mimalloc keeps freed pages for reuse: 1,000 refused 2 MiB uploads otherwise left ~40 MiB
+/// resident for good).
+pub const LARGE_BODY_BYTES_MIN: usize = 256 * 1024;
+/// How often a shard that freed large bodies gives memory back, at most.
+pub const MEMORY_RELEASE_INTERVAL_MS: u64 = 1_000;
+/// How long a request waits for room in that budget before a retryable 503
+/// (`ServiceUnavailable`): long enough to ride out a burst of large batches, short enough that
+/// an attacker's uploads cannot queue legitimate ones for long.
+pub const UNAUTHENTICATED_BODY_WAIT_MS_MAX: u64 = 2_000;
 /// The listen backlog of each shard's socket.
 pub const LISTEN_BACKLOG: i32 = 1_024;
 /// Default time to receive a request's head, and the idle time allowed between requests of a
@@ -59,6 +85,8 @@ pub struct HttpConfig {
     pub auth: AuthConfig,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    /// Host names accepted besides local ones while auth is off (`local`).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl HttpConfig {
@@ -79,6 +107,7 @@ impl HttpConfig {
                 HEADER_READ_TIMEOUT_MS_DEFAULT,
             )?,
             body_read_timeout: ms("SLUICE_HTTP_BODY_TIMEOUT_MS", BODY_READ_TIMEOUT_MS_DEFAULT)?,
+            allowed_hosts: Vec::new(),
         })
     }
 }
@@ -93,6 +122,7 @@ pub async fn serve(shard: Rc<Shard>) {
         if let Some(t) = shard.config.http_body_timeout_ms {
             c.body_read_timeout = ms(t);
         }
+        c.allowed_hosts = shard.config.http_allowed_hosts.clone();
         c
     });
     let config = match configured {
@@ -119,19 +149,30 @@ pub async fn serve(shard: Rc<Shard>) {
         }
     };
     tracing::info!(shard = shard.id, %addr, "SQS HTTP API listening");
+    let connections_max = shard
+        .config
+        .http_connections_per_shard_max
+        .unwrap_or(CONNECTIONS_PER_SHARD_MAX);
     let state = Rc::new(ShardHttp {
         shard,
         config,
-        connections: Cell::new(0),
+        slots: slots::Slots::new(connections_max),
+        body_budget: Rc::new(glommio::sync::Semaphore::new(
+            UNAUTHENTICATED_BODY_BYTES_PER_SHARD_MAX as u64,
+        )),
         next_request: Cell::new(0),
+        large_bodies_freed: Cell::new(false),
     });
+    let mut accept_errors = slots::AcceptErrors::new("SQS HTTP API");
     loop {
         let stream = match listener.accept().await {
-            Ok(s) => s,
+            Ok(s) => {
+                accept_errors.succeeded();
+                s
+            }
             Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(error = %e, "SQS HTTP API: accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                // EMFILE and friends persist until something closes: back off, log rarely.
+                glommio::timer::sleep(accept_errors.failed(&e)).await;
                 continue;
             }
         };
@@ -208,23 +249,38 @@ fn bind(addr: std::net::SocketAddr) -> std::io::Result<glommio::net::TcpListener
 struct ShardHttp {
     shard: Rc<Shard>,
     config: HttpConfig,
-    connections: Cell<usize>,
+    slots: Rc<slots::Slots>,
+    /// [`UNAUTHENTICATED_BODY_BYTES_PER_SHARD_MAX`], in bytes.
+    body_budget: Rc<glommio::sync::Semaphore>,
     next_request: Cell<u64>,
+    /// A large body was freed and [`release_memory`] is scheduled.
+    large_bodies_freed: Cell<bool>,
 }
 
-/// Counts a connection while it lives.
-struct ConnectionSlot(Rc<ShardHttp>);
+/// What gives freed memory back to the system, set by the program that chose the allocator
+/// (`sluiced`: mimalloc's `mi_collect`); unset (brokers embedded in tests), nothing is done.
+static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        self.0.connections.set(self.0.connections.get() - 1);
+/// Sets what [`release_memory`] calls (once; later calls are ignored).
+pub fn set_memory_release(release: fn()) {
+    let _ = MEMORY_RELEASE.set(release);
+}
+
+/// Gives this shard's freed memory back to the system [`MEMORY_RELEASE_INTERVAL_MS`] after
+/// the first large body freed since the last time, so that a burst of large requests (refused
+/// uploads above all) leaves no resident memory behind; an idle shard is never woken for it.
+async fn release_memory(http: Rc<ShardHttp>) {
+    glommio::timer::sleep(Duration::from_millis(MEMORY_RELEASE_INTERVAL_MS)).await;
+    http.large_bodies_freed.set(false);
+    if let Some(release) = MEMORY_RELEASE.get() {
+        release();
     }
 }
 
 impl ShardHttp {
     async fn connection(self: Rc<Self>, stream: glommio::net::TcpStream) {
         use futures::AsyncWriteExt;
-        if self.connections.get() >= CONNECTIONS_PER_SHARD_MAX {
+        let Some((slot, evicted)) = self.slots.acquire() else {
             let mut stream = stream;
             let _ = stream
                 .write_all(
@@ -233,14 +289,21 @@ impl ShardHttp {
                 .await;
             let _ = stream.close().await;
             return;
-        }
-        self.connections.set(self.connections.get() + 1);
-        let _slot = ConnectionSlot(self.clone());
+        };
+        let slot = Rc::new(slot);
         let _ = stream.set_nodelay(true);
         let me = self.clone();
+        let in_service = slot.clone();
         let service = hyper::service::service_fn(move |req| {
             let me = me.clone();
-            async move { Ok::<_, std::convert::Infallible>(me.handle(req).await) }
+            // Busy from the moment a head has arrived until the response is produced: such
+            // a connection is never closed to make room for another.
+            let busy = in_service.busy();
+            async move {
+                let r = me.handle(req).await;
+                drop(busy);
+                Ok::<_, std::convert::Infallible>(r)
+            }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
@@ -248,11 +311,21 @@ impl ShardHttp {
             .header_read_timeout(self.config.header_read_timeout)
             .keep_alive(true)
             .max_buf_size(REQUEST_HEAD_BYTES_MAX);
-        if let Err(e) = builder
-            .serve_connection(io::FuturesIo::new(stream), service)
-            .await
-        {
-            tracing::debug!(error = %e, "SQS HTTP connection ended");
+        let conn = builder.serve_connection(io::FuturesIo::new(stream), service);
+        match futures::future::select(Box::pin(conn), evicted).await {
+            futures::future::Either::Left((Err(e), _)) => {
+                tracing::debug!(error = %e, "SQS HTTP connection ended");
+            }
+            futures::future::Either::Left((Ok(()), _)) => {}
+            // Idle longest when the cap was reached: dropping the connection closes it.
+            futures::future::Either::Right(_) => {}
+        }
+        drop(slot);
+    }
+
+    fn note_freed(self: &Rc<Self>, bytes: usize) {
+        if bytes >= LARGE_BODY_BYTES_MIN && !self.large_bodies_freed.replace(true) {
+            glommio::spawn_local(release_memory(self.clone())).detach();
         }
     }
 
@@ -271,7 +344,7 @@ impl ShardHttp {
     }
 
     /// Answers one request and counts it for metrics (action, error shape, latency).
-    async fn handle(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(self: &Rc<Self>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
         let started = std::time::Instant::now();
         let outcome = Outcome {
             action: Cell::new("unknown"),
@@ -287,7 +360,7 @@ impl ShardHttp {
     }
 
     async fn handle_inner(
-        &self,
+        self: &Rc<Self>,
         req: Request<hyper::body::Incoming>,
         outcome: &Outcome,
     ) -> Response<Full<Bytes>> {
@@ -327,6 +400,28 @@ impl ShardHttp {
                 false,
             );
         }
+        // With auth off, only local clients (DNS rebinding, cross-site form posts), before a
+        // byte of the body is read.
+        if self.config.auth.mode == AuthMode::None {
+            if let Err(e) = local::check(&parts.headers, &self.config.allowed_hosts) {
+                return fail(e.into(), true);
+            }
+        }
+        let raw_path = parts.uri.path();
+        let raw_query = parts.uri.query().unwrap_or("");
+        let now_s = (crate::runtime::now_ms() / 1000) as i64;
+        // SigV4: what can be checked without the body, before a byte of it is read. Refused
+        // here, the body is never read (the connection closes).
+        if let Err(e) = self.config.auth.precheck(&SignedRequest {
+            method: parts.method.as_str(),
+            raw_path,
+            raw_query,
+            headers: &parts.headers,
+            body: &[],
+            now_s,
+        }) {
+            return fail(SqsError::new(e.code, e.status, e.message), true);
+        }
         // The size limit, before a byte of the body is buffered.
         let declared = parts
             .headers
@@ -336,16 +431,38 @@ impl ShardHttp {
         if declared.is_some_and(|n| n > REQUEST_BODY_BYTES_MAX as u64) {
             return fail(too_large(action_hint), true);
         }
-        let collect = Limited::new(body, REQUEST_BODY_BYTES_MAX).collect();
-        let timeout = glommio::timer::sleep(self.config.body_read_timeout);
-        let body = match futures::future::select(Box::pin(collect), Box::pin(timeout)).await {
-            futures::future::Either::Left((Ok(b), _)) => b.to_bytes(),
-            futures::future::Either::Left((Err(e), _)) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    return fail(too_large(action_hint), true);
+        // Room in the shard's budget of unauthenticated body bytes, held until the signature
+        // has been checked (SigV4 only: with auth off there is nothing to wait for).
+        let reserve = declared.map_or(REQUEST_BODY_BYTES_MAX, |n| n as usize);
+        let permit = if self.config.auth.mode == AuthMode::SigV4 && reserve > 0 {
+            let wait =
+                glommio::timer::sleep(Duration::from_millis(UNAUTHENTICATED_BODY_WAIT_MS_MAX));
+            let acquire = self.body_budget.acquire_static_permit(reserve as u64);
+            match futures::future::select(Box::pin(acquire), Box::pin(wait)).await {
+                futures::future::Either::Left((Ok(p), _)) => Some(p),
+                _ => {
+                    return fail(
+                        SqsError::new(
+                            "ServiceUnavailable",
+                            503,
+                            "Too many request bodies are being received before their \
+                             signatures are checked; retry shortly.",
+                        ),
+                        true,
+                    )
                 }
+            }
+        } else {
+            None
+        };
+        let read = read_body(body, reserve);
+        let timeout = glommio::timer::sleep(self.config.body_read_timeout);
+        let body = match futures::future::select(Box::pin(read), Box::pin(timeout)).await {
+            futures::future::Either::Left((Ok(b), _)) => b,
+            futures::future::Either::Left((Err(BodyError::TooLarge), _)) => {
+                return fail(too_large(action_hint), true);
+            }
+            futures::future::Either::Left((Err(BodyError::Read), _)) => {
                 return fail(
                     SqsError::new(
                         "MalformedRequest",
@@ -366,19 +483,25 @@ impl ShardHttp {
                 )
             }
         };
-        let raw_path = parts.uri.path();
-        let raw_query = parts.uri.query().unwrap_or("");
         let caller = match self.config.auth.authenticate(&SignedRequest {
             method: parts.method.as_str(),
             raw_path,
             raw_query,
             headers: &parts.headers,
             body: &body,
-            now_s: (crate::runtime::now_ms() / 1000) as i64,
+            now_s,
         }) {
             Ok(c) => c,
-            Err(e) => return fail(SqsError::new(e.code, e.status, e.message), false),
+            Err(e) => {
+                // Give the memory back before the answer goes out.
+                self.note_freed(body.capacity());
+                drop(body);
+                drop(permit);
+                return fail(SqsError::new(e.code, e.status, e.message), true);
+            }
         };
+        // Authenticated: the body no longer counts against the unauthenticated budget.
+        drop(permit);
         if let Err(e) = self.shard.admit(&caller.account, body.len() as u64) {
             return fail(e.into(), false);
         }
@@ -405,6 +528,7 @@ impl ShardHttp {
             host: &host,
             path_queue,
         };
+        self.note_freed(body.capacity());
         drop(body);
         match actions::dispatch(&ctx, &action, params).await {
             Ok(out) => {
@@ -419,6 +543,32 @@ impl ShardHttp {
             Err(e) => fail(e, false),
         }
     }
+}
+
+/// Why a body could not be read.
+enum BodyError {
+    /// Over [`REQUEST_BODY_BYTES_MAX`] (a chunked body, or one longer than declared).
+    TooLarge,
+    /// The connection failed or the framing was bad.
+    Read,
+}
+
+/// Reads a body into one buffer of `expected` bytes (its declared length; the maximum for a
+/// chunked body, grown as it arrives), never past [`REQUEST_BODY_BYTES_MAX`]: what was
+/// reserved for it is what it holds, not a list of chunks and then a copy.
+async fn read_body(mut body: hyper::body::Incoming, expected: usize) -> Result<Vec<u8>, BodyError> {
+    use http_body_util::BodyExt;
+    let mut buf = Vec::with_capacity(expected.min(REQUEST_BODY_BYTES_MAX));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| BodyError::Read)?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > REQUEST_BODY_BYTES_MAX {
+                return Err(BodyError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
 }
 
 /// What a request was, for metrics: filled in as it is decoded and answered.

@@ -1,8 +1,19 @@
 //! The metrics and health listener on shard 0: `GET /metrics` (Prometheus text), `/health`
 //! (liveness: 200 while the process serves), `/ready` (readiness: 200 once every shard has
 //! started its front ends, 503 before). hyper's HTTP/1.1 on glommio, as the SQS front end.
+//!
+//! The endpoint is unauthenticated (as Prometheus endpoints are): keep it on loopback or a
+//! private network (the default is 127.0.0.1:9400). Per-queue and per-group series name
+//! accounts, queues, groups and topics; `metrics.queue_labels = false` leaves them out.
+//!
+//! Health checks must answer whoever floods the port: connections are capped
+//! ([`CONNECTIONS_MAX`]) with the longest-idle one closed for a new one (`http::slots`), idle
+//! connections time out ([`HEADER_READ_TIMEOUT_MS`]), and `/metrics` renders — the only costly
+//! request — run [`SCRAPES_CONCURRENT_MAX`] at a time (more get 503); `/health` and `/ready`
+//! never wait for them.
 
 use crate::http::io::{FuturesIo, GlommioTimer};
+use crate::http::slots::{AcceptErrors, Slots};
 use crate::shard::Shard;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -14,10 +25,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Scrape connections served at once; more are closed at accept (scrapers are few).
+/// Connections served at once (scrapers and health checkers are few); at the cap the
+/// longest-idle one is closed for a new one.
 pub const CONNECTIONS_MAX: usize = 64;
-/// Time to receive a request head (and keep-alive idle time).
-pub const HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// Time to receive a request head (and keep-alive idle time): scrapers come back every 10–60 s
+/// and reconnect cheaply, so an idle connection does not hold a slot for long.
+pub const HEADER_READ_TIMEOUT_MS: u64 = 5_000;
+/// `/metrics` renders at once (each asks every shard); more get 503 at once.
+pub const SCRAPES_CONCURRENT_MAX: usize = 4;
 
 /// What the listener needs besides the shard: start time and how many shards are up.
 #[derive(Clone)]
@@ -52,28 +67,37 @@ pub async fn serve(shard: Rc<Shard>, listener: std::net::TcpListener, readiness:
     // up our ownership so glommio's listener is its only owner.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) };
     tracing::info!(addr = ?addr, "metrics and health endpoint listening");
-    let connections = Rc::new(Cell::new(0usize));
+    let slots = Slots::new(CONNECTIONS_MAX);
+    let scrapes = Rc::new(Cell::new(0usize));
+    let mut accept_errors = AcceptErrors::new("metrics");
     loop {
         let stream = match listener.accept().await {
-            Ok(s) => s,
+            Ok(s) => {
+                accept_errors.succeeded();
+                s
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "metrics endpoint: accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                glommio::timer::sleep(accept_errors.failed(&e)).await;
                 continue;
             }
         };
-        if connections.get() >= CONNECTIONS_MAX {
+        // Every connection busy (scrapes in progress on all 64): refuse this one.
+        let Some((slot, evicted)) = slots.acquire() else {
             drop(stream);
             continue;
-        }
-        connections.set(connections.get() + 1);
-        let (shard, readiness, connections) =
-            (shard.clone(), readiness.clone(), connections.clone());
+        };
+        let (shard, readiness, scrapes) = (shard.clone(), readiness.clone(), scrapes.clone());
         glommio::spawn_local(async move {
+            let slot = Rc::new(slot);
+            let in_service = slot.clone();
             let service = hyper::service::service_fn(move |req| {
-                let (shard, readiness) = (shard.clone(), readiness.clone());
+                let (shard, readiness, scrapes) =
+                    (shard.clone(), readiness.clone(), scrapes.clone());
+                let busy = in_service.busy();
                 async move {
-                    Ok::<_, std::convert::Infallible>(handle(&shard, &readiness, req).await)
+                    let r = handle(&shard, &readiness, &scrapes, req).await;
+                    drop(busy);
+                    Ok::<_, std::convert::Infallible>(r)
                 }
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
@@ -81,13 +105,13 @@ pub async fn serve(shard: Rc<Shard>, listener: std::net::TcpListener, readiness:
                 .timer(GlommioTimer)
                 .header_read_timeout(Duration::from_millis(HEADER_READ_TIMEOUT_MS))
                 .keep_alive(true);
-            if let Err(e) = builder
-                .serve_connection(FuturesIo::new(stream), service)
-                .await
+            let conn = builder.serve_connection(FuturesIo::new(stream), service);
+            if let futures::future::Either::Left((Err(e), _)) =
+                futures::future::select(Box::pin(conn), evicted).await
             {
                 tracing::debug!(error = %e, "metrics connection ended");
             }
-            connections.set(connections.get() - 1);
+            drop(slot);
         })
         .detach();
     }
@@ -103,7 +127,21 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
     r
 }
 
-async fn handle<B>(shard: &Shard, readiness: &Readiness, req: Request<B>) -> Response<Full<Bytes>> {
+/// Counts a `/metrics` render while it runs.
+struct Scrape(Rc<Cell<usize>>);
+
+impl Drop for Scrape {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+async fn handle<B>(
+    shard: &Shard,
+    readiness: &Readiness,
+    scrapes: &Rc<Cell<usize>>,
+    req: Request<B>,
+) -> Response<Full<Bytes>> {
     const PLAIN: &str = "text/plain; charset=utf-8";
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "GET only\n".into());
@@ -118,8 +156,22 @@ async fn handle<B>(shard: &Shard, readiness: &Readiness, req: Request<B>) -> Res
             }
         }
         "/metrics" => {
+            if scrapes.get() >= SCRAPES_CONCURRENT_MAX {
+                return text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    PLAIN,
+                    "too many scrapes at once; retry\n".into(),
+                );
+            }
+            scrapes.set(scrapes.get() + 1);
+            let _scrape = Scrape(scrapes.clone());
+            let labels = shard.config.metrics_queue_labels;
             let snapshots = shard.metrics_snapshots().await;
-            let queues = shard.metrics_queue_labels();
+            let queues = if labels {
+                shard.metrics_queue_labels()
+            } else {
+                Vec::new()
+            };
             let mut body = super::render(
                 &snapshots,
                 &queues,
@@ -128,15 +180,16 @@ async fn handle<B>(shard: &Shard, readiness: &Readiness, req: Request<B>) -> Res
             );
             // Group lag asks the coordinator and the partitions' owners; a slow shard must
             // not hang the scrape, so it is bounded like the snapshots.
-            let timeout = Duration::from_millis(super::SHARD_SNAPSHOT_TIMEOUT_MS);
-            let lags = Box::pin(shard.metrics_group_lags());
-            let (lags, truncated) =
-                match futures::future::select(lags, Box::pin(glommio::timer::sleep(timeout))).await
-                {
+            if labels {
+                let timeout = Duration::from_millis(super::SHARD_SNAPSHOT_TIMEOUT_MS);
+                let lags = Box::pin(shard.metrics_group_lags());
+                let sleep = Box::pin(glommio::timer::sleep(timeout));
+                let (lags, truncated) = match futures::future::select(lags, sleep).await {
                     futures::future::Either::Left((r, _)) => r,
                     futures::future::Either::Right(_) => (Vec::new(), true),
                 };
-            super::render_group_lag(&mut body, &lags, truncated);
+                super::render_group_lag(&mut body, &lags, truncated);
+            }
             text(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",

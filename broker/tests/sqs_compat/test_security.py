@@ -201,3 +201,25 @@ def test_presigned_urls_take_nothing_from_the_body(sqs_a, endpoint, name):
         assert ok.status == 200 and b"QueueArn" in ok.data, (signer.__name__, ok.data)
         _refused_signature(_send("POST", url, form, delete))
         assert sqs_a.get_queue_attributes(QueueUrl=q, AttributeNames=["QueueArn"])["Attributes"]
+
+
+def test_a_queue_policy_is_refused_not_silently_ignored(sqs_a, sqs_b, name):
+    """A Deny-all policy that Sluice would store and not enforce is worse than none: the owner
+    believes the queue is closed. CreateQueue and SetQueueAttributes refuse it by name."""
+    deny_all = json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": "*"}],
+    })
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs_a.create_queue(QueueName=name, Attributes={"Policy": deny_all})
+    assert code(e) in {"InvalidAttributeValue"}, e.value.response
+    assert "Policy" in e.value.response["Error"]["Message"]
+    refused(lambda: sqs_a.get_queue_url(QueueName=name))  # nothing was created
+    url = sqs_a.create_queue(QueueName=name)["QueueUrl"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        sqs_a.set_queue_attributes(QueueUrl=url, Attributes={"Policy": deny_all})
+    assert code(e) in {"InvalidAttributeValue"}, e.value.response
+    # "No policy" is what there is: clearing it is accepted (Terraform does so on destroy).
+    sqs_a.set_queue_attributes(QueueUrl=url, Attributes={"Policy": ""})
+    got = sqs_a.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert not got.get("Policy"), got

@@ -72,6 +72,31 @@ fn send(body: String) -> SendRequest {
     }
 }
 
+/// `GET path` on the metrics listener: (status, body).
+fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
 fn config(data: &Path) -> BrokerConfig {
     let mut c = BrokerConfig::embedded(data.to_path_buf()).expect("config");
     c.shards = 1;
@@ -134,6 +159,14 @@ fn a_full_disk_refuses_sends_keeps_draining_and_recovers_by_itself() {
         "some messages went in first: {}",
         acked.len()
     );
+    // Reported where operators look.
+    let metrics = b.config.metrics_addr;
+    let (status, body) = get(metrics, "/ready");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("disk full"), "{body}");
+    assert_eq!(get(metrics, "/health").0, 200, "alive all the same");
+    let (_, scrape) = get(metrics, "/metrics");
+    assert!(scrape.contains("\nsluice_disk_full 1\n"), "{scrape}");
     // Receives and deletes go on while sends are refused.
     let drained = b.run_on(0, |s| async move {
         let q = s.queue(T, "fill").expect("queue");
@@ -181,6 +214,10 @@ fn a_full_disk_refuses_sends_keeps_draining_and_recovers_by_itself() {
             .expect("sends resume once there is room")
     });
     assert!(!late.duplicate);
+    assert_eq!(get(metrics, "/ready").0, 200, "ready again");
+    assert!(get(metrics, "/metrics")
+        .1
+        .contains("\nsluice_disk_full 0\n"));
     b.shutdown();
     // After a restart: every acknowledged message not deleted is there, exactly once.
     let b = server::start(config(&data)).expect("restart");

@@ -284,6 +284,35 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+/// The data disk's free space against the reserve under which sends stop (`crate::disk`).
+pub fn render_disk(out: &mut String, free_bytes: u64, reserve_bytes: u64) {
+    header(
+        out,
+        "sluice_disk_free_bytes",
+        "gauge",
+        "Free bytes on the data directory's file system.",
+    );
+    let _ = writeln!(out, "sluice_disk_free_bytes {free_bytes}");
+    header(
+        out,
+        "sluice_disk_reserve_bytes",
+        "gauge",
+        "Free bytes under which sends are refused (disk_free_bytes_min).",
+    );
+    let _ = writeln!(out, "sluice_disk_reserve_bytes {reserve_bytes}");
+    header(
+        out,
+        "sluice_disk_full",
+        "gauge",
+        "1 while free space is under the reserve: sends refused, receives and deletes go on.",
+    );
+    let _ = writeln!(
+        out,
+        "sluice_disk_full {}",
+        u8::from(free_bytes < reserve_bytes)
+    );
+}
+
 /// Renders the Prometheus text exposition (format 0.0.4).
 pub fn render(
     snapshots: &[ShardSnapshot],

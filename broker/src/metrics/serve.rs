@@ -149,7 +149,17 @@ async fn handle<B>(
     match req.uri().path() {
         "/health" => text(StatusCode::OK, PLAIN, "ok\n".into()),
         "/ready" => {
-            if readiness.is_ready() {
+            if readiness.is_ready() && shard.disk.is_full(crate::runtime::now_ms()) {
+                // Not ready for writes: a load balancer should send producers elsewhere (the
+                // broker still serves receives and deletes, for consumers to drain).
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    PLAIN,
+                    "disk full: sends are refused until space is freed; receives and deletes \
+                     go on\n"
+                        .into(),
+                )
+            } else if readiness.is_ready() {
                 text(StatusCode::OK, PLAIN, "ready\n".into())
             } else {
                 text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "starting\n".into())
@@ -177,6 +187,12 @@ async fn handle<B>(
                 &queues,
                 readiness.started.elapsed(),
                 readiness.is_ready(),
+            );
+            let now = crate::runtime::now_ms();
+            super::render_disk(
+                &mut body,
+                shard.disk.free_bytes(now),
+                shard.disk.free_bytes_min(),
             );
             // Group lag asks the coordinator and the partitions' owners; a slow shard must
             // not hang the scrape, so it is bounded like the snapshots.

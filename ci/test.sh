@@ -7,6 +7,13 @@ cd "$(dirname "$0")/.."
 
 ci/install-deps.sh
 
+# CI builds once, in a fresh clone: incremental caches and full debug info would only cost disk
+# (tens of GB on this machine, whose free space other tenants share) and link time. Backtraces
+# keep their file and line numbers.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+export CARGO_PROFILE_TEST_DEBUG="${CARGO_PROFILE_TEST_DEBUG:-line-tables-only}"
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 

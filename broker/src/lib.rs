@@ -16,6 +16,7 @@ pub mod http;
 pub mod metadata;
 pub mod metrics;
 pub mod native;
+pub mod ports;
 pub mod quic;
 pub mod runtime;
 pub mod server;

@@ -190,7 +190,7 @@ pub async fn serve(shard: Rc<Shard>) {
 pub fn reserve_port(
     addr: std::net::SocketAddr,
 ) -> std::io::Result<(socket2::Socket, std::net::SocketAddr)> {
-    probe_tcp_port(addr)
+    crate::ports::probe(addr, crate::ports::Transport::Tcp)
         .map_err(|e| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}")))?;
     let socket = reuseport_socket(addr)
         .map_err(|e| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}")))?;
@@ -199,29 +199,6 @@ pub fn reserve_port(
         .as_socket()
         .ok_or_else(|| std::io::Error::other("HTTP API: not an IP address"))?;
     Ok((socket, bound))
-}
-
-/// Fails with `AddrInUse` when anything listens on `addr` already — above all another broker:
-/// its SO_REUSEPORT listener would let ours join its group, and the kernel would then spread
-/// connections over both processes. The probe binds without SO_REUSEPORT (with SO_REUSEADDR,
-/// so that connections of an earlier run still in TIME_WAIT do not count). Port 0 needs none.
-fn probe_tcp_port(addr: std::net::SocketAddr) -> std::io::Result<()> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    if addr.port() == 0 {
-        return Ok(());
-    }
-    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    probe.set_reuse_address(true)?;
-    probe.bind(&addr.into()).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AddrInUse {
-            std::io::Error::new(
-                e.kind(),
-                "the port is in use (another broker or program listens there)",
-            )
-        } else {
-            e
-        }
-    })
 }
 
 /// A TCP socket bound to `addr` with SO_REUSEPORT (and SO_REUSEADDR), not listening.

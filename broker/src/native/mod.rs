@@ -104,20 +104,8 @@ pub const STREAM_STOP_CODE_MALFORMED: u32 = ErrorCode::MalformedFrame as u32;
 /// already holds fails the start: another broker's SO_REUSEPORT socket would otherwise share its
 /// datagrams with ours, breaking both brokers' connections at random.
 pub fn reserve_port(addr: SocketAddr) -> std::io::Result<(std::net::UdpSocket, SocketAddr)> {
-    if addr.port() != 0 {
-        // Without SO_REUSEPORT or SO_REUSEADDR: fails if any socket is bound there.
-        let probe = socket2::Socket::new(
-            socket2::Domain::for_address(addr),
-            socket2::Type::DGRAM,
-            Some(socket2::Protocol::UDP),
-        )?;
-        probe.bind(&addr.into()).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("QUIC on {addr}: {e} (another broker or program uses the port)"),
-            )
-        })?;
-    }
+    crate::ports::probe(addr, crate::ports::Transport::Udp)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("QUIC on {addr}: {e}")))?;
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,

@@ -1,0 +1,85 @@
+//! Is a port free for this broker? Every shard binds the same HTTP and QUIC addresses with
+//! SO_REUSEPORT, and the kernel lets any process of the same user join such a group: a second
+//! broker started on a running one's ports would not fail, it would share its connections and
+//! datagrams at random (each broker then answers some of the other's clients). So before
+//! binding, a probe socket *without* SO_REUSEPORT must be able to bind the port.
+//!
+//! A broker that was just killed holds its sockets a little longer (io_uring tears down after
+//! the process is gone), and a supervisor restarts it at once: the probe retries for up to
+//! [`PORT_RELEASE_WAIT_MS`] before it calls the port taken.
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::SocketAddr;
+
+/// How long a start waits for a port to be released, ms.
+pub const PORT_RELEASE_WAIT_MS: u64 = 3_000;
+const PROBE_STEP_MS: u64 = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
+/// `Ok` when nothing else holds `addr` (port 0 always is), else `AddrInUse` once
+/// [`PORT_RELEASE_WAIT_MS`] has passed.
+pub fn probe(addr: SocketAddr, transport: Transport) -> std::io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(PORT_RELEASE_WAIT_MS);
+    loop {
+        match try_bind(addr, transport) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        "the port is in use (another broker or program holds it)",
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(PROBE_STEP_MS));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn try_bind(addr: SocketAddr, transport: Transport) -> std::io::Result<()> {
+    let socket = match transport {
+        Transport::Tcp => {
+            let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+            // Connections of an earlier run in TIME_WAIT do not count; a listener does.
+            s.set_reuse_address(true)?;
+            s
+        }
+        // No option at all: any socket bound there makes this fail.
+        Transport::Udp => Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?,
+    };
+    socket.bind(&addr.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_port_is_refused_after_the_wait_and_a_released_one_passes() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = held.local_addr().expect("addr");
+        let started = std::time::Instant::now();
+        let e = probe(addr, Transport::Tcp).expect_err("held");
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        assert!(started.elapsed().as_millis() as u64 >= PORT_RELEASE_WAIT_MS);
+        // Released while the probe waits: it passes.
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let uaddr = udp.local_addr().expect("addr");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(udp);
+        });
+        probe(uaddr, Transport::Udp).expect("released in time");
+        release.join().expect("thread");
+        probe("127.0.0.1:0".parse().expect("addr"), Transport::Udp).expect("port 0");
+    }
+}

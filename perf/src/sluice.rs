@@ -14,7 +14,7 @@ use sluice_sdk::types::{CreateTopicRequest, SendMessageBatchRequestEntry};
 use sluice_sdk::{
     Client, ClientOptions, ErrorCode, GroupConsumer, GroupConsumerOptions, ReceiveOptions, Trust,
 };
-use sluice_storage::batch::BatchBuilder;
+use sluice_wire::batch::BatchBuilder;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -2,29 +2,8 @@
 
 use std::path::PathBuf;
 
-/// Why a batch failed to decode or verify.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BatchError {
-    #[error("batch truncated: need {needed} bytes, have {available}")]
-    Truncated { needed: usize, available: usize },
-    #[error("bad batch magic {found:#010x}")]
-    BadMagic { found: u32 },
-    #[error("unsupported batch format version {0}")]
-    UnsupportedVersion(u8),
-    #[error("batch length {0} out of range")]
-    BadLength(u32),
-    #[error("batch checksum mismatch: stored {stored:#018x}, computed {computed:#018x}")]
-    ChecksumMismatch { stored: u64, computed: u64 },
-    #[error("malformed record {index} in batch: {why}")]
-    MalformedRecord { index: u32, why: &'static str },
-    #[error("batch has no records")]
-    Empty,
-    #[error("batch too large: {size_bytes} bytes, limit {limit_bytes}")]
-    TooLarge {
-        size_bytes: usize,
-        limit_bytes: usize,
-    },
-}
+/// Why a batch failed to decode or verify (the batch format lives in `sluice-wire`).
+pub use sluice_wire::batch::BatchError;
 
 /// Errors of the log and its segments.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,9 @@
 //! reads by time through a time index; recovery verifies the active segment and truncates a torn
 //! tail; retention deletes whole sealed segments. All disk access goes through the [`fs`] seam.
 
-pub mod batch;
+/// The record-batch format lives in `sluice-wire` (clients encode batches without the storage
+/// engine); re-exported here so that `sluice_storage::batch` keeps naming it.
+pub use sluice_wire::batch;
 pub mod config;
 pub mod error;
 pub mod fs;

@@ -4,6 +4,7 @@
 //!
 //! | module       | purpose                                                                  |
 //! |--------------|--------------------------------------------------------------------------|
+//! | `batch`      | the record-batch format: encode, parse, verify (the bytes on disk, too)  |
 //! | `frame`      | the byte layout of a frame, frame kinds, limits, `encode_frame`          |
 //! | `decoder`    | `FrameDecoder`: arbitrary chunks in, whole validated frames out, bounded |
 //! | `messages`   | the rkyv-archived request/response structs (SQS member names)            |
@@ -21,6 +22,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod codec;
 pub mod decoder;
 pub mod error_code;

@@ -26,8 +26,31 @@
 //!   u16 header_count | per header: u16 name_len | name | u32 value_len | value
 //! ```
 
-use crate::error::BatchError;
 use xxhash_rust::xxh3::xxh3_64;
+
+/// Why a batch failed to decode or verify.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("batch truncated: need {needed} bytes, have {available}")]
+    Truncated { needed: usize, available: usize },
+    #[error("bad batch magic {found:#010x}")]
+    BadMagic { found: u32 },
+    #[error("unsupported batch format version {0}")]
+    UnsupportedVersion(u8),
+    #[error("batch length {0} out of range")]
+    BadLength(u32),
+    #[error("batch checksum mismatch: stored {stored:#018x}, computed {computed:#018x}")]
+    ChecksumMismatch { stored: u64, computed: u64 },
+    #[error("malformed record {index} in batch: {why}")]
+    MalformedRecord { index: u32, why: &'static str },
+    #[error("batch has no records")]
+    Empty,
+    #[error("batch too large: {size_bytes} bytes, limit {limit_bytes}")]
+    TooLarge {
+        size_bytes: usize,
+        limit_bytes: usize,
+    },
+}
 
 pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"SLB1");
 pub const BATCH_FORMAT_VERSION: u8 = 1;

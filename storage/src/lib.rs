@@ -21,5 +21,5 @@ pub use config::LogConfig;
 pub use error::{BatchError, Result, StorageError};
 pub use log::{
     AppendInfo, AppendTicket, FsyncHistogram, Log, LogStats, ReadBatch, RetentionOutcome,
-    SegmentInfo, FSYNC_BUCKETS_US,
+    SegmentInfo, FSYNC_BUCKETS_US, SINGLE_NODE_TERM,
 };

@@ -46,6 +46,11 @@ pub const COMMITS_IN_FLIGHT_MAX: usize = 2;
 /// bandwidth-bound and gain nothing from it.
 const OVERLAP_BYTES_MAX: usize = 512 * 1024;
 
+/// The term a log stamps on the batches it appends until told another ([`Log::set_term`]):
+/// 0, no election held. The single-node broker never changes it; a replicated log stamps the
+/// term of the leader that appends (from 1 on). Batches of format v1 read as term 0 too.
+pub const SINGLE_NODE_TERM: u64 = 0;
+
 pub fn segment_file_name(base: u64, ext: &str) -> String {
     format!("{base:020}.{ext}")
 }
@@ -254,6 +259,8 @@ struct Inner<F: Fs> {
     staged_bytes: usize,
     /// Next offset to assign to a staged batch.
     next_offset: u64,
+    /// The term stamped on staged batches (see [`SINGLE_NODE_TERM`]); it never decreases.
+    term: u64,
     /// Where the last staged chunk's segment stands (size and first timestamp, staged included).
     proj_segment: u64,
     proj_size: u64,
@@ -362,6 +369,7 @@ impl<F: Fs> Log<F> {
                 staged: Vec::new(),
                 staged_bytes: 0,
                 next_offset: 0,
+                term: SINGLE_NODE_TERM,
                 proj_segment: 0,
                 proj_size: 0,
                 proj_first_ts: None,
@@ -724,10 +732,31 @@ impl<F: Fs> Log<F> {
         }
     }
 
+    /// The term stamped on the batches staged from now on.
+    pub fn term(&self) -> u64 {
+        self.inner.borrow().term
+    }
+
+    /// Sets the term stamped on the batches staged from now on (a leader's epoch: it only
+    /// grows; a smaller one is a caller's bug).
+    pub fn set_term(&self, term: u64) {
+        let mut i = self.inner.borrow_mut();
+        assert!(
+            term >= i.term,
+            "a log's term never decreases ({} -> {term})",
+            i.term
+        );
+        i.term = term;
+    }
+
     /// Verifies a batch and stages it at the end of the log, synchronously: batches are
     /// committed in the order they were staged. The batch is not durable until
     /// [`Log::durable`] resolves for the returned ticket. May exceed the write buffer by one
     /// batch if the caller skipped [`Log::wait_for_space`].
+    ///
+    /// The log stores the current batch format (v2): a v1 batch from an older producer is
+    /// rewritten as v2 once verified ([`batch::upgraded`]); a v2 batch is stored in the bytes it
+    /// came in, but for the base offset and term the log stamps.
     pub fn stage_batch(&self, bytes: Vec<u8>) -> Result<AppendTicket> {
         if bytes.len() > self.config.batch_bytes_max {
             return Err(crate::error::BatchError::TooLarge {
@@ -741,6 +770,11 @@ impl<F: Fs> Log<F> {
         if view.bytes.len() != bytes.len() {
             return Err(crate::error::BatchError::BadLength(view.header.batch_len).into());
         }
+        let bytes = if view.header.version == batch::BATCH_FORMAT_VERSION {
+            bytes
+        } else {
+            batch::upgraded(&view)
+        };
         self.check_writable()?;
         let (info, slot) = self.stage(bytes);
         Ok(AppendTicket { info, slot })
@@ -789,7 +823,9 @@ impl<F: Fs> Log<F> {
         let i = &mut *guard;
         let mut header = BatchHeader::parse(&bytes).expect("verified by the caller");
         header.base_offset = i.next_offset;
+        header.term = i.term;
         batch::set_base_offset(&mut bytes, header.base_offset);
+        batch::set_term(&mut bytes, header.term).expect("staged batches are in the current format");
         let len = bytes.len() as u64;
         let too_big = i.proj_size > 0 && i.proj_size + len > self.config.segment_bytes_max;
         let too_old = match (i.proj_first_ts, self.config.segment_age_ms_max) {

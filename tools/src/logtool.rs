@@ -237,6 +237,8 @@ pub fn walk(
             "position": pos,
             "base_offset": h.base_offset,
             "last_offset": h.last_offset(),
+            "version": h.version,
+            "term": h.term,
             "records": h.record_count,
             "size_bytes": h.batch_len,
             "first_timestamp_ms": h.first_timestamp_ms,

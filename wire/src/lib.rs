@@ -11,6 +11,7 @@
 //! | `codec`      | `Request`/`Response` enums, `encode_*`/`decode_*`, zero-copy access      |
 //! | `error_code` | `ErrorCode`: stable numbers, SQS codes and HTTP statuses, retryability   |
 //! | `handshake`  | `Hello`/`HelloOk` version negotiation                                     |
+//! | `limits`     | SQS's limits (message size, batch entries, ...), one home each           |
 //!
 //! A request's path: the SDK calls `encode_request(id, &Request::SendMessage(..))` and writes the
 //! bytes to a QUIC stream; the broker feeds what the stream yields to its `FrameDecoder`, gets a
@@ -28,6 +29,7 @@ pub mod decoder;
 pub mod error_code;
 pub mod frame;
 pub mod handshake;
+pub mod limits;
 pub mod messages;
 
 pub use codec::{

@@ -37,6 +37,16 @@ pub enum StorageError {
     Closed,
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The log directory was written in a layout newer than this build reads
+    /// ([`crate::format`]): nothing in it was read or changed.
+    #[error(
+        "log {path:?} has format version {found}; this build reads versions up to {supported}"
+    )]
+    UnsupportedFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
 }
 
 impl StorageError {
@@ -60,6 +70,7 @@ impl StorageError {
             StorageError::Poisoned => "poisoned",
             StorageError::Closed => "closed",
             StorageError::Config(_) => "config",
+            StorageError::UnsupportedFormat { .. } => "unsupported_format",
         }
     }
 }
@@ -102,6 +113,15 @@ impl StorageError {
             StorageError::Poisoned => StorageError::Poisoned,
             StorageError::Closed => StorageError::Closed,
             StorageError::Config(s) => StorageError::Config(s.clone()),
+            StorageError::UnsupportedFormat {
+                path,
+                found,
+                supported,
+            } => StorageError::UnsupportedFormat {
+                path: path.clone(),
+                found: *found,
+                supported: *supported,
+            },
         }
     }
 }

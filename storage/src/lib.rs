@@ -11,6 +11,7 @@
 pub use sluice_wire::batch;
 pub mod config;
 pub mod error;
+pub mod format;
 pub mod fs;
 pub mod index;
 pub mod log;
@@ -19,6 +20,7 @@ pub mod rt;
 pub use batch::{BatchBuilder, BatchHeader, BatchView, Record, RecordView};
 pub use config::LogConfig;
 pub use error::{BatchError, Result, StorageError};
+pub use format::SEGMENT_FORMAT_VERSION;
 pub use log::{
     AppendInfo, AppendTicket, FsyncHistogram, Log, LogStats, ReadBatch, RetentionOutcome,
     SegmentInfo, FSYNC_BUCKETS_US, SINGLE_NODE_TERM,

@@ -391,6 +391,18 @@ impl<F: Fs> Log<F> {
                 stats: LogStats::default(),
             }),
         };
+        // The layout version, before anything in the directory is touched: a newer one than
+        // this code knows is refused (see `crate::format`).
+        let format = crate::format::read_version(&fs, &dir)
+            .await
+            .map_err(|e| match e {
+                StorageError::Corruption {
+                    path,
+                    position,
+                    reason,
+                } => log.corruption(path, position, reason),
+                e => e,
+            })?;
         // Index files whose segment is gone (a crash during deletion) are removed.
         let mut removed_orphan = false;
         for n in &names {
@@ -421,6 +433,10 @@ impl<F: Fs> Log<F> {
                     None => log.recover_active(b).await?,
                 }
             }
+        }
+        if format != crate::format::SEGMENT_FORMAT_VERSION {
+            // Durable before the log takes an append in the current format.
+            crate::format::write_version(&fs, &dir).await?;
         }
         {
             let mut inner = log.inner.borrow_mut();

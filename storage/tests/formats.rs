@@ -7,8 +7,9 @@ use common::*;
 use sluice_storage::batch::{
     self, BatchView, Record, BATCH_FORMAT_VERSION, BATCH_FORMAT_VERSION_V1,
 };
+use sluice_storage::format::FORMAT_FILE_NAME;
 use sluice_storage::fs::{CrashMode, Fs, SimFs, BLOCK_BYTES};
-use sluice_storage::{Log, LogConfig, SINGLE_NODE_TERM};
+use sluice_storage::{Log, LogConfig, StorageError, SEGMENT_FORMAT_VERSION, SINGLE_NODE_TERM};
 use std::path::{Path, PathBuf};
 
 fn dir() -> PathBuf {
@@ -85,7 +86,9 @@ fn an_active_v1_segment_recovers_reads_and_takes_v2_appends() {
     let fs = SimFs::new();
     create_dir(&fs, &dir());
     fs.write_file_durably(&segment_path(0), v1_segment(&v1_batches()));
+    assert_eq!(marker(&fs), None, "a v1 log has no format marker");
     let log = open(&fs, &small_config());
+    assert_eq!(marker(&fs).as_deref(), Some("sluice log format 2\n"));
     assert_eq!(log.end_offset(), 4);
     assert_eq!(log.stats().torn_tail_bytes_truncated, 0);
     assert_eq!(log.stats().corruptions_detected, 0);
@@ -181,4 +184,61 @@ fn a_term_never_goes_back() {
     let log = open(&SimFs::new(), &small_config());
     log.set_term(3);
     log.set_term(2);
+}
+
+fn marker(fs: &SimFs) -> Option<String> {
+    fs.read_file(&dir().join(FORMAT_FILE_NAME))
+        .map(|b| String::from_utf8(b).expect("text"))
+}
+
+/// A new log is marked with the current layout version, durably (it survives a power loss
+/// right after the open), and reopens.
+#[test]
+fn a_new_log_is_marked_with_the_current_format() {
+    let fs = SimFs::new();
+    drop(open(&fs, &small_config()));
+    let fs = fs.crash(CrashMode::DropUnsynced);
+    assert_eq!(
+        marker(&fs),
+        Some(format!("sluice log format {SEGMENT_FORMAT_VERSION}\n"))
+    );
+    let log = open(&fs, &small_config());
+    assert_eq!(log.end_offset(), 0);
+}
+
+/// A log directory from a newer build is refused with a typed error, and nothing in it is
+/// touched (not even the stray files an open would clean up).
+#[test]
+fn a_future_format_is_a_typed_error_and_nothing_is_touched() {
+    let fs = SimFs::new();
+    create_dir(&fs, &dir());
+    let segment = v1_segment(&v1_batches());
+    fs.write_file_durably(&segment_path(0), segment.clone());
+    fs.write_file_durably(&dir().join("stray.tmp"), b"x".to_vec());
+    fs.write_file_durably(
+        &dir().join(FORMAT_FILE_NAME),
+        b"sluice log format 3\n".to_vec(),
+    );
+    match block_on(Log::open(fs.clone(), dir(), small_config())) {
+        Err(StorageError::UnsupportedFormat {
+            found, supported, ..
+        }) => assert_eq!((found, supported), (3, SEGMENT_FORMAT_VERSION)),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a future format opened"),
+    }
+    assert_eq!(fs.read_file(&segment_path(0)), Some(segment));
+    assert!(fs.read_file(&dir().join("stray.tmp")).is_some());
+    assert_eq!(marker(&fs).as_deref(), Some("sluice log format 3\n"));
+}
+
+/// A marker that names no version is corruption, reported as such, not a panic.
+#[test]
+fn a_garbled_format_marker_is_reported() {
+    let fs = SimFs::new();
+    create_dir(&fs, &dir());
+    fs.write_file_durably(&dir().join(FORMAT_FILE_NAME), b"sluice log f\0\0".to_vec());
+    assert!(matches!(
+        block_on(Log::open(fs.clone(), dir(), small_config())),
+        Err(StorageError::Corruption { .. })
+    ));
 }

@@ -267,16 +267,17 @@ impl<F: Fs> Log<F> {
                 return None;
             }
             let (&base, s) = i.segments.iter_mut().next_back()?;
-            let at = align_up(s.write_end);
+            let a = s.active_mut();
+            let at = align_up(a.write_end);
             let end = at + first.len as u64;
             if first.segment != base
                 || end > self.config.segment_bytes_max
-                || align_up(end) > s.zeroing_from
+                || align_up(end) > a.zeroing_from
             {
                 return None;
             }
-            let gap = at - s.write_end;
-            s.write_end = end;
+            let gap = at - a.write_end;
+            a.write_end = end;
             let chunk = i.staged.remove(0);
             i.staged_bytes -= chunk.len;
             if chunk.segment == i.proj_segment {
@@ -397,7 +398,7 @@ impl<F: Fs> Log<F> {
             let staged = std::mem::take(&mut i.staged);
             i.staged_bytes = 0;
             let (&base, active) = i.segments.iter_mut().next_back().expect("active segment");
-            active.write_end = active.size;
+            active.active_mut().write_end = active.size;
             let (size, first_ts, next) = (active.size, active.first_ts, active.next_offset);
             i.next_offset = next;
             i.proj_segment = base;
@@ -419,7 +420,7 @@ impl<F: Fs> Log<F> {
         let (file, size, tail) = {
             let i = self.inner.borrow();
             let s = i.segments.get(&base).expect("active segment");
-            (s.file.clone(), s.size, s.tail.clone())
+            (s.file.clone(), s.size, s.active().tail.clone())
         };
         let end = (size + self.config.torn_window_bytes()).min(self.config.segment_bytes_max);
         let mut buf = tail;
@@ -432,8 +433,8 @@ impl<F: Fs> Log<F> {
             .await
             .map_err(|e| StorageError::io("fdatasync", &path, e))?;
         let mut i = self.inner.borrow_mut();
-        if let Some(s) = i.segments.get_mut(&base) {
-            s.zeroed_until = s.zeroed_until.max(align_up(end));
+        if let Some(a) = i.segments.get_mut(&base).and_then(|s| s.active.as_mut()) {
+            a.zeroed_until = a.zeroed_until.max(align_up(end));
         }
         Ok(())
     }
@@ -452,9 +453,12 @@ impl<F: Fs> Log<F> {
             let mut i = self.inner.borrow_mut();
             let (&b, s) = i.segments.iter_mut().next_back().expect("active segment");
             assert_eq!(b, chunk.segment, "a chunk goes to the active segment");
+            let size = s.size;
+            let file = s.file.clone();
+            let s = s.active_mut();
             let (start, tail) = match at {
                 Some(p) => (p, Vec::new()),
-                None => (s.size, s.tail.clone()),
+                None => (size, s.tail.clone()),
             };
             let data_end = align_up(start + chunk.len as u64);
             // Zero-ahead: keep about `prealloc_chunk_bytes` of zeroed space past the data, so
@@ -484,7 +488,7 @@ impl<F: Fs> Log<F> {
             if at.is_none() {
                 s.write_end = start + chunk.len as u64;
             }
-            (b, s.file.clone(), start, tail, zero)
+            (b, file, start, tail, zero)
         };
         let path = self.path(base, "log");
         let end = start + chunk.len as u64;
@@ -525,10 +529,10 @@ impl<F: Fs> Log<F> {
                 };
                 let (written, zeroed) = futures::join!(data_write, zeros);
                 let mut i = self.inner.borrow_mut();
-                if let Some(s) = i.segments.get_mut(&base) {
-                    s.zeroing_from = u64::MAX;
+                if let Some(a) = i.segments.get_mut(&base).and_then(|s| s.active.as_mut()) {
+                    a.zeroing_from = u64::MAX;
                     if zeroed.is_err() {
-                        s.zeroed_until = s.zeroed_until.min(from);
+                        a.zeroed_until = a.zeroed_until.min(from);
                     }
                 }
                 written.and(zeroed)
@@ -540,8 +544,8 @@ impl<F: Fs> Log<F> {
         {
             let mut i = self.inner.borrow_mut();
             i.stats.fsync.observe(fsync_took);
-            if let Some(s) = i.segments.get_mut(&base) {
-                s.zeroed_until = s.zeroed_until.max(data_end);
+            if let Some(a) = i.segments.get_mut(&base).and_then(|s| s.active.as_mut()) {
+                a.zeroed_until = a.zeroed_until.max(data_end);
             }
         }
         // Commits take effect, and are acknowledged, in the order they started.
@@ -560,26 +564,27 @@ impl<F: Fs> Log<F> {
             let mut guard = self.inner.borrow_mut();
             let i = &mut *guard;
             let s = i.segments.get_mut(&base).expect("active segment");
+            let a = s.active.as_mut().expect("the active segment");
             let mut records = 0u64;
             for b in &chunk.batches {
                 let h = b.header;
                 let pos = start + b.at as u64;
-                if s.bytes_since_index >= self.config.index_interval_bytes {
+                if a.bytes_since_index >= self.config.index_interval_bytes {
                     let rel = u32::try_from(h.base_offset - base).expect("segment offsets fit u32");
-                    s.index.push(OffsetEntry {
+                    a.index.push(OffsetEntry {
                         rel_offset: rel,
                         position: u32::try_from(pos).expect("segment < 4 GiB"),
                     });
                     let m = s
                         .max_ts
                         .map_or(h.max_timestamp_ms, |m| m.max(h.max_timestamp_ms));
-                    s.timeindex.push(TimeEntry {
+                    a.timeindex.push(TimeEntry {
                         max_timestamp_ms: m,
                         rel_offset: rel,
                     });
-                    s.bytes_since_index = 0;
+                    a.bytes_since_index = 0;
                 }
-                s.bytes_since_index += u64::from(h.batch_len);
+                a.bytes_since_index += u64::from(h.batch_len);
                 s.first_ts.get_or_insert(h.first_timestamp_ms);
                 s.max_ts = Some(
                     s.max_ts
@@ -590,13 +595,13 @@ impl<F: Fs> Log<F> {
             }
             s.size = end;
             // The new partial last block: [align_down(end), end) of tail ++ chunk.
-            s.tail = chunk.last_bytes(&tail, (end - align_down(end)) as usize);
-            let persist = (s.index.len() - s.index_persisted_entries
+            a.tail = chunk.last_bytes(&tail, (end - align_down(end)) as usize);
+            let persist = (a.index.len() - a.index_persisted_entries
                 >= self.config.index_persist_entries)
                 .then(|| {
-                    let from = s.index_persisted_entries;
-                    s.index_persisted_entries = s.index.len();
-                    (s.index.bytes().to_vec(), from, s.timeindex.bytes().to_vec())
+                    let from = a.index_persisted_entries;
+                    a.index_persisted_entries = a.index.len();
+                    (a.index.bytes().to_vec(), from, a.timeindex.bytes().to_vec())
                 });
             i.stats.commits += 1;
             i.stats.fsyncs += 1;

@@ -255,7 +255,7 @@ impl<F: Fs> Log<F> {
                 next_offset: s.next_offset,
                 size_bytes: s.size,
                 max_timestamp_ms: s.max_ts,
-                sealed: s.sealed,
+                sealed: s.is_sealed(),
             })
             .collect()
     }
@@ -283,8 +283,8 @@ impl<F: Fs> Log<F> {
             let s = i.segments.values().next_back().expect("active segment");
             (
                 s.base,
-                s.index.bytes().to_vec(),
-                s.timeindex.bytes().to_vec(),
+                s.active().index.bytes().to_vec(),
+                s.active().timeindex.bytes().to_vec(),
                 s.file.clone(),
             )
         };

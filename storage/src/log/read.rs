@@ -59,14 +59,14 @@ impl<F: Fs> Log<F> {
             if offset >= s.next_offset {
                 return Ok(None);
             }
-            if !s.sealed {
+            if let Some(a) = &s.active {
                 let rel = (offset - b) as u32;
                 return Ok(Some((
                     b,
-                    s.index.floor(rel).map_or(0, |e| u64::from(e.position)),
+                    a.index.floor(rel).map_or(0, |e| u64::from(e.position)),
                 )));
             }
-            (b, s.sealed)
+            (b, s.is_sealed())
         };
         debug_assert!(sealed);
         let ix = self.sealed_indexes(base).await?;
@@ -244,7 +244,7 @@ impl<F: Fs> Log<F> {
             .borrow()
             .segments
             .values()
-            .map(|s| (s.base, s.max_ts, s.sealed))
+            .map(|s| (s.base, s.max_ts, s.is_sealed()))
             .collect();
         for (base, max_ts, sealed) in segs {
             if max_ts.is_none_or(|m| m < ts_ms) {
@@ -256,7 +256,12 @@ impl<F: Fs> Log<F> {
             } else {
                 let i = self.inner.borrow();
                 let s = i.segments.get(&base).expect("listed above");
-                s.timeindex.last_before(ts_ms).map(|e| e.rel_offset)
+                // Sealed since it was listed (a roll meanwhile): no time index in hand, so the
+                // scan starts at the segment's start.
+                s.active
+                    .as_ref()
+                    .and_then(|a| a.timeindex.last_before(ts_ms))
+                    .map(|e| e.rel_offset)
             };
             let from = base + start_rel.map_or(0, u64::from);
             let Some((b, pos)) = self.position_for(from).await? else {

@@ -5,7 +5,7 @@
 
 use super::append::SINGLE_NODE_TERM;
 use super::commit::{write_all, ZERO_FILL_PIECE_BYTES};
-use super::segment::{is_gap, parse_segment_name, Segment};
+use super::segment::{is_gap, parse_segment_name, ActiveSegment, Segment};
 use super::{Inner, Log, LogStats, ReadBatch};
 use crate::batch::{BatchHeader, BatchView, BATCH_HEADER_BYTES};
 use crate::config::LogConfig;
@@ -267,15 +267,7 @@ impl<F: Fs> Log<F> {
             next_offset: next_base,
             first_ts: None,
             max_ts: None,
-            sealed: true,
-            index: OffsetIndex::default(),
-            timeindex: TimeIndex::default(),
-            bytes_since_index: 0,
-            index_persisted_entries: 0,
-            tail: Vec::new(),
-            zeroed_until: size,
-            write_end: size,
-            zeroing_from: u64::MAX,
+            active: None,
         };
         self.inner.borrow_mut().segments.insert(base, seg);
         // The segment's newest timestamp (for retention and time lookups) comes from its time
@@ -428,15 +420,16 @@ impl<F: Fs> Log<F> {
                 next_offset: expected,
                 first_ts,
                 max_ts,
-                sealed: false,
-                index,
-                timeindex,
-                bytes_since_index: since_index,
-                index_persisted_entries: keep_entries,
-                tail,
-                zeroed_until: align_up(file_size.max(pos)),
-                write_end: pos,
-                zeroing_from: u64::MAX,
+                active: Some(ActiveSegment {
+                    index,
+                    timeindex,
+                    bytes_since_index: since_index,
+                    index_persisted_entries: keep_entries,
+                    tail,
+                    zeroed_until: align_up(file_size.max(pos)),
+                    write_end: pos,
+                    zeroing_from: u64::MAX,
+                }),
             },
         );
         Ok(())

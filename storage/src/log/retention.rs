@@ -55,7 +55,7 @@ impl<F: Fs> Log<F> {
                 let (Some(s), Some(_)) = (it.next(), it.next()) else {
                     break;
                 };
-                if !s.sealed || !victim(s, total) {
+                if !s.is_sealed() || !victim(s, total) {
                     break;
                 }
                 s.base

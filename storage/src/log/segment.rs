@@ -21,6 +21,9 @@ pub(super) fn parse_segment_name(name: &str) -> Option<(u64, &str)> {
     Some((stem.parse().ok()?, ext))
 }
 
+/// One segment: what every segment has, and — for the active one, the last, which commits
+/// write to — the state of writing it. Sealing a segment drops that state: a sealed segment
+/// is read-only, its indexes live in their files and the index cache.
 pub(super) struct Segment<F: Fs> {
     pub(super) base: u64,
     pub(super) file: Rc<F::File>,
@@ -29,21 +32,42 @@ pub(super) struct Segment<F: Fs> {
     pub(super) next_offset: u64,
     pub(super) first_ts: Option<i64>,
     pub(super) max_ts: Option<i64>,
-    pub(super) sealed: bool,
-    /// Active segment only: in-memory indexes (sealed ones are loaded through the cache).
+    /// `Some` while this is the active segment; `None` once sealed.
+    pub(super) active: Option<ActiveSegment>,
+}
+
+/// The state of the segment commits write to.
+pub(super) struct ActiveSegment {
+    /// In-memory indexes (a sealed segment's are loaded through the cache).
     pub(super) index: OffsetIndex,
     pub(super) timeindex: TimeIndex,
     pub(super) bytes_since_index: u64,
     pub(super) index_persisted_entries: usize,
-    /// Active segment only: bytes `[align_down(size), size)`, rewritten with each commit.
+    /// Bytes `[align_down(size), size)`, rewritten with each commit.
     pub(super) tail: Vec<u8>,
+    /// Zeroed (pre-allocated) space ends here.
     pub(super) zeroed_until: u64,
-    /// Active segment only: where the last commit started writes to (`size` when none is in
-    /// flight); a commit started beside others writes from the next block boundary after it.
+    /// Where the last commit started writes to (`size` when none is in flight); a commit
+    /// started beside others writes from the next block boundary after it.
     pub(super) write_end: u64,
-    /// Active segment only: where a zero-ahead write in flight starts (`u64::MAX` if none). No
-    /// commit may write data there until it lands.
+    /// Where a zero-ahead write in flight starts (`u64::MAX` if none). No commit may write
+    /// data there until it lands.
     pub(super) zeroing_from: u64,
+}
+
+impl<F: Fs> Segment<F> {
+    pub(super) fn is_sealed(&self) -> bool {
+        self.active.is_none()
+    }
+
+    /// The writing state of the active segment (callers hold the active one).
+    pub(super) fn active(&self) -> &ActiveSegment {
+        self.active.as_ref().expect("the active segment")
+    }
+
+    pub(super) fn active_mut(&mut self) -> &mut ActiveSegment {
+        self.active.as_mut().expect("the active segment")
+    }
 }
 
 pub(super) struct SealedIndexes {
@@ -116,15 +140,16 @@ impl<F: Fs> Log<F> {
                 next_offset: base,
                 first_ts: None,
                 max_ts: None,
-                sealed: false,
-                index: OffsetIndex::default(),
-                timeindex: TimeIndex::default(),
-                bytes_since_index: 0,
-                index_persisted_entries: 0,
-                tail: Vec::new(),
-                zeroed_until: zeroed,
-                write_end: 0,
-                zeroing_from: u64::MAX,
+                active: Some(ActiveSegment {
+                    index: OffsetIndex::default(),
+                    timeindex: TimeIndex::default(),
+                    bytes_since_index: 0,
+                    index_persisted_entries: 0,
+                    tail: Vec::new(),
+                    zeroed_until: zeroed,
+                    write_end: 0,
+                    zeroing_from: u64::MAX,
+                }),
             },
         );
         Ok(())
@@ -135,20 +160,17 @@ impl<F: Fs> Log<F> {
         let (old_base, file, size, index_bytes, timeindex) = {
             let mut i = self.inner.borrow_mut();
             let (&b, s) = i.segments.iter_mut().next_back().expect("active segment");
-            if let (Some(m), Some(_)) = (s.max_ts, s.first_ts) {
-                let rel = u32::try_from(s.next_offset - 1 - b).expect("segment offsets fit u32");
-                s.timeindex.push(TimeEntry {
+            let (max_ts, first_ts, next_offset) = (s.max_ts, s.first_ts, s.next_offset);
+            let a = s.active_mut();
+            if let (Some(m), Some(_)) = (max_ts, first_ts) {
+                let rel = u32::try_from(next_offset - 1 - b).expect("segment offsets fit u32");
+                a.timeindex.push(TimeEntry {
                     max_timestamp_ms: m,
                     rel_offset: rel,
                 });
             }
-            (
-                b,
-                s.file.clone(),
-                s.size,
-                s.index.bytes().to_vec(),
-                s.timeindex.clone(),
-            )
+            let (index_bytes, timeindex) = (a.index.bytes().to_vec(), a.timeindex.clone());
+            (b, s.file.clone(), s.size, index_bytes, timeindex)
         };
         let path = self.path(old_base, "log");
         file.truncate(size)
@@ -157,8 +179,14 @@ impl<F: Fs> Log<F> {
         file.sync_data()
             .await
             .map_err(|e| StorageError::io("fdatasync", &path, e))?;
-        if let Some(s) = self.inner.borrow_mut().segments.get_mut(&old_base) {
-            s.zeroed_until = size;
+        if let Some(a) = self
+            .inner
+            .borrow_mut()
+            .segments
+            .get_mut(&old_base)
+            .and_then(|s| s.active.as_mut())
+        {
+            a.zeroed_until = size;
         }
         self.write_index_file(old_base, "index", &index_bytes, 0, true)
             .await?;
@@ -182,10 +210,10 @@ impl<F: Fs> Log<F> {
         }
         let mut i = self.inner.borrow_mut();
         let s = i.segments.get_mut(&old_base).expect("old segment");
-        s.sealed = true;
-        s.tail = Vec::new();
-        let index = std::mem::take(&mut s.index);
-        let timeindex = std::mem::take(&mut s.timeindex);
+        // Sealed: the writing state goes, its indexes to the cache.
+        let ActiveSegment {
+            index, timeindex, ..
+        } = s.active.take().expect("the old segment was the active one");
         i.stats.fsyncs += 3;
         insert_index_cache(
             &mut i,

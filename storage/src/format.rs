@@ -3,11 +3,14 @@
 //!
 //! | version | layout                                                                        |
 //! |---------|-------------------------------------------------------------------------------|
-//! | 1       | no marker (logs written before it existed). Segments `<base>.log` of batches  |
-//! |         | end to end from position 0 in batch format v1; zeros a commit started beside |
-//! |         | another skipped, up to the next 4 KiB boundary; pre-zeroed space after the    |
-//! |         | end; sparse `.index` and `.timeindex` files as hints                          |
-//! | 2       | version 1, with batches in format v2 (the term) as well as v1                  |
+//! | 1       | no marker. Segments `<base>.log` of batches (format v1) end to end from       |
+//! |         | position 0, pre-zeroed space after the end; sparse `.index`, `.timeindex`     |
+//! | 2       | no marker (2026-12-05). Version 1 with gaps: zeros a commit started beside    |
+//! |         | another skipped, up to the next 4 KiB boundary                                |
+//! | 3       | the marker. Version 2, with batches in format v2 (the term) as well as v1     |
+//!
+//! This code reads all three the same way (a reader that steps over gaps reads a log without
+//! any), so a directory without a marker is taken as version 2.
 //!
 //! [`Log::open`](crate::Log::open) reads the marker before it touches anything in the
 //! directory: a version newer than [`SEGMENT_FORMAT_VERSION`] is refused with
@@ -21,9 +24,9 @@ use crate::fs::{align_up, File, Fs};
 use std::path::{Path, PathBuf};
 
 /// The layout version this code writes (and the newest it reads).
-pub const SEGMENT_FORMAT_VERSION: u32 = 2;
-/// The version of a directory without a marker.
-pub const SEGMENT_FORMAT_VERSION_UNMARKED: u32 = 1;
+pub const SEGMENT_FORMAT_VERSION: u32 = 3;
+/// The version of a directory without a marker (1 and 2 read alike; see the table).
+pub const SEGMENT_FORMAT_VERSION_UNMARKED: u32 = 2;
 /// The marker's file name in a log directory.
 pub const FORMAT_FILE_NAME: &str = "log.format";
 const MARKER_PREFIX: &str = "sluice log format ";
@@ -137,7 +140,7 @@ mod tests {
 
     #[test]
     fn markers_parse_and_garbage_does_not() {
-        assert_eq!(parse_marker(marker_text(2).as_bytes()), Ok(2));
+        assert_eq!(parse_marker(marker_text(3).as_bytes()), Ok(3));
         assert_eq!(parse_marker(b"sluice log format 17\n"), Ok(17));
         for bad in [
             &b""[..],

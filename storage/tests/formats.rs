@@ -86,9 +86,9 @@ fn an_active_v1_segment_recovers_reads_and_takes_v2_appends() {
     let fs = SimFs::new();
     create_dir(&fs, &dir());
     fs.write_file_durably(&segment_path(0), v1_segment(&v1_batches()));
-    assert_eq!(marker(&fs), None, "a v1 log has no format marker");
+    assert_eq!(marker(&fs), None, "a log of v1 batches has no format marker");
     let log = open(&fs, &small_config());
-    assert_eq!(marker(&fs).as_deref(), Some("sluice log format 2\n"));
+    assert_eq!(marker(&fs).as_deref(), Some("sluice log format 3\n"));
     assert_eq!(log.end_offset(), 4);
     assert_eq!(log.stats().torn_tail_bytes_truncated, 0);
     assert_eq!(log.stats().corruptions_detected, 0);
@@ -217,18 +217,18 @@ fn a_future_format_is_a_typed_error_and_nothing_is_touched() {
     fs.write_file_durably(&dir().join("stray.tmp"), b"x".to_vec());
     fs.write_file_durably(
         &dir().join(FORMAT_FILE_NAME),
-        b"sluice log format 3\n".to_vec(),
+        b"sluice log format 4\n".to_vec(),
     );
     match block_on(Log::open(fs.clone(), dir(), small_config())) {
         Err(StorageError::UnsupportedFormat {
             found, supported, ..
-        }) => assert_eq!((found, supported), (3, SEGMENT_FORMAT_VERSION)),
+        }) => assert_eq!((found, supported), (4, SEGMENT_FORMAT_VERSION)),
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("a future format opened"),
     }
     assert_eq!(fs.read_file(&segment_path(0)), Some(segment));
     assert!(fs.read_file(&dir().join("stray.tmp")).is_some());
-    assert_eq!(marker(&fs).as_deref(), Some("sluice log format 3\n"));
+    assert_eq!(marker(&fs).as_deref(), Some("sluice log format 4\n"));
 }
 
 /// A marker that names no version is corruption, reported as such, not a panic.

@@ -86,7 +86,11 @@ fn an_active_v1_segment_recovers_reads_and_takes_v2_appends() {
     let fs = SimFs::new();
     create_dir(&fs, &dir());
     fs.write_file_durably(&segment_path(0), v1_segment(&v1_batches()));
-    assert_eq!(marker(&fs), None, "a log of v1 batches has no format marker");
+    assert_eq!(
+        marker(&fs),
+        None,
+        "a log of v1 batches has no format marker"
+    );
     let log = open(&fs, &small_config());
     assert_eq!(marker(&fs).as_deref(), Some("sluice log format 3\n"));
     assert_eq!(log.end_offset(), 4);

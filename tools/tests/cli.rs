@@ -722,9 +722,9 @@ fn log_dump_and_verify_offline() {
     let text = sluice(&["log", "dump", seg_s], None);
     assert!(String::from_utf8_lossy(&text.stdout).contains("batch position=0 offsets=0..="));
 
-    // Flip one byte inside the first batch's checksummed bytes.
+    // Flip one byte inside the first batch's checksummed bytes (its first record).
     let mut bytes = std::fs::read(&seg).expect("read");
-    bytes[60] ^= 0x40;
+    bytes[sluice_wire::batch::BATCH_HEADER_BYTES + 6] ^= 0x40;
     std::fs::write(&seg, &bytes).expect("write");
     let bad = sluice(&["--output", "json", "log", "verify", &data], None);
     assert_eq!(bad.status.code(), Some(4), "corruption exits 4");

@@ -10,12 +10,12 @@
 //!
 //! | module      | purpose                                                                     |
 //! |-------------|-----------------------------------------------------------------------------|
-//! | `recovery`  | `Log::open`: the directory's segments, a torn tail cut, corruption told apart |
-//! | `append`    | the append API: verify, stamp (base offset, term) and stage; wait for durable |
-//! | `commit`    | group commit: what one durable write takes, its turn, failure and repair     |
-//! | `segment`   | segment files and their state (active vs sealed), roll, index files          |
-//! | `read`      | reads by offset (cache, then disk windows) and by timestamp                  |
-//! | `retention` | deleting whole sealed segments by time, size or a compaction floor            |
+//! | `recovery`  | `Log::open`: format version, segments, torn tail cut, corruption told apart |
+//! | `append`    | the append API: verify, stamp (base offset, term), stage; wait for durable  |
+//! | `commit`    | group commit: what one durable write takes, its turn, failure and repair    |
+//! | `segment`   | segment files and state (active vs sealed), roll, index files and cache     |
+//! | `read`      | reads by offset (commit cache, then disk windows) and by timestamp          |
+//! | `retention` | deleting whole sealed segments by time, size or a compaction floor          |
 //!
 //! This file holds the `Log` itself, its shared state (`Inner`), the public result types, and
 //! what does not belong to one step (offsets, statistics, close).

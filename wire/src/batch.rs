@@ -329,6 +329,9 @@ fn checksum(batch: &[u8], version: u8) -> u64 {
         xxh3_64(&batch[CHECKSUM_START..])
     } else {
         // One pass over two ranges: the same hash as one over the bytes laid end to end.
+        // The streaming state costs ~13-15 ns a batch more than one range at 120 B-1 KiB and
+        // nothing measurable from 64 KiB (release build, this machine, under load): noise
+        // beside a message's microseconds.
         let mut h = Xxh3Default::new();
         h.update(&batch[CHECKSUM_START..TERM_AT]);
         h.update(&batch[TERM_AT + 8..]);

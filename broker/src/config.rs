@@ -1,8 +1,8 @@
 //! Broker configuration. The embedded default (no flags) is a single node on loopback with its
 //! data in `./sluice-data`.
 
+use crate::auth::AuthConfig;
 use crate::engine::Limits;
-use crate::http::auth::AuthConfig;
 use crate::quic::tls::{ServerIdentity, ServerTlsOptions};
 use sluice_storage::LogConfig;
 use std::net::SocketAddr;
@@ -54,6 +54,8 @@ pub struct BrokerConfig {
     /// Who may call: SigV4 for the HTTP API and `AKID:SECRET` tokens for the native protocol,
     /// from the same access keys. The embedded default accepts everyone (and says so loudly).
     pub auth: AuthConfig,
+    /// Per-account quotas (rates, queues).
+    pub quotas: crate::auth::quota::QuotaConfig,
     /// The HTTP API's read timeouts (request head and keep-alive idle; body), milliseconds.
     /// `None`: `SLUICE_HTTP_HEADER_TIMEOUT_MS` / `SLUICE_HTTP_BODY_TIMEOUT_MS` or the default,
     /// read when the front end starts; `sluiced` sets them from its settings
@@ -169,12 +171,14 @@ impl BrokerConfig {
                     data_dir: data_dir.clone(),
                 },
                 client_ca_path: None,
+                client_cert_accounts: Default::default(),
             },
             quic_shard_port_base: Some(0),
             quic_shard_addrs: Vec::new(),
             quic_idle_timeout_ms: QUIC_IDLE_TIMEOUT_MS_DEFAULT,
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
             auth: AuthConfig::open(),
+            quotas: Default::default(),
             http_header_timeout_ms: None,
             http_body_timeout_ms: None,
         })

@@ -10,8 +10,8 @@
 //! `sluiced --print-config`, with every secret replaced by [`REDACTED`] ([`Settings::redacted`]).
 //! The example file `sluice.toml` at the repository root documents every field.
 
+use crate::auth::{valid_account, AuthConfig, AuthMode, Credential};
 use crate::config::{BrokerConfig, QUIC_IDLE_TIMEOUT_MS_DEFAULT};
-use crate::http::auth::{valid_account, AuthConfig, AuthMode, Credential};
 use crate::http::{BODY_READ_TIMEOUT_MS_DEFAULT, HEADER_READ_TIMEOUT_MS_DEFAULT};
 use crate::metadata::DEFAULT_TENANT;
 use crate::quic::tls::ServerIdentity;
@@ -61,6 +61,23 @@ pub struct Settings {
     pub quic: QuicSettings,
     #[serde(default, skip_serializing_if = "MetricsSettings::is_empty")]
     pub metrics: MetricsSettings,
+    #[serde(default, skip_serializing_if = "QuotaSettings::is_empty")]
+    pub quotas: QuotaSettings,
+}
+
+/// `[quotas]`: what each account may do, on both front ends (unset: unlimited rates).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSettings {
+    /// API calls per second per account; past it, `RequestThrottled` (retryable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_per_s: Option<u32>,
+    /// Request bytes per second per account; past it, `RequestThrottled` (retryable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_s: Option<u64>,
+    /// Queues one account may hold; past it, CreateQueue answers `OverLimit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queues_per_account: Option<usize>,
 }
 
 /// `[auth]`: who may call, both front ends (SigV4 on HTTP, `AKID:SECRET` tokens on QUIC).
@@ -119,6 +136,10 @@ pub struct QuicSettings {
     /// PEM CA bundle: require client certificates chaining to it (mutual TLS).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<PathBuf>,
+    /// Client certificate name (subject CN, else a DNS SAN) → account: such a certificate
+    /// authenticates its connection as that account, with no access key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_cert_accounts: Option<std::collections::BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_timeout_ms: Option<u64>,
     /// Serve an endpoint per shard besides `addr`, for clients routing to the owning core.
@@ -158,6 +179,12 @@ impl QuicSettings {
 impl MetricsSettings {
     fn is_empty(&self) -> bool {
         *self == MetricsSettings::default()
+    }
+}
+
+impl QuotaSettings {
+    fn is_empty(&self) -> bool {
+        *self == QuotaSettings::default()
     }
 }
 
@@ -229,12 +256,24 @@ impl Settings {
                 cert: self.quic.cert.or(below.quic.cert),
                 key: self.quic.key.or(below.quic.key),
                 client_ca: self.quic.client_ca.or(below.quic.client_ca),
+                client_cert_accounts: self
+                    .quic
+                    .client_cert_accounts
+                    .or(below.quic.client_cert_accounts),
                 idle_timeout_ms: self.quic.idle_timeout_ms.or(below.quic.idle_timeout_ms),
                 shard_endpoints: self.quic.shard_endpoints.or(below.quic.shard_endpoints),
                 shard_port_base: self.quic.shard_port_base.or(below.quic.shard_port_base),
             },
             metrics: MetricsSettings {
                 addr: self.metrics.addr.or(below.metrics.addr),
+            },
+            quotas: QuotaSettings {
+                requests_per_s: self.quotas.requests_per_s.or(below.quotas.requests_per_s),
+                bytes_per_s: self.quotas.bytes_per_s.or(below.quotas.bytes_per_s),
+                queues_per_account: self
+                    .quotas
+                    .queues_per_account
+                    .or(below.quotas.queues_per_account),
             },
         }
     }
@@ -264,12 +303,18 @@ impl Settings {
                 cert: None,
                 key: None,
                 client_ca: None,
+                client_cert_accounts: None,
                 idle_timeout_ms: Some(QUIC_IDLE_TIMEOUT_MS_DEFAULT),
                 shard_endpoints: Some(true),
                 shard_port_base: Some(0),
             },
             metrics: MetricsSettings {
                 addr: Some("127.0.0.1:9400".parse().expect("literal")),
+            },
+            quotas: QuotaSettings {
+                requests_per_s: None,
+                bytes_per_s: None,
+                queues_per_account: Some(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT),
             },
         }
     }
@@ -294,6 +339,21 @@ impl Settings {
                     .into(),
             ));
         }
+        if let Some(map) = &s.quic.client_cert_accounts {
+            if !map.is_empty() && s.quic.client_ca.is_none() {
+                return Err(ConfigError(
+                    "quic.client_cert_accounts: needs quic.client_ca (certificates are only \
+                     trusted when they chain to it)"
+                        .into(),
+                ));
+            }
+            if let Some((name, _)) = map.iter().find(|(n, a)| n.is_empty() || !valid_account(a)) {
+                return Err(ConfigError(format!(
+                    "quic.client_cert_accounts[{name:?}]: an empty name or a bad account id \
+                     (1-64 of A-Z a-z 0-9 - _)"
+                )));
+            }
+        }
         if s.quic.idle_timeout_ms == Some(0) {
             return Err(ConfigError("quic.idle_timeout_ms: must be above 0".into()));
         }
@@ -311,6 +371,16 @@ impl Settings {
                      (1-64 of A-Z a-z 0-9 - _)"
                 )));
             }
+        }
+        if s.quotas.requests_per_s == Some(0)
+            || s.quotas.bytes_per_s == Some(0)
+            || s.quotas.queues_per_account == Some(0)
+        {
+            return Err(ConfigError(
+                "quotas: requests_per_s, bytes_per_s and queues_per_account must be above 0 \
+                 (leave a rate unset for no limit)"
+                    .into(),
+            ));
         }
         if s.auth.mode == Some(AuthName::Sigv4) && keys.is_empty() {
             return Err(ConfigError(
@@ -397,6 +467,8 @@ impl Settings {
             };
         }
         c.quic_tls.client_ca_path = self.quic.client_ca.clone();
+        c.quic_tls.client_cert_accounts =
+            self.quic.client_cert_accounts.clone().unwrap_or_default();
         c.quic_idle_timeout_ms = self
             .quic
             .idle_timeout_ms
@@ -406,6 +478,14 @@ impl Settings {
             _ => Some(self.quic.shard_port_base.unwrap_or(0)),
         };
         c.metrics_addr = self.metrics.addr.or(d.metrics.addr).expect("default");
+        c.quotas = crate::auth::quota::QuotaConfig {
+            requests_per_s: self.quotas.requests_per_s,
+            bytes_per_s: self.quotas.bytes_per_s,
+            queues_per_account: self
+                .quotas
+                .queues_per_account
+                .unwrap_or(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT),
+        };
         Ok(c)
     }
 }
@@ -439,6 +519,58 @@ mod tests {
         assert_eq!(r.auth, default.auth);
         assert_eq!(r.quic, default.quic);
         assert_eq!(r.metrics, default.metrics);
+        assert_eq!(r.quotas, default.quotas);
+    }
+
+    #[test]
+    fn client_certificate_accounts_need_a_ca_and_valid_accounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = "[quic]\nclient_ca = \"ca.pem\"\nclient_cert_accounts = { \"svc\" = \"111\" }\n";
+        let c = Settings::parse(ok, "f")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(c.quic_tls.client_cert_accounts["svc"], "111");
+        for bad in [
+            "[quic]\nclient_cert_accounts = { \"svc\" = \"111\" }\n",
+            "[quic]\nclient_ca = \"ca.pem\"\nclient_cert_accounts = { \"svc\" = \"a/b\" }\n",
+            "[quic]\nclient_ca = \"ca.pem\"\nclient_cert_accounts = { \"\" = \"111\" }\n",
+        ] {
+            let e = Settings::parse(bad, "f").unwrap().resolve().unwrap_err();
+            assert!(e.0.contains("client_cert_accounts"), "{e}");
+        }
+    }
+
+    #[test]
+    fn quotas_reach_the_broker_and_zero_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Settings::parse(
+            "[quotas]\nrequests_per_s = 50\nbytes_per_s = 4096\nqueues_per_account = 3\n",
+            "f",
+        )
+        .unwrap()
+        .resolve()
+        .unwrap()
+        .broker_config_in(dir.path());
+        assert_eq!(c.quotas.requests_per_s, Some(50));
+        assert_eq!(c.quotas.bytes_per_s, Some(4096));
+        assert_eq!(c.quotas.queues_per_account, 3);
+        let open = Settings::parse("", "f")
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(open.quotas, crate::auth::quota::QuotaConfig::default());
+        for zero in [
+            "requests_per_s = 0",
+            "bytes_per_s = 0",
+            "queues_per_account = 0",
+        ] {
+            let e = Settings::parse(&format!("[quotas]\n{zero}\n"), "f")
+                .unwrap()
+                .resolve()
+                .unwrap_err();
+            assert!(e.0.contains("quotas"), "{e}");
+        }
     }
 
     #[test]

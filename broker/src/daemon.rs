@@ -92,6 +92,16 @@ pub struct DaemonArgs {
     /// Region named in queue ARNs and URLs [default: us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
+    /// API calls per second per account, past which requests get RequestThrottled [default:
+    /// unlimited].
+    #[arg(long, env = "SLUICE_QUOTA_REQUESTS_PER_S")]
+    pub quota_requests_per_s: Option<u32>,
+    /// Request bytes per second per account [default: unlimited].
+    #[arg(long, env = "SLUICE_QUOTA_BYTES_PER_S")]
+    pub quota_bytes_per_s: Option<u64>,
+    /// Queues one account may hold [default: 100000].
+    #[arg(long, env = "SLUICE_QUOTA_QUEUES_PER_ACCOUNT")]
+    pub quota_queues_per_account: Option<usize>,
 }
 
 impl DaemonArgs {
@@ -128,6 +138,9 @@ impl DaemonArgs {
         s.quic.client_ca = self.quic_client_ca.clone();
         s.quic.idle_timeout_ms = self.quic_idle_timeout_ms;
         s.metrics.addr = self.metrics_addr;
+        s.quotas.requests_per_s = self.quota_requests_per_s;
+        s.quotas.bytes_per_s = self.quota_bytes_per_s;
+        s.quotas.queues_per_account = self.quota_queues_per_account;
         Ok(s)
     }
 

@@ -23,6 +23,9 @@ pub enum ServiceError {
     Unavailable(&'static str),
     #[error("request throttled: {0}")]
     Throttled(&'static str),
+    /// A queue URL that is not `http(s)://<host>/<account>/<name>`.
+    #[error("The address {0} is not valid for this endpoint.")]
+    InvalidAddress(String),
     /// A named resource other than a queue (a message move task, a queue named by ARN in a
     /// move task request) does not exist.
     #[error("{0}")]
@@ -61,6 +64,7 @@ impl ServiceError {
             ServiceError::Internal(_) => ("InternalFailure", 500, true),
             ServiceError::Unavailable(_) => ("ServiceUnavailable", 503, true),
             ServiceError::Throttled(_) => ("RequestThrottled", 403, true),
+            ServiceError::InvalidAddress(_) => ("InvalidAddress", 404, false),
             ServiceError::ResourceNotFound(_) => ("ResourceNotFoundException", 400, false),
             ServiceError::Unsupported(_) => {
                 ("AWS.SimpleQueueService.UnsupportedOperation", 400, false)

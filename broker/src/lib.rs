@@ -3,6 +3,7 @@
 //! `engine` is the sans-I/O queue state machine (no runtime, no clock, no sockets);
 //! everything that touches glommio lives beside it, at the edge.
 
+pub mod auth;
 pub mod config;
 pub mod config_file;
 pub mod daemon;
@@ -17,3 +18,6 @@ pub mod runtime;
 pub mod server;
 pub mod shard;
 pub mod stream;
+
+#[cfg(test)]
+mod fuzz_tests;

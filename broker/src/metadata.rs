@@ -29,7 +29,6 @@ pub const META_FORMAT_VERSION: u32 = 2;
 /// The oldest record version this build reads.
 pub const META_FORMAT_VERSION_MIN: u32 = 1;
 /// Queues per tenant (SQS has no hard limit on queues; this bounds the catalog's memory).
-pub const QUEUES_PER_TENANT_MAX: usize = 100_000;
 /// Tags per queue (SQS: 50).
 pub const TAGS_PER_QUEUE_MAX: usize = 50;
 /// SQS: a deleted queue's name cannot be reused for 60 s.
@@ -250,16 +249,34 @@ impl QueueMeta {
 }
 
 /// Every queue, by id and by (tenant, name). Identical on every shard.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct Catalog {
     queues: BTreeMap<u64, Arc<QueueMeta>>,
     by_name: HashMap<(String, String), u64>,
     /// Recently deleted names and when, for the 60 s reuse rule.
     deleted: HashMap<(String, String), u64>,
     next_id: u64,
+    /// Queues one account may hold (`[quotas] queues_per_account`).
+    queues_per_account: usize,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog::new(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT)
+    }
 }
 
 impl Catalog {
+    pub fn new(queues_per_account: usize) -> Self {
+        Catalog {
+            queues: BTreeMap::new(),
+            by_name: HashMap::new(),
+            deleted: HashMap::new(),
+            next_id: 0,
+            queues_per_account,
+        }
+    }
+
     pub fn get(&self, id: u64) -> Option<Arc<QueueMeta>> {
         self.queues.get(&id).cloned()
     }
@@ -313,6 +330,20 @@ impl Catalog {
         now_ms: u64,
     ) -> ServiceResult<Option<MetaRecord>> {
         let kind = validate_queue_name(name)?;
+        // As SQS: a name ending in .fifo is a FIFO queue only when asked for, never by accident
+        // (a standard queue's name cannot contain a dot).
+        if kind == QueueKind::Fifo
+            && !attributes
+                .get("FifoQueue")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            return Err(EngineError::param(
+                "QueueName",
+                "a name ending in .fifo needs the attribute FifoQueue=true; a standard queue's \
+                 name can only include alphanumeric characters, hyphens and underscores",
+            )
+            .into());
+        }
         QueueAttributes::from_pairs(
             kind,
             attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -330,8 +361,8 @@ impl Catalog {
                 return Err(ServiceError::QueueDeletedRecently);
             }
         }
-        if self.queues.values().filter(|q| q.tenant == tenant).count() >= QUEUES_PER_TENANT_MAX {
-            return Err(ServiceError::TooManyQueues(QUEUES_PER_TENANT_MAX));
+        if self.queues.values().filter(|q| q.tenant == tenant).count() >= self.queues_per_account {
+            return Err(ServiceError::TooManyQueues(self.queues_per_account));
         }
         Ok(Some(MetaRecord::QueueCreated {
             v: META_FORMAT_VERSION,
@@ -343,6 +374,56 @@ impl Catalog {
             partitions,
             at_ms: now_ms,
         }))
+    }
+
+    /// A RedrivePolicy's dead-letter target must be an existing queue of the same account,
+    /// region and type, and not the queue itself (as SQS requires). A target in another
+    /// account is reported exactly as one that does not exist, so a policy cannot probe other
+    /// tenants. Checked when a policy is set; a DLQ deleted later makes dead-letter moves wait
+    /// for it (`Shard::try_forward_move`), and moves look the target up in the source's account
+    /// only, whatever an older record says.
+    pub fn check_redrive_target(
+        &self,
+        tenant: &str,
+        name: &str,
+        kind: QueueKind,
+        policy: &str,
+        region: &str,
+    ) -> ServiceResult<()> {
+        let parsed = QueueAttributes::from_pairs(kind, [("RedrivePolicy", policy)])?;
+        let Some(p) = parsed.redrive_policy else {
+            return Ok(()); // an empty policy removes the redrive
+        };
+        let invalid =
+            |why: &str| -> ServiceError { EngineError::attr("RedrivePolicy", why).into() };
+        let target = self
+            .lookup_arn(&p.dead_letter_target_arn)
+            .filter(|t| t.tenant == tenant && t.arn(region) == p.dead_letter_target_arn)
+            .ok_or_else(|| invalid("the dead-letter target does not exist"))?;
+        if target.name == name {
+            return Err(invalid("a queue cannot be its own dead-letter queue"));
+        }
+        if target.kind != kind {
+            return Err(invalid(match kind {
+                QueueKind::Fifo => "the dead-letter queue of a FIFO queue must be a FIFO queue",
+                QueueKind::Standard => {
+                    "the dead-letter queue of a standard queue must be a standard queue"
+                }
+            }));
+        }
+        Ok(())
+    }
+
+    /// The dead-letter queue a source's RedrivePolicy names, looked up in the source's own
+    /// account only.
+    pub fn dead_letter_target(&self, source: &QueueMeta, region: &str) -> Option<Arc<QueueMeta>> {
+        let arn = &source
+            .parsed
+            .redrive_policy
+            .as_ref()?
+            .dead_letter_target_arn;
+        self.lookup_arn(arn)
+            .filter(|t| t.tenant == source.tenant && t.arn(region) == *arn)
     }
 
     /// Decides the record for SetQueueAttributes: the merged explicit attributes, validated.
@@ -516,6 +597,107 @@ mod tests {
             )
             .expect("plan")
             .is_some());
+    }
+
+    fn create(c: &mut Catalog, tenant: &str, name: &str, attrs: &[(&str, &str)]) {
+        let attrs = attrs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let r = c
+            .plan_create(tenant, name, attrs, BTreeMap::new(), 1, 1)
+            .expect("plan")
+            .expect("new");
+        c.apply(&r).expect("apply");
+    }
+
+    #[test]
+    fn redrive_targets_stay_in_their_account_region_and_type() {
+        const R: &str = "us-east-1";
+        let mut c = Catalog::default();
+        create(&mut c, "111111111111", "dlq", &[]);
+        create(&mut c, "111111111111", "src", &[]);
+        create(&mut c, "111111111111", "f.fifo", &[("FifoQueue", "true")]);
+        create(&mut c, "222222222222", "theirs", &[]);
+        let policy =
+            |arn: &str| format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":3}}"#);
+        let check = |name: &str, kind: QueueKind, arn: &str| {
+            c.check_redrive_target("111111111111", name, kind, &policy(arn), R)
+        };
+        check(
+            "src",
+            QueueKind::Standard,
+            "arn:aws:sqs:us-east-1:111111111111:dlq",
+        )
+        .expect("ok");
+        check("src", QueueKind::Standard, "").expect_err("no arn");
+        for (name, kind, arn) in [
+            // Another account's queue: refused as if it did not exist.
+            (
+                "src",
+                QueueKind::Standard,
+                "arn:aws:sqs:us-east-1:222222222222:theirs",
+            ),
+            (
+                "src",
+                QueueKind::Standard,
+                "arn:aws:sqs:us-east-1:111111111111:nope",
+            ),
+            (
+                "src",
+                QueueKind::Standard,
+                "arn:aws:sqs:eu-west-1:111111111111:dlq",
+            ),
+            (
+                "src",
+                QueueKind::Standard,
+                "arn:aws:sqs:us-east-1:111111111111:src",
+            ),
+            (
+                "src",
+                QueueKind::Standard,
+                "arn:aws:sqs:us-east-1:111111111111:f.fifo",
+            ),
+            (
+                "g.fifo",
+                QueueKind::Fifo,
+                "arn:aws:sqs:us-east-1:111111111111:dlq",
+            ),
+        ] {
+            let e = check(name, kind, arn).expect_err(arn);
+            assert_eq!(e.info().code, "InvalidAttributeValue", "{arn}: {e}");
+        }
+        let cross = policy("arn:aws:sqs:us-east-1:222222222222:theirs");
+        let missing = policy("arn:aws:sqs:us-east-1:111111111111:nope");
+        assert_eq!(
+            c.check_redrive_target("111111111111", "src", QueueKind::Standard, &cross, R)
+                .expect_err("cross")
+                .to_string()
+                .replace("222222222222:theirs", "X"),
+            c.check_redrive_target("111111111111", "src", QueueKind::Standard, &missing, R)
+                .expect_err("missing")
+                .to_string()
+                .replace("111111111111:nope", "X"),
+            "another account's queue reads as a missing one"
+        );
+        // A source whose (older) record names another account's queue finds no target.
+        create(&mut c, "111111111111", "old", &[("RedrivePolicy", &cross)]);
+        let old = c.lookup("111111111111", "old").expect("exists");
+        assert!(c.dead_letter_target(&old, R).is_none());
+        create(
+            &mut c,
+            "111111111111",
+            "good",
+            &[(
+                "RedrivePolicy",
+                &policy("arn:aws:sqs:us-east-1:111111111111:dlq"),
+            )],
+        );
+        let good = c.lookup("111111111111", "good").expect("exists");
+        assert_eq!(
+            c.dead_letter_target(&good, R).map(|q| q.name.clone()),
+            Some("dlq".to_string())
+        );
     }
 
     #[test]

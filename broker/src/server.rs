@@ -121,7 +121,9 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         crate::native::prepare(&config)?;
     }
     let mut quic_port_reservation = Vec::new();
-    if config.quic_enabled && config.quic_addr.port() == 0 {
+    // Reserved whatever the port: port 0 is resolved here, and a port another broker holds
+    // fails the start instead of being shared with it.
+    if config.quic_enabled {
         let (socket, addr) = crate::native::reserve_port(config.quic_addr)?;
         config.quic_addr = addr;
         quic_port_reservation.push(socket);
@@ -203,12 +205,16 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                     glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
                 }
                 // FRONT ENDS START HERE: each shard serves its own listeners (SO_REUSEPORT).
-                glommio::spawn_local(crate::http::serve(shard.clone())).detach();
+                // Kept, not detached: at shutdown they are cancelled, which drops (closes) the
+                // listeners. A detached task outlives its executor with its socket open, and a
+                // broker started again in the same process would join that dead listener's
+                // SO_REUSEPORT group (or, with the port probe, fail to start).
+                let http = glommio::spawn_local(crate::http::serve(shard.clone()));
                 let native = crate::native::NativeFrontEnd::start(shard.clone());
-                if let Some(l) = metrics_listener {
+                let metrics = metrics_listener.map(|l| {
                     let serve = crate::metrics::serve::serve(shard.clone(), l, readiness.clone());
-                    glommio::spawn_local(serve).detach();
-                }
+                    glommio::spawn_local(serve)
+                });
                 readiness
                     .shards_ready
                     .fetch_add(1, std::sync::atomic::Ordering::Release);
@@ -221,6 +227,10 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                         }
                         Control::Shutdown => break,
                     }
+                }
+                http.cancel().await;
+                if let Some(m) = metrics {
+                    m.cancel().await;
                 }
                 if let Some(native) = native {
                     native.shutdown().await;

@@ -58,7 +58,11 @@ fn crash_child() {
     b.wait_ready().expect("ready");
     b.run_on(0, |s| async move {
         for name in ["std", "jobs.fifo"] {
-            s.create_queue(T, name, BTreeMap::new(), BTreeMap::new())
+            let mut attrs = BTreeMap::new();
+            if name.ends_with(".fifo") {
+                attrs.insert("FifoQueue".to_string(), "true".to_string());
+            }
+            s.create_queue(T, name, attrs, BTreeMap::new())
                 .await
                 .expect("create");
         }

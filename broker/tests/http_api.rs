@@ -25,7 +25,7 @@ fn start(dir: &Path, env: &[(&str, &str)]) -> (BrokerHandle, u16) {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     // As sluiced does: authentication from SLUICE_AUTH / SLUICE_ACCESS_KEYS.
-    c.auth = sluice_broker::http::auth::AuthConfig::from_env().expect("auth settings");
+    c.auth = sluice_broker::auth::AuthConfig::from_env().expect("auth settings");
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
     let port = b.http_addr().port();
@@ -187,8 +187,8 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             "Frobnicate",
             "{}".into(),
             400,
-            "InvalidAction",
-            "InvalidAction",
+            "UnknownOperationException",
+            "UnknownOperationException",
         ),
         (
             "CreateQueue",
@@ -797,4 +797,62 @@ fn a_taken_http_port_fails_the_start_instead_of_serving_without_the_api() {
     assert!(e.to_string().contains("SQS HTTP API on"), "{e}");
     // The other program still has its port.
     drop(other);
+}
+
+/// A second broker on the ports of a running one fails to start, HTTP and QUIC alike: with
+/// SO_REUSEPORT it would otherwise join the first one's groups and the kernel would spread
+/// connections and datagrams over both (clients then see the other broker's answers at random).
+#[test]
+fn a_second_broker_on_the_same_ports_fails_the_start() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let free_tcp = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+    };
+    let free_udp = || {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+    };
+    let config = |dir: &std::path::Path, http, quic| {
+        let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+        c.shards = 1;
+        c.default_partitions = 1;
+        c.http_addr = http;
+        c.quic_addr = quic;
+        c.quic_shard_port_base = None;
+        c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        c
+    };
+    let (http, quic) = (free_tcp(), free_udp());
+    let (a_dir, b_dir) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    let first = server::start(config(a_dir.path(), http, quic)).expect("first broker");
+    first.wait_ready().expect("ready");
+    // The same HTTP port.
+    let e = server::start(config(
+        b_dir.path(),
+        http,
+        "127.0.0.1:0".parse().expect("addr"),
+    ))
+    .err()
+    .expect("a second broker on the HTTP port");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    assert!(e.to_string().contains("SQS HTTP API on"), "{e}");
+    // The same QUIC port.
+    let e = server::start(config(b_dir.path(), free_tcp(), quic))
+        .err()
+        .expect("a second broker on the QUIC port");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    assert!(e.to_string().contains("QUIC on"), "{e}");
+    first.shutdown();
+    // Once the first is gone, the ports are free again.
+    let again = server::start(config(b_dir.path(), http, quic)).expect("after the first stopped");
+    again.wait_ready().expect("ready");
+    again.shutdown();
 }

@@ -519,6 +519,7 @@ fn mtls_server() -> (
             data_dir: dir.path().to_owned(),
         },
         client_ca_path: Some(ca_path),
+        client_cert_accounts: Default::default(),
     };
     let config = tls::server_config(&options).expect("mTLS server config");
     let (identity, provenance) =

@@ -42,6 +42,7 @@ fn self_signed_certificate_is_generated_once_and_reused_on_later_starts() {
             data_dir: data_dir.clone(),
         },
         client_ca_path: None,
+        client_cert_accounts: Default::default(),
     };
     tls::server_config(&options).expect("server config from reused files");
 }
@@ -70,6 +71,7 @@ fn configured_certificate_and_key_files_load_and_garbage_is_rejected() {
             key_path: key_path.clone(),
         },
         client_ca_path: None,
+        client_cert_accounts: Default::default(),
     };
     let identity = tls::server_identity(&options).expect("load configured files");
     assert_eq!(identity.leaf().as_ref(), generated.cert.der().as_ref());
@@ -85,6 +87,7 @@ fn configured_certificate_and_key_files_load_and_garbage_is_rejected() {
             key_path,
         },
         client_ca_path: None,
+        client_cert_accounts: Default::default(),
     };
     assert!(tls::server_config(&missing).is_err());
 }

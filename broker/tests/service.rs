@@ -289,7 +289,7 @@ fn a_fifo_long_poll_wakes_when_a_delete_frees_its_group() {
         s.create_queue(
             T,
             "g.fifo",
-            attrs(&[("ContentBasedDeduplication", "true")]),
+            attrs(&[("FifoQueue", "true"), ("ContentBasedDeduplication", "true")]),
             BTreeMap::new(),
         )
         .await
@@ -343,7 +343,12 @@ fn fifo_order_dedup_and_dead_letter_moves() {
     let b = start(tmp.path());
     b.run_on(0, |s| async move {
         let dlq = s
-            .create_queue(T, "dead.fifo", BTreeMap::new(), BTreeMap::new())
+            .create_queue(
+                T,
+                "dead.fifo",
+                attrs(&[("FifoQueue", "true")]),
+                BTreeMap::new(),
+            )
             .await
             .expect("dlq");
         let policy = format!(
@@ -354,6 +359,7 @@ fn fifo_order_dedup_and_dead_letter_moves() {
             T,
             "jobs.fifo",
             attrs(&[
+                ("FifoQueue", "true"),
                 ("RedrivePolicy", &policy),
                 ("ContentBasedDeduplication", "true"),
             ]),
@@ -890,6 +896,50 @@ fn message_move_tasks_redrive_at_a_bounded_rate_and_cancel() {
         }
         let l = s.list_move_tasks(T, &dlq_arn, 1).await.expect("list");
         assert_eq!(l[0].destination_arn.as_deref(), Some(other_arn.as_str()));
+    });
+    b.shutdown();
+}
+
+/// A deleted queue leaves no directory behind: its partitions' and its own go at once, and one
+/// left by a crash between the durable delete and the removal goes at the next start.
+#[test]
+fn deleted_queues_leave_no_directories() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let queues = tmp.path().join("queues");
+    let b = start(tmp.path());
+    let (kept, gone) = b.run_on(0, |s| async move {
+        let kept = s
+            .create_queue(T, "kept", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("create");
+        let gone = s
+            .create_queue(T, "gone", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("create");
+        s.send(&gone, send("x")).await.expect("send");
+        s.delete_queue(&gone).await.expect("delete");
+        (kept.id, gone.id)
+    });
+    let dir = |id: u64| queues.join(format!("{id:016}"));
+    assert!(dir(kept).is_dir(), "a live queue keeps its directory");
+    assert!(
+        !dir(gone).exists(),
+        "a deleted queue's directory is removed"
+    );
+    b.shutdown();
+    // What a crash after the delete record but before the removal leaves.
+    std::fs::create_dir_all(dir(gone).join("p00000")).expect("mkdir");
+    std::fs::write(dir(gone).join("p00000").join("junk"), b"x").expect("write");
+    let b = start(tmp.path());
+    assert!(
+        !dir(gone).exists(),
+        "the leftover directory is removed at start"
+    );
+    assert!(dir(kept).is_dir(), "and nothing else");
+    b.run_on(0, |s| async move {
+        let q = s.queue(T, "kept").expect("still there");
+        s.send(&q, send("y")).await.expect("send");
     });
     b.shutdown();
 }

@@ -175,8 +175,9 @@ fn stamp() -> u64 {
 }
 
 fn write_results(out: &std::path::Path, kind: &str, json: serde_json::Value, report: &str) {
-    let jpath = out.join(format!("{kind}-{}.json", stamp()));
-    std::fs::write(&jpath, serde_json::to_string_pretty(&json).expect("json")).expect("write json");
+    let text = serde_json::to_string_pretty(&json).expect("json");
+    let stamp = json["unix_time"].as_u64().unwrap_or_else(stamp);
+    let jpath = report::write_json(out, kind, stamp, &text).expect("write json");
     let md = out.join(format!("{kind}-latest.md"));
     std::fs::write(&md, report).expect("write report");
     eprintln!("wrote {} and {}", jpath.display(), md.display());

@@ -707,7 +707,20 @@ pub fn throughput_chart(rec: &ScenarioRecord, path: &Path) -> Result<(), String>
     root.present().map_err(chart_err)
 }
 
-/// Writes `<scenario>-<unix time>.json`, `<scenario>-latest.md` and the two SVGs into `out`.
+/// Writes a run's JSON record twice: `<kind>-<unix time>.json`, this run's own (git ignores
+/// these: `perf/results/.gitignore`), and `<kind>-latest.json`, the newest, which is the one kept
+/// in git beside `<kind>-latest.md`. Returns the timestamped path.
+pub fn write_json(out: &Path, kind: &str, unix_time: u64, text: &str) -> Result<PathBuf, String> {
+    let stamped = out.join(format!("{kind}-{unix_time}.json"));
+    let latest = out.join(format!("{kind}-latest.json"));
+    for path in [&stamped, &latest] {
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(stamped)
+}
+
+/// Writes `<scenario>-<unix time>.json`, `<scenario>-latest.json`, `<scenario>-latest.md` and
+/// the two SVGs into `out`.
 pub fn write(rec: &ScenarioRecord, out: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let base = format!("{}-latest", rec.scenario);
@@ -716,12 +729,8 @@ pub fn write(rec: &ScenarioRecord, out: &Path) -> Result<Vec<PathBuf>, String> {
     latency_chart(rec, &out.join(&lat))?;
     throughput_chart(rec, &out.join(&thr))?;
     let md = markdown(rec, &[lat.clone(), thr.clone()]);
-    let json = out.join(format!("{}-{}.json", rec.scenario, rec.unix_time));
-    std::fs::write(
-        &json,
-        serde_json::to_string_pretty(rec).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| format!("{}: {e}", json.display()))?;
+    let text = serde_json::to_string_pretty(rec).map_err(|e| e.to_string())?;
+    let json = write_json(out, &rec.scenario, rec.unix_time, &text)?;
     let mdp = out.join(format!("{base}.md"));
     std::fs::write(&mdp, md).map_err(|e| format!("{}: {e}", mdp.display()))?;
     Ok(vec![json, mdp, out.join(lat), out.join(thr)])

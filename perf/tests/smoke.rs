@@ -18,24 +18,28 @@ fn perf(args: &[&str]) {
     );
 }
 
-/// The one JSON result of `kind` written to `dir`.
+/// The one run of `kind` written to `dir`: its timestamped JSON, the same record as
+/// `<kind>-latest.json`, and the Markdown report.
 fn result(dir: &Path, kind: &str) -> serde_json::Value {
-    let mut found = std::fs::read_dir(dir)
+    let stamped = std::fs::read_dir(dir)
         .expect("results dir")
         .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let name = p
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .to_string();
-            name.starts_with(&format!("{kind}-")) && name.ends_with(".json")
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|name| {
+            name.strip_prefix(&format!("{kind}-"))
+                .and_then(|rest| rest.strip_suffix(".json"))
+                .is_some_and(|t| t.bytes().all(|b| b.is_ascii_digit()))
         })
         .collect::<Vec<_>>();
-    assert_eq!(found.len(), 1, "one {kind} result in {}", dir.display());
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(found.remove(0)).expect("read")).expect("json");
+    assert_eq!(stamped.len(), 1, "one {kind} result in {}", dir.display());
+    let read = |name: &str| std::fs::read(dir.join(name)).expect("read");
+    let latest = read(&format!("{kind}-latest.json"));
+    assert_eq!(
+        read(&stamped[0]),
+        latest,
+        "{kind}-latest.json is the newest run"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&latest).expect("json");
     assert!(
         dir.join(format!("{kind}-latest.md")).exists(),
         "{kind} report"

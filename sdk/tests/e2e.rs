@@ -998,7 +998,7 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
 
 #[test]
 fn access_keys_authenticate_native_clients_and_select_their_account() {
-    use sluice_broker::http::auth::{parse_keys, AuthConfig, AuthMode};
+    use sluice_broker::auth::{parse_keys, AuthConfig, AuthMode};
     let dir = tempfile::tempdir().expect("temp dir");
     let handle = one_shard_broker(dir.path(), |c| {
         c.auth = AuthConfig {

@@ -958,10 +958,9 @@ fn credentials_reach_a_broker_that_requires_them() {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-    c.auth = sluice_broker::http::auth::AuthConfig {
-        mode: sluice_broker::http::auth::AuthMode::SigV4,
-        keys: sluice_broker::http::auth::parse_keys("AKIDCLI:cli-secret:123456789012")
-            .expect("keys"),
+    c.auth = sluice_broker::auth::AuthConfig {
+        mode: sluice_broker::auth::AuthMode::SigV4,
+        keys: sluice_broker::auth::parse_keys("AKIDCLI:cli-secret:123456789012").expect("keys"),
     };
     let handle = server::start(c).expect("start");
     handle.wait_ready().expect("ready");

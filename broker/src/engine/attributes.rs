@@ -561,6 +561,12 @@ pub fn validate_message_attributes(attrs: &[MessageAttribute]) -> Result<usize, 
                         format!("attribute {} is not a number", a.name),
                     ));
                 }
+                if let Err(why) = number_in_range(s) {
+                    return Err(EngineError::param(
+                        "MessageAttributes",
+                        format!("attribute {}: {why}", a.name),
+                    ));
+                }
             }
             (AttributeValue::Binary(b), BaseType::Binary) => {
                 if b.is_empty() {
@@ -643,6 +649,50 @@ fn is_number(s: &str) -> bool {
         }
     }
     i == b.len()
+}
+
+/// Significant digits a Number attribute may have (SQS: 38 digits of precision).
+pub const NUMBER_DIGITS_MAX: usize = 38;
+/// A non-zero Number's magnitude lies in [10^NUMBER_EXP_MIN, 10^NUMBER_EXP_MAX) (SQS:
+/// "between 10^-128 and 10^+126").
+pub const NUMBER_EXP_MIN: i64 = -128;
+pub const NUMBER_EXP_MAX: i64 = 126;
+
+/// SQS's precision and range for a Number that [`is_number`] accepted: at most 38 significant
+/// digits (leading and trailing zeros are not significant), and zero or a magnitude from
+/// 10^-128 up to, not including, 10^126.
+fn number_in_range(s: &str) -> Result<(), &'static str> {
+    let s = s.trim_start_matches(['+', '-']);
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], &s[i + 1..]),
+        None => (s, "0"),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).collect();
+    let Some(first) = digits.iter().position(|&d| d != b'0') else {
+        return Ok(()); // zero, whatever its exponent
+    };
+    let last = digits
+        .iter()
+        .rposition(|&d| d != b'0')
+        .expect("a non-zero digit exists");
+    if last - first + 1 > NUMBER_DIGITS_MAX {
+        return Err("a Number has at most 38 significant digits");
+    }
+    // An exponent of more than 6 digits is out of range for any mantissa that fits a request.
+    let exp_digits = exp.trim_start_matches(['+', '-']).trim_start_matches('0');
+    if exp_digits.len() > 6 {
+        return Err("a Number must lie between 10^-128 and 10^126");
+    }
+    let exp: i64 = exp
+        .parse()
+        .expect("is_number checked the exponent's digits");
+    // The value is d.ddd × 10^magnitude, with d the first significant digit.
+    let magnitude = exp + int.len() as i64 - 1 - first as i64;
+    if !(NUMBER_EXP_MIN..NUMBER_EXP_MAX).contains(&magnitude) {
+        return Err("a Number must lie between 10^-128 and 10^126");
+    }
+    Ok(())
 }
 
 /// SQS's character rule for bodies and string attributes: #x9 | #xA | #xD | #x20–#xD7FF |
@@ -916,6 +966,11 @@ mod tests {
             vec![attr("x", "Str", s("x"))],
             vec![attr("x", "String.", s("x"))],
             vec![attr("x", "Number", s("1x"))],
+            vec![attr("x", "Number", s("1e500"))],
+            vec![attr("x", "Number", s("-1e126"))],
+            vec![attr("x", "Number", s("0.1e-128"))],
+            vec![attr("x", "Number", s("1e9999999999"))],
+            vec![attr("x", "Number", s(&"7".repeat(39)))],
             vec![attr("x", "Binary", s("x"))],
             vec![attr("x", "String", s(""))],
             vec![attr("x", "String", s("\u{0}"))],
@@ -925,6 +980,33 @@ mod tests {
                 .collect(),
         ] {
             assert!(validate_message_attributes(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn number_precision_and_range() {
+        for ok in [
+            "0",
+            "-0.000e999999999",
+            "1e-128",
+            "9.99e125",
+            "-9.99e125",
+            &"7".repeat(38),
+            &format!("0.000{}000", "7".repeat(38)),
+            "100000000000000000000000000000000000000000000000000",
+            "12.5",
+        ] {
+            assert_eq!(number_in_range(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "1e126",
+            "10e125",
+            "0.9e-128",
+            "1e-129",
+            &"7".repeat(39),
+            "1.00000000000000000000000000000000000001",
+        ] {
+            assert!(number_in_range(bad).is_err(), "{bad}");
         }
     }
 

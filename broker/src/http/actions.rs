@@ -3,8 +3,8 @@
 //! (`Shard`) does the work; this file checks parameters the service does not see (URLs, batch
 //! ids, ranges of request parameters, attribute-name lists) and shapes the answers.
 
-use super::auth::{valid_account, Caller};
 use super::protocol::{Out, Params, SqsError};
+use crate::auth::{access, Caller};
 use crate::engine::attributes::{
     AttributeValue, MessageAttribute, DELAY_S_MAX, QUEUE_ATTRIBUTE_NAMES, VISIBILITY_TIMEOUT_S_MAX,
     WAIT_TIME_S_MAX,
@@ -54,9 +54,8 @@ pub const ACTIONS: [&str; 23] = [
 /// Who asks, and how to answer with URLs.
 pub struct Ctx<'a> {
     pub shard: &'a Rc<Shard>,
+    /// Who asks; every queue, ARN and task is resolved within its account (`auth::access`).
     pub caller: &'a Caller,
-    /// Signatures are verified: a queue URL must name the caller's own account.
-    pub enforce_account: bool,
     /// `host[:port]` for queue URLs.
     pub host: &'a str,
     /// The Query protocol's `POST /<account>/<queue>`: the queue when `QueueUrl` is absent.
@@ -257,13 +256,9 @@ fn one_xml(json: &'static str, xml: &'static str, v: Out) -> Out {
 }
 
 impl Ctx<'_> {
-    /// The account a queue ARN is looked up in: the caller's when signatures are verified,
-    /// else the one the ARN names (as queue URLs work without auth).
+    /// The account a queue ARN is looked up in (`auth::access::arn_account`).
     fn arn_tenant<'s>(&'s self, arn: &'s str) -> &'s str {
-        if self.enforce_account {
-            return &self.caller.account;
-        }
-        arn.split(':').nth(4).unwrap_or(&self.caller.account)
+        access::arn_account(self.caller, arn)
     }
 
     pub fn queue_url(&self, q: &QueueMeta) -> String {
@@ -282,31 +277,7 @@ impl Ctx<'_> {
 
     /// Accepts `http(s)://<any host>/<account>/<name>` and `/<account>/<name>`.
     fn resolve_url(&self, url: &str) -> Result<Arc<QueueMeta>, SqsError> {
-        let invalid = || {
-            SqsError::new(
-                "InvalidAddress",
-                404,
-                format!("The address {url} is not valid for this endpoint."),
-            )
-        };
-        let path = match url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"))
-        {
-            Some(rest) => rest.find('/').map_or("", |i| &rest[i..]),
-            None => url,
-        };
-        let mut segs = path.strip_prefix('/').ok_or_else(invalid)?.split('/');
-        let (Some(account), Some(name), None) = (segs.next(), segs.next(), segs.next()) else {
-            return Err(invalid());
-        };
-        if !valid_account(account) || name.is_empty() {
-            return Err(invalid());
-        }
-        if self.enforce_account && account != self.caller.account {
-            return Err(SqsError::non_existent_queue());
-        }
-        Ok(self.shard.queue(account, name)?)
+        Ok(access::queue_by_url(self.shard, self.caller, url)?)
     }
 }
 
@@ -323,13 +294,8 @@ async fn create_queue(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
 
 fn get_queue_url(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
     let name = p.str("QueueName")?;
-    let account = p
-        .opt_str("QueueOwnerAWSAccountId")?
-        .unwrap_or_else(|| ctx.caller.account.clone());
-    if ctx.enforce_account && account != ctx.caller.account {
-        return Err(SqsError::non_existent_queue());
-    }
-    let q = ctx.shard.queue(&account, &name)?;
+    let owner = p.opt_str("QueueOwnerAWSAccountId")?;
+    let q = access::queue_by_name(ctx.shard, ctx.caller, &name, owner.as_deref())?;
     Ok(Some(one("QueueUrl", s(ctx.queue_url(&q)))))
 }
 
@@ -439,7 +405,7 @@ async fn get_queue_attributes(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
 }
 
 /// A SendMessage's (or batch entry's) message, moved out of the parameters (no body copy).
-fn send_request(p: &mut Params) -> Result<(SendRequest, Option<String>), SqsError> {
+pub(crate) fn send_request(p: &mut Params) -> Result<(SendRequest, Option<String>), SqsError> {
     let body = p.str("MessageBody")?;
     let delay_s = p.opt_int_in("DelaySeconds", 0, i64::from(DELAY_S_MAX))?;
     let attributes = p.message_attributes("MessageAttributes")?;
@@ -514,7 +480,7 @@ async fn send_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
 }
 
 /// The request-level rules every batch shares: 1–10 entries with distinct, well-formed ids.
-fn batch_entries(p: &mut Params) -> Result<Vec<(String, Params)>, SqsError> {
+pub(crate) fn batch_entries(p: &mut Params) -> Result<Vec<(String, Params)>, SqsError> {
     let entries = p.struct_list("Entries")?.unwrap_or_default();
     if entries.is_empty() {
         return Err(crate::engine::EngineError::EmptyBatchRequest.into());

@@ -8,23 +8,21 @@
 //! | module     | purpose                                                                      |
 //! |------------|------------------------------------------------------------------------------|
 //! | `io`       | futures-io (glommio `TcpStream`) → `hyper::rt::{Read, Write}`; glommio `Timer` for hyper |
-//! | `auth`     | SigV4 verification (header and presigned forms), access keys → accounts      |
 //! | `protocol` | AWS JSON 1.0 and Query requests → one input model; output tree → JSON or XML; `SqsError` |
 //! | `actions`  | the 23 actions of the SQS model against the service layer                    |
 //!
 //! A request: limits checked (`Content-Length` before any byte of body is read, then a
-//! counted read bounded in size and time) → SigV4 → protocol detection (`X-Amz-Target` is JSON,
+//! counted read bounded in size and time) → SigV4 (`crate::auth`) → protocol detection (`X-Amz-Target` is JSON,
 //! otherwise a Query form in the body and/or the URL) → action → rendering. Every failure is an
 //! SQS error in the request's protocol; nothing is a 500 except an internal failure, and the
 //! connection state machine is hyper's (keep-alive, pipelining, header limits, timeouts).
 
 pub mod actions;
-pub mod auth;
 pub mod io;
 pub mod protocol;
 
+use crate::auth::{AuthConfig, AuthMode, SignedRequest};
 use crate::shard::Shard;
-use auth::{AuthConfig, AuthMode, SignedRequest};
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -54,7 +52,7 @@ const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 const XML_CONTENT_TYPE: &str = "text/xml";
 const TARGET_PREFIX: &str = "AmazonSQS.";
 
-/// The front end's settings: authentication from `BrokerConfig::auth` (see [`auth`]), the read
+/// The front end's settings: authentication from `BrokerConfig::auth` (see [`crate::auth`]), the read
 /// timeouts from the environment (`SLUICE_HTTP_HEADER_TIMEOUT_MS`, `SLUICE_HTTP_BODY_TIMEOUT_MS`).
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
@@ -151,6 +149,8 @@ pub async fn serve(shard: Rc<Shard>) {
 pub fn reserve_port(
     addr: std::net::SocketAddr,
 ) -> std::io::Result<(socket2::Socket, std::net::SocketAddr)> {
+    probe_tcp_port(addr)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}")))?;
     let socket = reuseport_socket(addr)
         .map_err(|e| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}")))?;
     let bound = socket
@@ -158,6 +158,29 @@ pub fn reserve_port(
         .as_socket()
         .ok_or_else(|| std::io::Error::other("HTTP API: not an IP address"))?;
     Ok((socket, bound))
+}
+
+/// Fails with `AddrInUse` when anything listens on `addr` already — above all another broker:
+/// its SO_REUSEPORT listener would let ours join its group, and the kernel would then spread
+/// connections over both processes. The probe binds without SO_REUSEPORT (with SO_REUSEADDR,
+/// so that connections of an earlier run still in TIME_WAIT do not count). Port 0 needs none.
+fn probe_tcp_port(addr: std::net::SocketAddr) -> std::io::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            std::io::Error::new(
+                e.kind(),
+                "the port is in use (another broker or program listens there)",
+            )
+        } else {
+            e
+        }
+    })
 }
 
 /// A TCP socket bound to `addr` with SO_REUSEPORT (and SO_REUSEADDR), not listening.
@@ -354,8 +377,11 @@ impl ShardHttp {
             now_s: (crate::runtime::now_ms() / 1000) as i64,
         }) {
             Ok(c) => c,
-            Err(e) => return fail(e, false),
+            Err(e) => return fail(SqsError::new(e.code, e.status, e.message), false),
         };
+        if let Err(e) = self.shard.admit(&caller.account, body.len() as u64) {
+            return fail(e.into(), false);
+        }
         let host = parts
             .headers
             .get(http::header::HOST)
@@ -364,7 +390,7 @@ impl ShardHttp {
             .map_or_else(|| self.shard.config.http_addr.to_string(), str::to_string);
         let path_queue = (raw_path.len() > 1).then_some(raw_path);
         let decoded = if json {
-            decode_json(action_hint, &body)
+            decode_json(target.as_deref().unwrap_or(""), &body)
         } else {
             decode_query(raw_query, &parts.headers, &body)
         };
@@ -376,7 +402,6 @@ impl ShardHttp {
         let ctx = actions::Ctx {
             shard: &self.shard,
             caller: &caller,
-            enforce_account: self.config.auth.mode == AuthMode::SigV4,
             host: &host,
             path_queue,
         };
@@ -420,29 +445,74 @@ fn valid_host(h: &str) -> bool {
 }
 
 /// The error for a body over [`REQUEST_BODY_BYTES_MAX`]: what SQS says of an oversized batch or
-/// message.
+/// message; for any other action (or a Query request, whose action is in the unread body) the
+/// request as a whole is too large.
 fn too_large(action: &str) -> SqsError {
-    if action == "SendMessageBatch" {
-        crate::engine::EngineError::BatchRequestTooLong {
+    match action {
+        "SendMessageBatch" => crate::engine::EngineError::BatchRequestTooLong {
             size_bytes: REQUEST_BODY_BYTES_MAX,
         }
-        .into()
-    } else {
-        SqsError::invalid(
+        .into(),
+        "SendMessage" => SqsError::invalid(
             "MessageBody",
             format!("the request body is larger than {REQUEST_BODY_BYTES_MAX} bytes"),
-        )
+        ),
+        _ => SqsError::new(
+            "RequestEntityTooLarge",
+            413,
+            format!("The request body is larger than {REQUEST_BODY_BYTES_MAX} bytes."),
+        ),
     }
 }
 
-fn decode_json(action: &str, body: &[u8]) -> Result<(String, Params), SqsError> {
-    if action.is_empty() || !actions::ACTIONS.contains(&action) {
-        return Err(SqsError::new(
-            "InvalidAction",
-            400,
-            format!("The action {action} is not valid for this endpoint."),
-        ));
+/// `application/x-www-form-urlencoded` pairs, strictly: a name or value whose percent-decoded
+/// bytes are not UTF-8 is refused (as the JSON protocol refuses such a string), never replaced
+/// by U+FFFD.
+fn form_pairs(src: &[u8]) -> impl Iterator<Item = Result<(String, String), SqsError>> + '_ {
+    fn decode(part: &[u8]) -> Result<String, SqsError> {
+        let plus_as_space: Vec<u8> = part
+            .iter()
+            .map(|&b| if b == b'+' { b' ' } else { b })
+            .collect();
+        let bytes: Vec<u8> = percent_encoding::percent_decode(&plus_as_space).collect();
+        String::from_utf8(bytes).map_err(|_| {
+            SqsError::new(
+                "MalformedQueryString",
+                400,
+                format!(
+                    "The parameter {:?} is not valid UTF-8 once percent-decoded.",
+                    String::from_utf8_lossy(part)
+                ),
+            )
+        })
     }
+    src.split(|&b| b == b'&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = match pair.iter().position(|&b| b == b'=') {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (pair, &pair[..0]),
+            };
+            Ok((decode(k)?, decode(v)?))
+        })
+}
+
+/// An AWS JSON 1.0 request: `X-Amz-Target: AmazonSQS.<Action>` and a JSON object body. A
+/// target that names no SQS action is `UnknownOperationException`, as AWS answers it.
+pub(crate) fn decode_json(target: &str, body: &[u8]) -> Result<(String, Params), SqsError> {
+    let action = target
+        .strip_prefix(TARGET_PREFIX)
+        .filter(|a| actions::ACTIONS.contains(a))
+        .ok_or_else(|| {
+            SqsError::new(
+                "UnknownOperationException",
+                400,
+                format!(
+                    "The X-Amz-Target {target:?} names no operation of this service: \
+                     expected AmazonSQS.<Action>"
+                ),
+            )
+        })?;
     let map = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Map::new()
     } else {
@@ -467,7 +537,7 @@ fn decode_json(action: &str, body: &[u8]) -> Result<(String, Params), SqsError> 
     Ok((action.to_string(), Params::from_json(map)))
 }
 
-fn decode_query(
+pub(crate) fn decode_query(
     raw_query: &str,
     headers: &http::HeaderMap,
     body: &[u8],
@@ -494,14 +564,15 @@ fn decode_query(
     let mut params = BTreeMap::new();
     let sources: [&[u8]; 2] = [raw_query.as_bytes(), if form_body { body } else { b"" }];
     for src in sources {
-        for (k, v) in form_urlencoded::parse(src) {
+        for pair in form_pairs(src) {
+            let (k, v) = pair?;
             if k.starts_with("X-Amz-") || k == "Version" {
                 continue;
             }
             if params.len() >= protocol::QUERY_PARAMS_MAX {
                 return Err(SqsError::invalid("Request", "too many parameters"));
             }
-            params.insert(k.into_owned(), v.into_owned());
+            params.insert(k, v);
         }
     }
     let action = params.remove("Action").ok_or_else(|| {

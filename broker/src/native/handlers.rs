@@ -17,6 +17,7 @@ use base64::Engine as _;
 use sluice_wire as wire;
 use sluice_wire::{ErrorCode, Request, Response};
 
+use crate::auth::{access, Caller};
 use crate::engine::attributes::{
     AttributeValue, MessageAttribute, DELAY_S_MAX, QUEUE_ATTRIBUTE_NAMES, VISIBILITY_TIMEOUT_S_MAX,
     WAIT_TIME_S_MAX,
@@ -104,16 +105,21 @@ type Result<T> = std::result::Result<T, Failure>;
 /// Who asks, and how queue URLs are spelled in answers.
 pub struct Ctx {
     pub shard: Rc<Shard>,
-    /// The account of the connection (from its `Hello` credentials; the default account when
-    /// authentication is off and none were given).
-    pub account: String,
+    /// The connection's account (from its `Hello` credentials; the default account when
+    /// authentication is off and none were given), and whether credentials are checked: every
+    /// queue, ARN and task is resolved within that account (`auth::access`).
+    pub caller: Caller,
     /// `host:port` written into queue URLs: the HTTP API's address, so a URL works with both.
     pub url_host: String,
 }
 
 /// Runs one request. `Hello` never reaches here (the connection handles it).
 /// (Counted for metrics by the connection, `native::dispatch`.)
-pub async fn handle(ctx: &Ctx, request: Request) -> Response {
+/// `bytes`: the request frame's body, metered by the account's byte-rate quota.
+pub async fn handle(ctx: &Ctx, request: Request, bytes: u64) -> Response {
+    if let Err(e) = ctx.shard.admit(&ctx.caller.account, bytes) {
+        return Response::Error(Failure::from(e).to_response());
+    }
     match dispatch(ctx, request).await {
         Ok(r) => r,
         Err(f) => Response::Error(f.to_response()),
@@ -150,7 +156,7 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
                 return Err(Failure::missing("QueueName"));
             }
             let q = shard
-                .create_queue(&ctx.account, &r.queue_name, r.attributes, r.tags)
+                .create_queue(&ctx.caller.account, &r.queue_name, r.attributes, r.tags)
                 .await?;
             Response::CreateQueue(wire::CreateQueueResult {
                 queue_url: ctx.queue_url(&q),
@@ -165,17 +171,19 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
             if r.queue_name.is_empty() {
                 return Err(Failure::missing("QueueName"));
             }
-            let account = r
-                .queue_owner_aws_account_id
-                .unwrap_or_else(|| ctx.account.clone());
-            let q = shard.queue(&account, &r.queue_name)?;
+            let q = access::queue_by_name(
+                shard,
+                &ctx.caller,
+                &r.queue_name,
+                r.queue_owner_aws_account_id.as_deref(),
+            )?;
             Response::GetQueueUrl(wire::GetQueueUrlResult {
                 queue_url: ctx.queue_url(&q),
             })
         }
         Request::ListQueues(r) => {
             let prefix = r.queue_name_prefix.unwrap_or_default();
-            let all = shard.list_queues(&ctx.account, &prefix);
+            let all = shard.list_queues(&ctx.caller.account, &prefix);
             let (page, next_token) = paginate(all, r.max_results, r.next_token)?;
             Response::ListQueues(wire::ListQueuesResult {
                 queue_urls: page.iter().map(|q| ctx.queue_url(q)).collect(),
@@ -271,7 +279,9 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
             if r.task_handle.is_empty() {
                 return Err(Failure::missing("TaskHandle"));
             }
-            let moved = shard.cancel_move_task(&ctx.account, &r.task_handle).await?;
+            let moved = shard
+                .cancel_move_task(&ctx.caller.account, &r.task_handle)
+                .await?;
             Response::CancelMessageMoveTask(wire::CancelMessageMoveTaskResult {
                 approximate_number_of_messages_moved: moved,
             })
@@ -359,42 +369,22 @@ async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
 }
 
 impl Ctx {
-    /// The account an ARN names (the native API has no authentication yet, so any account's
-    /// queues can be addressed, as with the HTTP API when signatures are off).
+    /// The account a queue ARN is looked up in (`auth::access::arn_account`).
     fn arn_tenant<'s>(&'s self, arn: &'s str) -> &'s str {
-        arn.split(':').nth(4).unwrap_or(&self.account)
+        access::arn_account(&self.caller, arn)
     }
 
     pub fn queue_url(&self, q: &QueueMeta) -> String {
         format!("http://{}/{}/{}", self.url_host, q.tenant, q.name)
     }
 
-    /// Accepts `http(s)://<any host>/<account>/<name>` and `/<account>/<name>`, as HTTP does.
+    /// Accepts `http(s)://<any host>/<account>/<name>` and `/<account>/<name>`, as HTTP does,
+    /// within the caller's account.
     fn resolve(&self, url: &str) -> Result<Arc<QueueMeta>> {
         if url.is_empty() {
             return Err(Failure::missing("QueueUrl"));
         }
-        let invalid = || {
-            Failure::new(
-                ErrorCode::InvalidAddress,
-                format!("The address {url} is not valid for this endpoint."),
-            )
-        };
-        let path = match url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"))
-        {
-            Some(rest) => rest.find('/').map_or("", |i| &rest[i..]),
-            None => url,
-        };
-        let mut segs = path.strip_prefix('/').ok_or_else(invalid)?.split('/');
-        let (Some(account), Some(name), None) = (segs.next(), segs.next(), segs.next()) else {
-            return Err(invalid());
-        };
-        if !crate::http::auth::valid_account(account) || name.is_empty() {
-            return Err(invalid());
-        }
-        Ok(self.shard.queue(account, name)?)
+        Ok(access::queue_by_url(&self.shard, &self.caller, url)?)
     }
 }
 

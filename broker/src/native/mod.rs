@@ -65,8 +65,8 @@ use sluice_wire::{
     FrameKind, Request, Response, ServerInfo, FRAME_BYTES_MIN, REQUEST_FRAME_BYTES_MAX,
 };
 
+use crate::auth::{AuthMode, Caller, TokenRefused};
 use crate::config::BrokerConfig;
-use crate::http::auth::TokenRefused;
 use crate::metadata::DEFAULT_TENANT;
 use crate::quic::{tls, EndpointOptions, ShardEndpoint, StreamTracker};
 use crate::shard::Shard;
@@ -100,8 +100,24 @@ const BUDGET_POLL_MS: u64 = 1;
 pub const STREAM_STOP_CODE_MALFORMED: u32 = ErrorCode::MalformedFrame as u32;
 
 /// Picks a free UDP port for `addr` (port 0) and holds it, with SO_REUSEPORT so the shards can
-/// join, until the broker is ready (`BrokerHandle::wait_ready` drops it).
+/// join, until the broker is ready (`BrokerHandle::wait_ready` drops it). A port something else
+/// already holds fails the start: another broker's SO_REUSEPORT socket would otherwise share its
+/// datagrams with ours, breaking both brokers' connections at random.
 pub fn reserve_port(addr: SocketAddr) -> std::io::Result<(std::net::UdpSocket, SocketAddr)> {
+    if addr.port() != 0 {
+        // Without SO_REUSEPORT or SO_REUSEADDR: fails if any socket is bound there.
+        let probe = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        probe.bind(&addr.into()).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("QUIC on {addr}: {e} (another broker or program uses the port)"),
+            )
+        })?;
+    }
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -342,6 +358,22 @@ async fn refuse_connection(
     );
 }
 
+/// The account of a connection's verified client certificate, if one of its names is mapped.
+fn certificate_account(
+    conn: &quinn::Connection,
+    accounts: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    if accounts.is_empty() {
+        return None;
+    }
+    let identity = conn.peer_identity()?;
+    let chain = identity.downcast_ref::<Vec<rustls::pki_types::CertificateDer<'static>>>()?;
+    let leaf = chain.first()?;
+    crate::quic::tls::client_cert_names(leaf)
+        .into_iter()
+        .find_map(|name| accounts.get(&name).cloned())
+}
+
 async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker: StreamTracker) {
     let state = slot.0.clone();
     // 1. The handshake on the first stream.
@@ -385,10 +417,26 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
         },
         Err(e) => Err(e.to_error_response()),
     };
+    // A verified client certificate named in `client_cert_accounts` is an identity of its own.
+    let cert_account =
+        certificate_account(&conn, &state.shard.config.quic_tls.client_cert_accounts);
     let ok = match hello.and_then(|h| {
         // The version first (a client that cannot speak ours learns that before anything),
         // then who it is.
         answer_hello(&h, &state.info, DEFAULT_TENANT)?;
+        if let Some(account) = &cert_account {
+            // A token besides the certificate must name the same account.
+            let agrees = h.auth_token.as_deref().is_none_or(|t| {
+                state.shard.config.auth.authenticate_token(Some(t)).as_ref() == Ok(account)
+            });
+            if !agrees {
+                return Err(ErrorResponse::new(
+                    ErrorCode::AccessDenied,
+                    "the client certificate and the credentials name different accounts",
+                ));
+            }
+            return answer_hello(&h, &state.info, account);
+        }
         let account = state
             .shard
             .config
@@ -424,7 +472,12 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
         quic: conn.clone(),
         ctx: Ctx {
             shard: state.shard.clone(),
-            account,
+            caller: Caller {
+                account,
+                // Accounts are kept apart when keys are checked, and for a connection whose
+                // certificate names its account.
+                verified: state.shard.config.auth.mode == AuthMode::SigV4 || cert_account.is_some(),
+            },
             url_host: state.ctx_host.clone(),
         },
         tracker,
@@ -656,7 +709,7 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         let started = std::time::Instant::now();
         let kind = request.kind();
         let response = {
-            let work = std::pin::pin!(handlers::handle(&connection.ctx, request));
+            let work = std::pin::pin!(handlers::handle(&connection.ctx, request, bytes as u64));
             let closed = std::pin::pin!(connection.quic.closed());
             match futures::future::select(work, closed).await {
                 futures::future::Either::Left((response, _)) => response,

@@ -44,7 +44,7 @@ fn assignment(a: Vec<(String, u32)>) -> Vec<wire::TopicPartitionEntry> {
 /// Runs one stream request (the caller routes only stream kinds here).
 pub async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response, Failure> {
     let s = &ctx.shard;
-    let account = ctx.account.as_str();
+    let account = ctx.caller.account.as_str();
     Ok(match request {
         Request::CreateTopic(r) => {
             let t = s

@@ -104,6 +104,33 @@ pub struct ServerTlsOptions {
     pub identity: ServerIdentity,
     /// PEM bundle of CAs that client certificates must chain to; `None`: no client auth.
     pub client_ca_path: Option<PathBuf>,
+    /// A verified client certificate's name (its subject's common name, else a DNS name of
+    /// its subject alternative names) → the account it acts for. A certificate named here
+    /// authenticates its connection without an access key.
+    pub client_cert_accounts: std::collections::BTreeMap<String, String>,
+}
+
+/// The names a client certificate goes by, in the order [`ServerTlsOptions::client_cert_accounts`]
+/// tries them: subject common names, then DNS subject alternative names. A certificate that
+/// does not parse has none (the TLS layer verified it; it just maps to no account).
+pub fn client_cert_names(der: &[u8]) -> Vec<String> {
+    use x509_parser::prelude::*;
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_string))
+        .collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let GeneralName::DNSName(d) = n {
+                names.push((*d).to_string());
+            }
+        }
+    }
+    names
 }
 
 /// Whether [`load_or_create_self_signed`] generated new files.

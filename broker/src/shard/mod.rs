@@ -11,7 +11,7 @@ pub mod partition;
 pub mod render;
 
 use crate::config::BrokerConfig;
-use crate::engine::attributes::QueueKind;
+use crate::engine::attributes::{validate_queue_name, QueueKind};
 use crate::engine::partition::validate_batch as validate_batch_entries;
 use crate::engine::{
     BatchEntry, Command, Counters, Delivered, EngineError, MoveRequest, PartitionConfig, Receipt,
@@ -122,6 +122,8 @@ pub struct Shard {
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardResponse>>>,
     next_request: Cell<u64>,
     meta_log: RefCell<Option<Rc<Log<DmaFs>>>>,
+    /// This shard's share of every account's request and byte rates.
+    rates: RefCell<crate::auth::quota::RateLimiter>,
     meta_lock: futures::lock::Mutex<()>,
     receipts: ReceiptCodec,
     ready: Cell<bool>,
@@ -135,6 +137,32 @@ pub struct Shard {
 
 fn stable_hash(s: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(s.as_bytes())
+}
+
+/// At start: removes the directories of queues the catalog says were deleted (a crash between
+/// the durable delete and the removal, or a directory an older version left). Only ids below
+/// the catalog's next id are touched: ids are never reused, so no live or future queue's
+/// directory can match.
+fn remove_deleted_queue_dirs(queues_dir: &std::path::Path, catalog: &Catalog) {
+    let Ok(entries) = std::fs::read_dir(queues_dir) else {
+        return; // no queue was ever created
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(|n| n.parse::<u64>().ok()) else {
+            continue;
+        };
+        if id < catalog.next_id() && catalog.get(id).is_none() {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => {
+                    tracing::info!(queue = id, "removed a deleted queue's leftover directory")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, queue = id, "removing a deleted queue's directory")
+                }
+            }
+        }
+    }
 }
 
 impl Shard {
@@ -158,7 +186,11 @@ impl Shard {
             shards: config.shards,
             config: config.clone(),
             fs,
-            catalog: RefCell::new(Catalog::default()),
+            catalog: RefCell::new(Catalog::new(config.quotas.queues_per_account)),
+            rates: RefCell::new(crate::auth::quota::RateLimiter::new(
+                &config.quotas,
+                config.shards,
+            )),
             partitions: RefCell::new(HashMap::new()),
             senders,
             pending: RefCell::new(HashMap::new()),
@@ -201,6 +233,9 @@ impl Shard {
             shard.streams_start().await?;
             tracing::info!(records = records.len(), "metadata loaded");
             shard.broadcast_meta(records).await?;
+            // Under the metadata lock, so that no queue is created meanwhile.
+            let _serial = shard.meta_lock.lock().await;
+            remove_deleted_queue_dirs(&config.data_dir.join("queues"), &shard.catalog.borrow());
         }
         Ok(shard)
     }
@@ -369,19 +404,37 @@ impl Shard {
                     name,
                     attributes,
                     tags,
-                } => match c.plan_create(
-                    &tenant,
-                    &name,
-                    attributes,
-                    tags,
-                    self.config.default_partitions,
-                    now,
-                )? {
-                    Some(r) => r,
-                    None => return Ok(c.lookup(&tenant, &name)?.id),
-                },
+                } => {
+                    let policy = attributes.get("RedrivePolicy").cloned();
+                    match c.plan_create(
+                        &tenant,
+                        &name,
+                        attributes,
+                        tags,
+                        self.config.default_partitions,
+                        now,
+                    )? {
+                        Some(r) => {
+                            if let Some(p) = &policy {
+                                let kind = validate_queue_name(&name)?;
+                                c.check_redrive_target(
+                                    &tenant,
+                                    &name,
+                                    kind,
+                                    p,
+                                    &self.config.region,
+                                )?;
+                            }
+                            r
+                        }
+                        None => return Ok(c.lookup(&tenant, &name)?.id),
+                    }
+                }
                 MetaOp::SetAttributes { id, changes } => {
                     let q = c.get(id).ok_or(ServiceError::NonExistentQueue)?;
+                    if let Some(p) = changes.get("RedrivePolicy") {
+                        c.check_redrive_target(&q.tenant, &q.name, q.kind, p, &self.config.region)?;
+                    }
                     c.plan_set_attributes(&q, &changes, now)?
                 }
                 MetaOp::SetTags { id, tags } => {
@@ -508,6 +561,11 @@ impl Shard {
                 if let Err(e) = std::fs::remove_dir_all(a.dir()) {
                     tracing::warn!(error = %e, dir = %a.dir().display(), "removing a deleted queue's partition");
                 }
+                // The queue's own directory goes with its last partition (other shards may
+                // still hold theirs: then it is not empty yet, and one of them removes it).
+                if let Some(parent) = a.dir().parent() {
+                    let _ = std::fs::remove_dir(parent);
+                }
             }
         }
         self.streams_apply_meta(&records).await?;
@@ -578,15 +636,12 @@ impl Shard {
                 // A dead-letter move: the source's redrive policy names the DLQ. If the policy
                 // or the DLQ is gone, retry (with back-off) until the operator restores it.
                 None => {
-                    let arn = src
-                        .parsed
-                        .redrive_policy
-                        .as_ref()
-                        .map(|p| p.dead_letter_target_arn.clone())
-                        .ok_or(Some(ServiceError::Internal(
+                    if src.parsed.redrive_policy.is_none() {
+                        return Err(Some(ServiceError::Internal(
                             "redrive policy removed".into(),
-                        )))?;
-                    c.lookup_arn(&arn)
+                        )));
+                    }
+                    c.dead_letter_target(&src, &self.config.region)
                         .ok_or(Some(ServiceError::NonExistentQueue))?
                 }
                 // A redrive: a destination deleted since the task started gets nothing; the
@@ -672,6 +727,16 @@ impl Shard {
         } else {
             Err(ServiceError::Unavailable("broker is starting"))
         }
+    }
+
+    /// Admits one request of `bytes` for `account` under its rate quotas (both front ends
+    /// call this once per request, after authentication), or `RequestThrottled`.
+    pub fn admit(&self, account: &str, bytes: u64) -> ServiceResult<()> {
+        let mut rates = self.rates.borrow_mut();
+        if rates.is_unlimited() {
+            return Ok(());
+        }
+        rates.admit(account, bytes, runtime::now_ms())
     }
 
     pub fn queue(&self, tenant: &str, name: &str) -> ServiceResult<Arc<QueueMeta>> {

@@ -24,6 +24,9 @@ ACCESS_KEY = "AKIDSLUICECOMPAT"
 SECRET_KEY = "sluice-compat-secret"
 ACCOUNT = "000000000000"
 REGION = "us-east-1"
+# Two more tenants for the isolation tests: (access key, secret, account).
+TENANT_A = ("AKIDTENANTA", "tenant-a-secret", "111111111111")
+TENANT_B = ("AKIDTENANTB", "tenant-b-secret", "222222222222")
 NS = "{https://queue.amazonaws.com/doc/2012-11-05/}"
 
 
@@ -43,7 +46,9 @@ def endpoint():
     env = dict(
         os.environ,
         SLUICE_AUTH="sigv4",
-        SLUICE_ACCESS_KEYS=f"{ACCESS_KEY}:{SECRET_KEY}:{ACCOUNT}",
+        SLUICE_ACCESS_KEYS=",".join(
+            ":".join(k) for k in [(ACCESS_KEY, SECRET_KEY, ACCOUNT), TENANT_A, TENANT_B]
+        ),
         RUST_LOG="warn",
     )
     log = open(os.path.join(data, "sluiced.log"), "wb")
@@ -92,6 +97,28 @@ def sqs(endpoint):
     )
 
 
+def tenant_client(endpoint, tenant):
+    akid, secret, _ = tenant
+    return boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=akid,
+        aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 1}, read_timeout=40),
+    )
+
+
+@pytest.fixture(scope="session")
+def sqs_a(endpoint):
+    return tenant_client(endpoint, TENANT_A)
+
+
+@pytest.fixture(scope="session")
+def sqs_b(endpoint):
+    return tenant_client(endpoint, TENANT_B)
+
+
 @pytest.fixture
 def name():
     """A fresh queue name per test."""
@@ -101,9 +128,9 @@ def name():
 class QueryClient:
     """The Query protocol (form-encoded, XML), signed with botocore's SigV4 signer."""
 
-    def __init__(self, endpoint, secret=SECRET_KEY):
+    def __init__(self, endpoint, secret=SECRET_KEY, access_key=ACCESS_KEY):
         self.endpoint = endpoint
-        self.creds = botocore.credentials.Credentials(ACCESS_KEY, secret)
+        self.creds = botocore.credentials.Credentials(access_key, secret)
         self.http = botocore.httpsession.URLLib3Session()
 
     def call(self, action, params=None, path="/", presign=False):

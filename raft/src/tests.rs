@@ -1,0 +1,401 @@
+//! Unit tests of the core against hand-made messages: bad input, identity checks, coalescing.
+
+use crate::*;
+use bytes::Bytes;
+
+const DISKS: [DiskId; 3] = [DiskId(11), DiskId(22), DiskId(33)];
+
+fn cfg() -> Config {
+    Config {
+        heartbeat_interval_ms: 50,
+        election_timeout_ms: 300,
+        ..Config::default()
+    }
+}
+
+fn membership() -> Membership {
+    let replicas: Vec<Replica> = (0..3)
+        .map(|i| Replica {
+            node: i as u64 + 1,
+            disk: DISKS[i],
+        })
+        .collect();
+    Membership::voters(&replicas)
+}
+
+fn restore(node: NodeId) -> Restore {
+    Restore {
+        node,
+        hard_state: HardState {
+            term: 0,
+            vote: None,
+            disk: DISKS[(node - 1) as usize],
+        },
+        base: Some(SnapshotMeta {
+            offset: 0,
+            term: 0,
+            membership: membership(),
+        }),
+        log_end: 0,
+        term_starts: vec![],
+        configs: vec![],
+    }
+}
+
+fn msg(from: NodeId, to: NodeId, term: Term, body: Body) -> Message {
+    Message {
+        group: 0,
+        from,
+        to,
+        term,
+        body,
+    }
+}
+
+/// Node 1 as the serving leader of term 2 (its no-op committed on node 2).
+fn leader() -> RaftGroup {
+    let mut g = RaftGroup::new(0, cfg(), restore(1), 0, 1).unwrap();
+    assert!(g.campaign_now());
+    let vote = |pre| Body::VoteResp {
+        pre,
+        granted: true,
+        disk: DISKS[1],
+    };
+    g.step(1, msg(2, 1, 1, vote(true))).unwrap();
+    g.step(1, msg(2, 1, 1, vote(false))).unwrap();
+    assert_eq!(g.role(), RaftRole::Leader);
+    let r = g.ready();
+    g.on_flushed(r.log_epoch, 1);
+    let ack = Body::AppendResp {
+        disk: DISKS[1],
+        appended: 1,
+        flushed: 1,
+        reject: None,
+    };
+    g.step(2, msg(2, 1, 1, ack)).unwrap();
+    assert!(g.is_serving());
+    g.ready();
+    g
+}
+
+fn follower(node: NodeId) -> RaftGroup {
+    RaftGroup::new(0, cfg(), restore(node), 0, node).unwrap()
+}
+
+fn entry(offset: Offset, count: u32, term: Term) -> Entry {
+    Entry {
+        offset,
+        count,
+        term,
+        kind: EntryKind::Data,
+        data: Bytes::from_static(b"batch"),
+    }
+}
+
+#[test]
+fn malformed_appends_are_errors_and_change_nothing() {
+    let mut f = follower(2);
+    let bad = [
+        // Not contiguous.
+        vec![entry(0, 2, 1), entry(3, 1, 1)],
+        // Empty batch.
+        vec![entry(0, 0, 1)],
+        // Entry from a term above the message's.
+        vec![entry(0, 1, 5)],
+        // Terms going backwards.
+        vec![entry(0, 1, 1), entry(1, 1, 0)],
+    ];
+    for entries in bad {
+        let body = Body::Append {
+            prev_offset: 0,
+            prev_term: 0,
+            entries,
+            commit: 0,
+        };
+        let r = f.step(1, msg(1, 2, 1, body));
+        assert!(matches!(r, Err(StepError::MalformedAppend(_))), "{r:?}");
+        assert_eq!(f.log_end(), 0);
+        assert_eq!(f.commit(), 0);
+    }
+}
+
+#[test]
+fn a_deposed_leader_learns_the_newer_term_from_its_follower() {
+    let mut f = follower(2);
+    f.step(
+        0,
+        msg(
+            3,
+            2,
+            5,
+            Body::Append {
+                prev_offset: 0,
+                prev_term: 0,
+                entries: vec![],
+                commit: 0,
+            },
+        ),
+    )
+    .unwrap();
+    f.ready();
+    let old = Body::Append {
+        prev_offset: 0,
+        prev_term: 0,
+        entries: vec![entry(0, 1, 3)],
+        commit: 1,
+    };
+    f.step(1, msg(1, 2, 3, old)).unwrap();
+    let r = f.ready();
+    assert_eq!(f.log_end(), 0, "nothing appended from a stale term");
+    assert!(r
+        .messages
+        .iter()
+        .any(|m| m.to == 1 && m.term == 5 && matches!(m.body, Body::AppendResp { .. })));
+    let mut l = leader();
+    let resp = Body::AppendResp {
+        disk: DISKS[1],
+        appended: 0,
+        flushed: 0,
+        reject: Some(0),
+    };
+    l.step(3, msg(2, 1, 9, resp)).unwrap();
+    assert_eq!(l.role(), RaftRole::Follower);
+    assert_eq!(l.term(), 9);
+}
+
+#[test]
+fn a_replica_with_an_empty_disk_never_campaigns_and_its_vote_is_not_counted() {
+    let mut r = restore(2);
+    r.base = None;
+    r.hard_state.disk = DiskId(999);
+    let mut f = RaftGroup::new(0, cfg(), r, 0, 3).unwrap();
+    assert!(!f.campaign_now());
+    f.tick(100_000);
+    assert_eq!(
+        f.role(),
+        RaftRole::Follower,
+        "no campaign with an empty disk"
+    );
+
+    // Node 1 campaigns; node 2 answers from a replacement disk: not counted.
+    let mut c = follower(1);
+    assert!(c.campaign_now());
+    let granted = |disk| Body::VoteResp {
+        pre: true,
+        granted: true,
+        disk,
+    };
+    c.step(1, msg(2, 1, 1, granted(DiskId(999)))).unwrap();
+    assert_eq!(c.role(), RaftRole::PreCandidate);
+    c.step(1, msg(2, 1, 1, granted(DISKS[1]))).unwrap();
+    assert_eq!(c.role(), RaftRole::Candidate);
+}
+
+#[test]
+fn a_replica_that_knows_it_was_replaced_does_not_vote() {
+    let mut r = restore(2);
+    r.hard_state.disk = DiskId(999); // the membership lists node 2 on DISKS[1]
+    let mut f = RaftGroup::new(0, cfg(), r, 0, 3).unwrap();
+    let vote = Body::Vote {
+        pre: false,
+        transfer: false,
+        disk: DISKS[0],
+        last_offset: 0,
+        last_term: 0,
+    };
+    f.step(1, msg(1, 2, 1, vote)).unwrap();
+    let r = f.ready();
+    assert!(r
+        .messages
+        .iter()
+        .all(|m| !matches!(m.body, Body::VoteResp { granted: true, .. })));
+    assert_eq!(f.hard_state().vote, None);
+}
+
+#[test]
+fn a_candidate_on_a_replaced_disk_gets_no_vote() {
+    let mut f = follower(2);
+    let vote = Body::Vote {
+        pre: true,
+        transfer: false,
+        disk: DiskId(12345), // node 3, but not the disk the membership lists
+        last_offset: 100,
+        last_term: 1,
+    };
+    f.step(1_000, msg(3, 2, 1, vote)).unwrap();
+    let r = f.ready();
+    assert!(r
+        .messages
+        .iter()
+        .any(|m| matches!(m.body, Body::VoteResp { granted: false, .. })));
+}
+
+#[test]
+fn proposals_need_a_confirmed_term_and_respect_limits() {
+    let mut f = follower(2);
+    assert!(matches!(
+        f.propose(Bytes::from_static(b"x"), 1),
+        Err(ProposeError::NotLeader { .. })
+    ));
+    let mut l = leader();
+    assert_eq!(
+        l.propose(Bytes::from_static(b"x"), 0),
+        Err(ProposeError::EmptyBatch)
+    );
+    let big = Bytes::from(vec![0u8; cfg().max_append_bytes + 1]);
+    assert!(matches!(
+        l.propose(big, 1),
+        Err(ProposeError::BatchTooLarge { .. })
+    ));
+    let p = l.propose(Bytes::from_static(b"ok"), 3).unwrap();
+    assert_eq!((p.offset, p.end), (1, 4));
+    let r = l.ready();
+    assert_eq!(r.entries.len(), 1);
+    assert!(
+        r.entries[0].data == Bytes::from_static(b"ok"),
+        "bytes passed through"
+    );
+    l.on_appended(r.log_epoch, 4);
+    let ack = Body::AppendResp {
+        disk: DISKS[2],
+        appended: 4,
+        flushed: 4,
+        reject: None,
+    };
+    l.step(5, msg(3, 1, 1, ack)).unwrap();
+    assert_eq!(l.commit(), 1, "the leader counts itself only once flushed");
+    l.on_flushed(r.log_epoch, 4);
+    let r = l.ready();
+    assert_eq!(l.commit(), 4);
+    assert_eq!(r.committed, vec![p]);
+}
+
+#[test]
+fn restore_rejects_inconsistent_state() {
+    let mut r = restore(1);
+    r.log_end = 10;
+    r.term_starts = vec![(3, 5), (2, 7)];
+    r.hard_state.term = 5;
+    assert!(RaftGroup::new(0, cfg(), r.clone(), 0, 1).is_err());
+    r.term_starts = vec![(3, 5)];
+    r.hard_state.term = 2;
+    assert!(RaftGroup::new(0, cfg(), r.clone(), 0, 1).is_err());
+    r.hard_state.term = 3;
+    assert!(RaftGroup::new(0, cfg(), r, 0, 1).is_ok());
+}
+
+#[test]
+fn membership_decoding_is_bounded_and_checked() {
+    let m = membership();
+    assert_eq!(Membership::decode(&m.encode()).unwrap(), m);
+    let b = m.encode();
+    assert_eq!(
+        Membership::decode(&b[..b.len() - 1]),
+        Err(DecodeError::Truncated)
+    );
+    let mut bad = b.to_vec();
+    bad[2 + 24] = 7;
+    assert_eq!(Membership::decode(&bad), Err(DecodeError::BadRole(7)));
+    assert_eq!(
+        Membership::decode(&[0xff, 0xff]),
+        Err(DecodeError::TooManyMembers(0xffff))
+    );
+    let dup = Membership {
+        members: vec![m.members[0], m.members[0]],
+    };
+    assert_eq!(
+        Membership::decode(&dup.encode()),
+        Err(DecodeError::DuplicateNode(1))
+    );
+}
+
+#[test]
+fn registry_rejects_unknown_groups_and_misaddressed_messages() {
+    let mut mr = MultiRaft::new(2, cfg());
+    mr.add_group(0, restore(2), 0, 1).unwrap();
+    assert_eq!(
+        mr.add_group(0, restore(2), 0, 1),
+        Err(StepError::GroupExists(0))
+    );
+    let m = |group, to| {
+        Envelope::Group(Message {
+            group,
+            from: 1,
+            to,
+            term: 1,
+            body: Body::TimeoutNow,
+        })
+    };
+    assert_eq!(mr.step(0, m(7, 2)), Err(StepError::UnknownGroup(7)));
+    assert_eq!(
+        mr.step(0, m(0, 3)),
+        Err(StepError::WrongNode { to: 3, me: 2 })
+    );
+}
+
+/// 1,000 groups led here produce one heartbeat per peer per interval, not 1,000.
+#[test]
+fn heartbeats_are_coalesced_per_peer() {
+    let mut mr = MultiRaft::new(1, cfg());
+    for gid in 0..1_000 {
+        mr.add_group(gid, restore(1), 0, gid).unwrap();
+        let g = mr.group_mut(gid).unwrap();
+        *g = leader_with_id(gid);
+    }
+    mr.ready();
+    mr.tick(100);
+    let r = mr.ready();
+    let hbs: Vec<&Heartbeat> = r
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Envelope::Heartbeat(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hbs.len(), 2);
+    assert!(hbs.iter().all(|h| h.groups.len() == 1_000));
+    // Until the interval passes, no more.
+    mr.tick(120);
+    assert!(mr.ready().messages.is_empty());
+
+    // The follower side answers all of them in one message.
+    let mut f = MultiRaft::new(2, cfg());
+    for gid in 0..1_000 {
+        f.add_group(gid, restore(2), 0, gid).unwrap();
+    }
+    f.step(100, Envelope::Heartbeat(hbs[0].clone())).unwrap();
+    let r = f.ready();
+    let resps: Vec<&HeartbeatResp> = r
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Envelope::HeartbeatResp(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resps.len(), 1);
+    assert_eq!(resps[0].groups.len(), 1_000);
+    assert!(f.groups().all(|g| g.leader() == Some(1)));
+}
+
+fn leader_with_id(gid: GroupId) -> RaftGroup {
+    let mut g = RaftGroup::new(gid, cfg(), restore(1), 0, gid).unwrap();
+    assert!(g.campaign_now());
+    let vote = |pre| Body::VoteResp {
+        pre,
+        granted: true,
+        disk: DISKS[1],
+    };
+    let m = |body| Message {
+        group: gid,
+        from: 2,
+        to: 1,
+        term: 1,
+        body,
+    };
+    g.step(1, m(vote(true))).unwrap();
+    g.step(1, m(vote(false))).unwrap();
+    assert_eq!(g.role(), RaftRole::Leader);
+    g
+}

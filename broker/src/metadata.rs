@@ -5,6 +5,17 @@
 //! [`Catalog`] (the same deterministic `apply` everywhere), so that any shard can resolve a
 //! queue name without a cross-core hop. Records are JSON with a version field: metadata is
 //! small, rare and worth being readable with `sluice log dump`.
+//!
+//! Record versions (every one from [`META_FORMAT_VERSION_MIN`] on is still read; records are
+//! written in [`META_FORMAT_VERSION`]):
+//!
+//! | v | records                                                                            |
+//! |---|------------------------------------------------------------------------------------|
+//! | 1 | queue records (`QueueCreated`, `AttributesSet`, `TagsSet`, `QueueDeleted`); later, |
+//! |   | without a bump, topic records (`TopicCreated`, whose retention and segment fields  |
+//! |   | may be absent, and `TopicDeleted`)                                                 |
+//! | 2 | the same records: the bump tells a reader that topic records may follow, so a      |
+//! |   | build that knows only version 1 refuses the log instead of misreading it           |
 
 use crate::engine::attributes::{validate_queue_name, QueueAttributes, QueueKind};
 use crate::engine::EngineError;
@@ -13,7 +24,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-pub const META_FORMAT_VERSION: u32 = 1;
+/// The version of the records this build writes (see the table above).
+pub const META_FORMAT_VERSION: u32 = 2;
+/// The oldest record version this build reads.
+pub const META_FORMAT_VERSION_MIN: u32 = 1;
 /// Queues per tenant (SQS has no hard limit on queues; this bounds the catalog's memory).
 /// Tags per queue (SQS: 50).
 pub const TAGS_PER_QUEUE_MAX: usize = 50;
@@ -105,8 +119,16 @@ impl MetaRecord {
         serde_json::to_vec(self).expect("metadata records always serialize")
     }
 
+    /// [`MetaRecord::parse`], its error as text (for the replay loop's internal error).
     pub fn decode(b: &[u8]) -> Result<MetaRecord, String> {
-        let r: MetaRecord = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+        MetaRecord::parse(b).map_err(|e| e.to_string())
+    }
+
+    /// A record of any version this build reads; a version outside them is its own error, so
+    /// a log written by a newer build is refused, never misread.
+    pub fn parse(b: &[u8]) -> Result<MetaRecord, MetaDecodeError> {
+        let r: MetaRecord =
+            serde_json::from_slice(b).map_err(|e| MetaDecodeError::Malformed(e.to_string()))?;
         let v = match &r {
             MetaRecord::QueueCreated { v, .. }
             | MetaRecord::AttributesSet { v, .. }
@@ -115,11 +137,24 @@ impl MetaRecord {
             | MetaRecord::TopicCreated { v, .. }
             | MetaRecord::TopicDeleted { v, .. } => *v,
         };
-        if v != META_FORMAT_VERSION {
-            return Err(format!("unsupported metadata record version {v}"));
+        if !(META_FORMAT_VERSION_MIN..=META_FORMAT_VERSION).contains(&v) {
+            return Err(MetaDecodeError::UnsupportedVersion {
+                found: v,
+                min: META_FORMAT_VERSION_MIN,
+                max: META_FORMAT_VERSION,
+            });
         }
         Ok(r)
     }
+}
+
+/// Why a metadata record could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaDecodeError {
+    #[error("malformed metadata record: {0}")]
+    Malformed(String),
+    #[error("unsupported metadata record version {found} (this build reads {min} to {max})")]
+    UnsupportedVersion { found: u32, min: u32, max: u32 },
 }
 
 /// One queue's definition, as every shard sees it.
@@ -674,7 +709,108 @@ mod tests {
             at_ms: 9,
         };
         assert_eq!(MetaRecord::decode(&r.encode()), Ok(r));
-        assert!(MetaRecord::decode(br#"{"type":"QueueDeleted","v":2,"id":1,"at_ms":1}"#).is_err());
+        assert!(MetaRecord::decode(br#"{"type":"QueueDeleted","v":3,"id":1,"at_ms":1}"#).is_err());
         assert!(MetaRecord::decode(b"garbage").is_err());
+    }
+
+    /// Records as version 1 wrote them (JSON bytes of the code before the bump): queue and
+    /// topic records, a topic with and without the optional fields.
+    const V1_RECORDS: [&str; 7] = [
+        r#"{"type":"QueueCreated","v":1,"id":1,"tenant":"000000000000","name":"q","attributes":{"VisibilityTimeout":"10"},"tags":{},"partitions":2,"at_ms":5}"#,
+        r#"{"type":"AttributesSet","v":1,"id":1,"attributes":{"VisibilityTimeout":"20"},"at_ms":6}"#,
+        r#"{"type":"TagsSet","v":1,"id":1,"tags":{"team":"a"},"at_ms":7}"#,
+        r#"{"type":"TopicCreated","v":1,"id":1,"tenant":"000000000000","name":"t","partitions":3,"at_ms":8}"#,
+        r#"{"type":"TopicCreated","v":1,"id":2,"tenant":"000000000000","name":"u","partitions":1,"retention_ms":60000,"retention_bytes":null,"segment_bytes":1048576,"at_ms":9}"#,
+        r#"{"type":"TopicDeleted","v":1,"id":2,"at_ms":10}"#,
+        r#"{"type":"QueueCreated","v":1,"id":2,"tenant":"000000000000","name":"gone","attributes":{},"tags":{},"partitions":1,"at_ms":11}"#,
+    ];
+
+    /// A metadata log written by version 1 (its records in a log on the simulated disk, read
+    /// back the way shard 0 loads it at start-up) still loads into the catalog.
+    #[test]
+    fn a_metadata_log_of_version_1_records_still_loads() {
+        use futures::executor::block_on;
+        use sluice_storage::batch::Record;
+        use sluice_storage::fs::SimFs;
+        use sluice_storage::Log;
+        let fs = SimFs::new();
+        let dir = std::path::PathBuf::from("/data/meta");
+        let config = crate::config::meta_log_config();
+        let log = block_on(Log::open(fs.clone(), dir.clone(), config.clone())).expect("open");
+        for r in V1_RECORDS {
+            block_on(log.append_records(&[Record::new(0, r.as_bytes().to_vec())])).expect("append");
+        }
+        drop(log);
+        let log = block_on(Log::open(fs, dir, config)).expect("reopen");
+        let mut records = Vec::new();
+        let mut at = log.start_offset();
+        while at < log.end_offset() {
+            for b in block_on(log.read(at, 1 << 20)).expect("read") {
+                for r in b.view().records() {
+                    records.push(MetaRecord::parse(r.expect("record").value).expect("a v1 record"));
+                }
+                at = b.header.next_offset();
+            }
+        }
+        assert_eq!(records.len(), V1_RECORDS.len());
+        let mut c = Catalog::default();
+        for r in &records {
+            c.apply(r).expect("apply");
+        }
+        let q = c.lookup(DEFAULT_TENANT, "q").expect("queue");
+        assert_eq!(q.parsed.visibility_timeout_s, 20);
+        assert_eq!(q.tags.get("team").map(String::as_str), Some("a"));
+        assert!(c.lookup(DEFAULT_TENANT, "gone").is_ok());
+        assert!(matches!(
+            &records[3],
+            MetaRecord::TopicCreated {
+                v: 1,
+                retention_ms: None,
+                segment_bytes: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &records[4],
+            MetaRecord::TopicCreated {
+                retention_ms: Some(60_000),
+                segment_bytes: Some(1_048_576),
+                ..
+            }
+        ));
+        // What this build writes reads back too.
+        let now = c
+            .plan_create(
+                DEFAULT_TENANT,
+                "new",
+                BTreeMap::new(),
+                BTreeMap::new(),
+                1,
+                20,
+            )
+            .expect("plan")
+            .expect("new queue");
+        assert_eq!(MetaRecord::parse(&now.encode()), Ok(now));
+    }
+
+    /// A record of a version this build does not know is a typed error, not a panic and not
+    /// a misread.
+    #[test]
+    fn an_unknown_record_version_is_a_typed_error() {
+        for v in [0, META_FORMAT_VERSION + 1, u32::MAX] {
+            let r = format!(r#"{{"type":"QueueDeleted","v":{v},"id":1,"at_ms":1}}"#);
+            assert_eq!(
+                MetaRecord::parse(r.as_bytes()),
+                Err(MetaDecodeError::UnsupportedVersion {
+                    found: v,
+                    min: META_FORMAT_VERSION_MIN,
+                    max: META_FORMAT_VERSION,
+                })
+            );
+        }
+        assert!(matches!(
+            MetaRecord::parse(br#"{"type":"QueueRenamed","v":2}"#),
+            Err(MetaDecodeError::Malformed(_))
+        ));
     }
 }

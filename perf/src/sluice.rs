@@ -14,7 +14,9 @@ use sluice_sdk::types::{CreateTopicRequest, SendMessageBatchRequestEntry};
 use sluice_sdk::{
     Client, ClientOptions, ErrorCode, GroupConsumer, GroupConsumerOptions, ReceiveOptions, Trust,
 };
-use sluice_storage::batch::BatchBuilder;
+use sluice_wire::batch::BatchBuilder;
+// SQS batch calls take at most 10 entries.
+use sluice_wire::limits::BATCH_ENTRIES_MAX as SQS_BATCH_MAX;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -23,8 +25,6 @@ use std::rc::Rc;
 use std::time::Duration;
 
 pub const FSYNC_POLICY: &str = "fdatasync before every ack (group commit)";
-/// SQS batch calls take at most 10 entries.
-const SQS_BATCH_MAX: usize = 10;
 /// Session of topic group members: short, so that members joining at the start of a run learn
 /// of the rebalance (on their heartbeat, every third of it) within the warm-up.
 const GROUP_SESSION: Duration = Duration::from_secs(3);

@@ -4,9 +4,9 @@
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use sluice_storage::batch::Record;
 use sluice_storage::fs::DmaFs;
 use sluice_storage::{rt, Log, LogConfig};
+use sluice_wire::batch::Record;
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -67,7 +67,7 @@ pub fn run(
                 let records: Vec<Record> = (0..records_per_append.max(1))
                     .map(|_| Record::new(0, value.clone()))
                     .collect();
-                let batch = sluice_storage::batch::encode(&records).expect("not empty");
+                let batch = sluice_wire::batch::encode(&records).expect("not empty");
                 loop {
                     let now = Instant::now();
                     if now >= end {

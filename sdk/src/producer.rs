@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use crate::error::{Error, Result};
 use crate::Client;
 
-/// SQS's limit on entries per batch.
-pub const PRODUCER_BATCH_ENTRIES_MAX: usize = 10;
+/// SQS's limit on entries per batch ([`sluice_wire::limits::BATCH_ENTRIES_MAX`]).
+pub use sluice_wire::limits::BATCH_ENTRIES_MAX as PRODUCER_BATCH_ENTRIES_MAX;
 
 /// How a [`Producer`] batches.
 #[derive(Clone, Debug)]

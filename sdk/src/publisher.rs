@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_storage::batch::{self, Record};
+use sluice_wire::batch::{self, Record};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 

@@ -1,13 +1,13 @@
 //! Streams: topics, a keyed batching producer and a group consumer.
 //!
-//! Records travel in the storage crate's batch format (`sluice_storage::batch`): the producer
+//! Records travel in the record-batch format of `sluice_wire::batch` (the bytes the log stores): the producer
 //! encodes and checksums each batch once; the broker verifies and stores those bytes; fetch
 //! returns the stored batches, which [`GroupConsumer`] verifies again before handing records out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use sluice_storage::batch::{self, BatchView, Record};
+use sluice_wire::batch::{self, BatchView, Record};
 use sluice_wire::{self as wire, ErrorCode, Request, Response};
 
 use crate::{unexpected, Client, Error, Result};
@@ -129,7 +129,7 @@ impl Client {
         }
     }
 
-    /// Appends one encoded batch (see `sluice_storage::batch::encode`); answered after fsync.
+    /// Appends one encoded batch (see `sluice_wire::batch::encode`); answered after fsync.
     pub async fn produce_batch(
         &self,
         topic: &str,

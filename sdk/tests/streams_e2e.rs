@@ -511,7 +511,7 @@ fn produce_and_fetch_go_to_the_core_that_owns_the_partition() {
         // 5 produces and 3 fetches per partition, all routed.
         for p in 0..4 {
             for i in 0..5 {
-                let batch = sluice_storage::batch::encode(&[sluice_storage::batch::Record::new(
+                let batch = sluice_wire::batch::encode(&[sluice_wire::batch::Record::new(
                     i,
                     format!("p{p}-{i}").into_bytes(),
                 )])

@@ -2,29 +2,8 @@
 
 use std::path::PathBuf;
 
-/// Why a batch failed to decode or verify.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BatchError {
-    #[error("batch truncated: need {needed} bytes, have {available}")]
-    Truncated { needed: usize, available: usize },
-    #[error("bad batch magic {found:#010x}")]
-    BadMagic { found: u32 },
-    #[error("unsupported batch format version {0}")]
-    UnsupportedVersion(u8),
-    #[error("batch length {0} out of range")]
-    BadLength(u32),
-    #[error("batch checksum mismatch: stored {stored:#018x}, computed {computed:#018x}")]
-    ChecksumMismatch { stored: u64, computed: u64 },
-    #[error("malformed record {index} in batch: {why}")]
-    MalformedRecord { index: u32, why: &'static str },
-    #[error("batch has no records")]
-    Empty,
-    #[error("batch too large: {size_bytes} bytes, limit {limit_bytes}")]
-    TooLarge {
-        size_bytes: usize,
-        limit_bytes: usize,
-    },
-}
+/// Why a batch failed to decode or verify (the batch format lives in `sluice-wire`).
+pub use sluice_wire::batch::BatchError;
 
 /// Errors of the log and its segments.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +37,16 @@ pub enum StorageError {
     Closed,
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The log directory was written in a layout newer than this build reads
+    /// ([`crate::format`]): nothing in it was read or changed.
+    #[error(
+        "log {path:?} has format version {found}; this build reads versions up to {supported}"
+    )]
+    UnsupportedFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
 }
 
 impl StorageError {
@@ -81,6 +70,7 @@ impl StorageError {
             StorageError::Poisoned => "poisoned",
             StorageError::Closed => "closed",
             StorageError::Config(_) => "config",
+            StorageError::UnsupportedFormat { .. } => "unsupported_format",
         }
     }
 }
@@ -123,6 +113,15 @@ impl StorageError {
             StorageError::Poisoned => StorageError::Poisoned,
             StorageError::Closed => StorageError::Closed,
             StorageError::Config(s) => StorageError::Config(s.clone()),
+            StorageError::UnsupportedFormat {
+                path,
+                found,
+                supported,
+            } => StorageError::UnsupportedFormat {
+                path: path.clone(),
+                found: *found,
+                supported: *supported,
+            },
         }
     }
 }

@@ -6,9 +6,12 @@
 //! reads by time through a time index; recovery verifies the active segment and truncates a torn
 //! tail; retention deletes whole sealed segments. All disk access goes through the [`fs`] seam.
 
-pub mod batch;
+/// The record-batch format lives in `sluice-wire` (clients encode batches without the storage
+/// engine); re-exported here so that `sluice_storage::batch` keeps naming it.
+pub use sluice_wire::batch;
 pub mod config;
 pub mod error;
+pub mod format;
 pub mod fs;
 pub mod index;
 pub mod log;
@@ -17,7 +20,8 @@ pub mod rt;
 pub use batch::{BatchBuilder, BatchHeader, BatchView, Record, RecordView};
 pub use config::LogConfig;
 pub use error::{BatchError, Result, StorageError};
+pub use format::SEGMENT_FORMAT_VERSION;
 pub use log::{
     AppendInfo, AppendTicket, FsyncHistogram, Log, LogStats, ReadBatch, RetentionOutcome,
-    SegmentInfo, FSYNC_BUCKETS_US,
+    SegmentInfo, FSYNC_BUCKETS_US, SINGLE_NODE_TERM,
 };

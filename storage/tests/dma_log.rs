@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use rand::Rng;
-use sluice_storage::batch::Record;
+use sluice_storage::batch::{Record, BATCH_HEADER_BYTES};
 use sluice_storage::fs::{DmaFs, Fault, FaultPlan, FaultyFs, Op};
 use sluice_storage::{rt, Log, LogConfig, StorageError};
 use std::io::{BufRead, BufReader, Write};
@@ -242,7 +242,7 @@ fn torn_write_at_every_byte_of_the_last_batch() {
     let (offs, base) = write_batches(tmp.path(), 20);
     let path = tmp.path().join("p0").join(format!("{base:020}.log"));
     let original = std::fs::read(&path).expect("read");
-    let batch_len = 56 + 4 + 4 + 8 + 4 + 4 + 2008 + 2;
+    let batch_len = BATCH_HEADER_BYTES + 4 + 4 + 8 + 4 + 4 + 2008 + 2;
     let end = batch_len * (20 - base as usize);
     let dir = tmp.path().to_path_buf();
     on_glommio(move || async move {
@@ -271,7 +271,7 @@ fn bit_flips_on_real_files() {
     // Tail: a flip in the last batch is a torn tail.
     let apath = tmp.path().join("p0").join(format!("{active:020}.log"));
     let original = std::fs::read(&apath).expect("read");
-    let end = (300 - active as usize) * (56 + 4 + 4 + 8 + 4 + 4 + 2008 + 2);
+    let end = (300 - active as usize) * (BATCH_HEADER_BYTES + 4 + 4 + 8 + 4 + 4 + 2008 + 2);
     let mut b = original.clone();
     b[end - 100] ^= 0x10;
     std::fs::write(&apath, &b).expect("write");

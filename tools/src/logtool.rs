@@ -11,10 +11,10 @@
 
 use crate::output::CliError;
 use serde_json::{json, Value};
-use sluice_storage::batch::BATCH_HEADER_BYTES;
 use sluice_storage::fs::BLOCK_BYTES;
 use sluice_storage::index::OffsetIndex;
-use sluice_storage::BatchView;
+use sluice_wire::batch::BatchView;
+use sluice_wire::batch::BATCH_HEADER_BYTES;
 use std::path::{Path, PathBuf};
 
 /// Bytes of a record value shown by `log dump --values` (the rest is elided).
@@ -237,6 +237,8 @@ pub fn walk(
             "position": pos,
             "base_offset": h.base_offset,
             "last_offset": h.last_offset(),
+            "version": h.version,
+            "term": h.term,
             "records": h.record_count,
             "size_bytes": h.batch_len,
             "first_timestamp_ms": h.first_timestamp_ms,
@@ -384,8 +386,8 @@ pub fn verify(path: &Path) -> Result<(Value, bool), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_storage::batch::{encode, set_base_offset};
-    use sluice_storage::Record;
+    use sluice_wire::batch::Record;
+    use sluice_wire::batch::{encode, set_base_offset};
 
     /// A commit started beside another writes from the next 4 KiB boundary; the zeros before it
     /// are a gap, not the end of the log, and not corruption.

@@ -14,6 +14,7 @@ use sluice_sdk::types::{
     StartMessageMoveTaskRequest,
 };
 use sluice_sdk::{Client, ClientOptions, ReceiveOptions, Trust};
+use sluice_wire::limits::BATCH_ENTRIES_MAX;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::time::Duration;
@@ -21,8 +22,6 @@ use std::time::Duration;
 /// Largest body read from a file or stdin (SQS's message size limit is 1 MiB; more is refused
 /// by the broker anyway, this bounds what the CLI buffers).
 pub const INPUT_BYTES_MAX: u64 = 16 * 1024 * 1024;
-/// SendMessageBatch takes at most 10 entries.
-pub const SEND_BATCH_ENTRIES_MAX: usize = 10;
 /// Body bytes per batch request, below the broker's 1 MiB batch limit with room for attributes.
 pub const SEND_BATCH_BODY_BYTES_MAX: usize = 768 * 1024;
 /// Default certificate of a local broker started with the embedded defaults.
@@ -474,7 +473,7 @@ async fn send(client: &Client, a: SendArgs) -> Result<(Value, i32), CliError> {
         let mut end = i;
         let mut bytes = 0;
         while end < total
-            && end - i < SEND_BATCH_ENTRIES_MAX
+            && end - i < BATCH_ENTRIES_MAX
             && (end == i || bytes + bodies[end].len() <= SEND_BATCH_BODY_BYTES_MAX)
         {
             bytes += bodies[end].len();

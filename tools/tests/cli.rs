@@ -684,7 +684,9 @@ fn log_dump_and_verify_offline() {
     let first = &dump[0]["batch_list"][0];
     assert_eq!(first["position"], 0);
     assert_eq!(first["base_offset"], 0);
-    assert!(first["size_bytes"].as_u64().expect("size") > 56);
+    assert!(
+        first["size_bytes"].as_u64().expect("size") > sluice_wire::batch::BATCH_HEADER_BYTES as u64
+    );
     assert!(first["first_timestamp_ms"].as_i64().expect("ts") > 0);
     assert!(first["record_list"][0]["value_bytes"].as_u64().expect("n") > 0);
     let total = dump[0]["batches"].as_u64().expect("n");
@@ -720,9 +722,9 @@ fn log_dump_and_verify_offline() {
     let text = sluice(&["log", "dump", seg_s], None);
     assert!(String::from_utf8_lossy(&text.stdout).contains("batch position=0 offsets=0..="));
 
-    // Flip one byte inside the first batch's checksummed bytes.
+    // Flip one byte inside the first batch's checksummed bytes (its first record).
     let mut bytes = std::fs::read(&seg).expect("read");
-    bytes[60] ^= 0x40;
+    bytes[sluice_wire::batch::BATCH_HEADER_BYTES + 6] ^= 0x40;
     std::fs::write(&seg, &bytes).expect("write");
     let bad = sluice(&["--output", "json", "log", "verify", &data], None);
     assert_eq!(bad.status.code(), Some(4), "corruption exits 4");

@@ -59,10 +59,9 @@ pub const FLAG_CHECKSUM: u8 = 0x01;
 /// Flag bits this version understands; any other bit set is an error.
 pub const FLAGS_KNOWN: u8 = FLAG_CHECKSUM;
 
-/// SQS's limit on one message and on a whole SendMessageBatch (bodies + attributes), 1 MiB.
-pub const MESSAGE_BYTES_MAX: usize = 1_048_576;
-/// SQS returns at most 10 messages per ReceiveMessage and accepts at most 10 batch entries.
-pub const BATCH_ENTRIES_MAX: usize = 10;
+/// SQS's limits that size frames: 1 MiB a message and a whole batch, 10 batch entries (and
+/// at most 10 messages a ReceiveMessage answer). Defined in [`crate::limits`].
+pub use crate::limits::{BATCH_ENTRIES_MAX, MESSAGE_BYTES_MAX};
 /// What one message costs a frame beyond its body and attributes: ids (message id, receipt
 /// handle, batch entry id ≤ 80, group and dedup ids ≤ 128 each), MD5s, system attributes and
 /// rkyv's relative pointers and map nodes. Measured needs are a few hundred bytes to ~2 KiB;

@@ -4,12 +4,14 @@
 //!
 //! | module       | purpose                                                                  |
 //! |--------------|--------------------------------------------------------------------------|
+//! | `batch`      | the record-batch format: encode, parse, verify (the bytes on disk, too)  |
 //! | `frame`      | the byte layout of a frame, frame kinds, limits, `encode_frame`          |
 //! | `decoder`    | `FrameDecoder`: arbitrary chunks in, whole validated frames out, bounded |
 //! | `messages`   | the rkyv-archived request/response structs (SQS member names)            |
 //! | `codec`      | `Request`/`Response` enums, `encode_*`/`decode_*`, zero-copy access      |
 //! | `error_code` | `ErrorCode`: stable numbers, SQS codes and HTTP statuses, retryability   |
 //! | `handshake`  | `Hello`/`HelloOk` version negotiation                                     |
+//! | `limits`     | SQS's limits (message size, batch entries, ...), one home each           |
 //!
 //! A request's path: the SDK calls `encode_request(id, &Request::SendMessage(..))` and writes the
 //! bytes to a QUIC stream; the broker feeds what the stream yields to its `FrameDecoder`, gets a
@@ -21,11 +23,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod codec;
 pub mod decoder;
 pub mod error_code;
 pub mod frame;
 pub mod handshake;
+pub mod limits;
 pub mod messages;
 
 pub use codec::{

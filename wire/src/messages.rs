@@ -563,7 +563,7 @@ wire_types! {
     // ---- Streams ----------------------------------------------------------------------------
     //
     // Topics are named per account like queues, by name (no URL: they have no SQS face).
-    // Records travel in the storage crate's record-batch format (`sluice_storage::batch`): the
+    // Records travel in the record-batch format (`crate::batch`): the
     // producer encodes and checksums a batch once, the broker verifies and stores those bytes,
     // and fetch returns whole stored batches, concatenated.
 

@@ -17,7 +17,8 @@ pub const RETENTION_S_DEFAULT: u32 = 345_600;
 pub const DELAY_S_MAX: u32 = 900;
 pub const WAIT_TIME_S_MAX: u32 = 20;
 pub const MESSAGE_SIZE_BYTES_MIN: u32 = 1_024;
-pub const MESSAGE_SIZE_BYTES_MAX: u32 = 1_048_576;
+/// MaximumMessageSize's ceiling: SQS's message limit ([`sluice_wire::limits`]).
+pub const MESSAGE_SIZE_BYTES_MAX: u32 = sluice_wire::limits::MESSAGE_BYTES_MAX as u32;
 pub const MAX_RECEIVE_COUNT_MIN: u32 = 1;
 pub const MAX_RECEIVE_COUNT_MAX: u32 = 1_000;
 /// `byQueue` redrive-allow policies name at most this many source queues.

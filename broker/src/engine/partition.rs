@@ -98,14 +98,10 @@ pub const MOVE_ORIGIN_WINDOW_MS: u64 = 60 * 60 * 1000;
 pub const PURGE_INTERVAL_MS: u64 = 60 * 1000;
 /// A lease can last at most 12 h from the receive that started it.
 pub const LEASE_MS_MAX: u64 = VISIBILITY_TIMEOUT_S_MAX as u64 * 1000;
-/// At most 10 messages per ReceiveMessage.
-pub const RECEIVE_MESSAGES_MAX: u32 = 10;
+pub use sluice_wire::limits::RECEIVE_MESSAGES_MAX;
 /// SQS's in-flight limit (standard: OverLimit; FIFO: empty receives). Applied per partition.
 pub const INFLIGHT_MAX: u32 = 120_000;
-/// SendMessageBatch limits.
-pub const BATCH_ENTRIES_MAX: usize = 10;
-pub const BATCH_ENTRY_ID_LEN_MAX: usize = 80;
-pub const BATCH_PAYLOAD_BYTES_MAX: usize = 1_048_576;
+pub use sluice_wire::limits::{BATCH_ENTRIES_MAX, BATCH_ENTRY_ID_LEN_MAX, BATCH_PAYLOAD_BYTES_MAX};
 /// Moves one StartMoves command may start (SQS's MaxNumberOfMessagesPerSecond is at most 500;
 /// the shard's redrive task asks for one second's worth at a time).
 pub const MOVES_PER_COMMAND_MAX: u32 = 500;

@@ -20,14 +20,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// Entries in one batch request (SQS: 10).
-pub const BATCH_ENTRIES_MAX: usize = 10;
-/// Batch entry ids: 1–80 characters.
-pub const BATCH_ENTRY_ID_LEN_MAX: usize = 80;
-/// ListQueues without MaxResults returns at most this many (as SQS does).
-pub const LIST_QUEUES_DEFAULT_MAX: usize = 1_000;
-/// MaxNumberOfMessages of a ReceiveMessage: 1–10.
-pub const RECEIVE_MESSAGES_MAX: i64 = 10;
+pub use sluice_wire::limits::{BATCH_ENTRIES_MAX, BATCH_ENTRY_ID_LEN_MAX, LIST_QUEUES_DEFAULT_MAX};
+/// MaxNumberOfMessages of a ReceiveMessage ([`sluice_wire::limits`]), as the Query parser's i64.
+pub const RECEIVE_MESSAGES_MAX: i64 = sluice_wire::limits::RECEIVE_MESSAGES_MAX as i64;
 
 /// Every action of the model, in the model's order.
 pub const ACTIONS: [&str; 23] = [

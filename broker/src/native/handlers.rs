@@ -30,18 +30,12 @@ use crate::shard::move_task::{MoveTaskInfo, MoveTaskStatus, MOVE_RATE_MAX};
 use crate::shard::render::AttributeSelection;
 use crate::shard::{run_parsed_entries, Shard};
 
-/// Entries in one batch request (SQS: 10).
-pub const BATCH_ENTRIES_MAX: usize = 10;
-/// Batch entry ids: 1–80 characters.
-pub const BATCH_ENTRY_ID_LEN_MAX: usize = 80;
-/// ListQueues without MaxResults returns at most this many (as SQS does).
-pub const LIST_QUEUES_DEFAULT_MAX: usize = 1_000;
+pub use sluice_wire::limits::{BATCH_ENTRIES_MAX, BATCH_ENTRY_ID_LEN_MAX, LIST_QUEUES_DEFAULT_MAX};
 /// ListQueues / ListDeadLetterSourceQueues MaxResults: 1–1000.
 pub const LIST_RESULTS_MAX: u32 = 1_000;
 /// MaxResults of a ListMessageMoveTasks: 1–10.
 pub const MOVE_TASKS_LIST_MAX: u32 = 10;
-/// MaxNumberOfMessages of a ReceiveMessage: 1–10.
-pub const RECEIVE_MESSAGES_MAX: u32 = 10;
+pub use sluice_wire::limits::RECEIVE_MESSAGES_MAX;
 
 /// An error answered as an `Error` frame (or a failed batch entry).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,195 @@
+//! The append API: a batch is verified, brought to the current format, stamped with its base
+//! offset and the log's term, and staged; it resolves once its group commit is durable.
+
+use super::commit::{Chunk, Slot, StagedBatch, COMMITS_IN_FLIGHT_MAX};
+use super::{AppendInfo, AppendTicket, Log};
+use crate::batch::{self, BatchHeader, BatchView, Record};
+use crate::error::{Result, StorageError};
+use crate::fs::Fs;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// The term a log stamps on the batches it appends until told another ([`Log::set_term`]):
+/// 0, no election held. The single-node broker never changes it; a replicated log stamps the
+/// term of the leader that appends (from 1 on). Batches of format v1 read as term 0 too.
+pub const SINGLE_NODE_TERM: u64 = 0;
+
+impl<F: Fs> Log<F> {
+    /// Appends records as one batch; resolves once it is durable.
+    pub async fn append_records(&self, records: &[Record]) -> Result<AppendInfo> {
+        let bytes = batch::encode(records)
+            .ok_or(StorageError::InvalidBatch(crate::error::BatchError::Empty))?;
+        self.append(bytes).await
+    }
+
+    /// Appends an encoded batch (as a producer sent it: verified here, then stored unchanged but
+    /// for its base offset); resolves once it is durable.
+    pub async fn append(&self, bytes: Vec<u8>) -> Result<AppendInfo> {
+        self.wait_for_space(bytes.len()).await?;
+        let ticket = self.stage_batch(bytes)?;
+        self.durable(ticket).await
+    }
+
+    /// Waits until a batch of `len_bytes` fits in the write buffer (back-pressure). Callers that
+    /// must keep an order between their own state and the log's (the queue engine) wait here
+    /// first, then change their state and [`Log::stage_batch`] with no await in between.
+    pub async fn wait_for_space(&self, len_bytes: usize) -> Result<()> {
+        loop {
+            self.check_writable()?;
+            let (full, in_flight) = {
+                let i = self.inner.borrow();
+                (
+                    i.staged_bytes > 0
+                        && i.staged_bytes + len_bytes > self.config.write_buffer_bytes_max,
+                    i.in_flight > 0,
+                )
+            };
+            if !full {
+                return Ok(());
+            }
+            if in_flight || !self.commit().await {
+                self.wait_flush_gen().await;
+            }
+        }
+    }
+
+    /// The term stamped on the batches staged from now on.
+    pub fn term(&self) -> u64 {
+        self.inner.borrow().term
+    }
+
+    /// Sets the term stamped on the batches staged from now on (a leader's epoch: it only
+    /// grows; a smaller one is a caller's bug).
+    pub fn set_term(&self, term: u64) {
+        let mut i = self.inner.borrow_mut();
+        assert!(
+            term >= i.term,
+            "a log's term never decreases ({} -> {term})",
+            i.term
+        );
+        i.term = term;
+    }
+
+    /// Verifies a batch and stages it at the end of the log, synchronously: batches are
+    /// committed in the order they were staged. The batch is not durable until
+    /// [`Log::durable`] resolves for the returned ticket. May exceed the write buffer by one
+    /// batch if the caller skipped [`Log::wait_for_space`].
+    ///
+    /// The log stores the current batch format (v2): a v1 batch from an older producer is
+    /// rewritten as v2 once verified ([`batch::upgraded`]); a v2 batch is stored in the bytes it
+    /// came in, but for the base offset and term the log stamps.
+    pub fn stage_batch(&self, bytes: Vec<u8>) -> Result<AppendTicket> {
+        if bytes.len() > self.config.batch_bytes_max {
+            return Err(crate::error::BatchError::TooLarge {
+                size_bytes: bytes.len(),
+                limit_bytes: self.config.batch_bytes_max,
+            }
+            .into());
+        }
+        let view = BatchView::parse(&bytes)?;
+        view.validate_records()?;
+        if view.bytes.len() != bytes.len() {
+            return Err(crate::error::BatchError::BadLength(view.header.batch_len).into());
+        }
+        let bytes = if view.header.version == batch::BATCH_FORMAT_VERSION {
+            bytes
+        } else {
+            batch::upgraded(&view)
+        };
+        self.check_writable()?;
+        let (info, slot) = self.stage(bytes);
+        Ok(AppendTicket { info, slot })
+    }
+
+    /// Resolves when the staged batch is durable (driving a group commit if one may start).
+    pub async fn durable(&self, ticket: AppendTicket) -> Result<AppendInfo> {
+        loop {
+            if let Some(r) = ticket.slot.borrow_mut().take() {
+                return r.map(|()| ticket.info);
+            }
+            let may_start = {
+                let i = self.inner.borrow();
+                i.failure.is_none()
+                    && !i.staged.is_empty()
+                    && (i.in_flight == 0 || (i.in_flight < COMMITS_IN_FLIGHT_MAX && !i.rolling))
+            };
+            if may_start {
+                // Gather first: every task that is ready to run now (requests just decoded,
+                // long polls just woken) gets to stage before the commit takes what is staged,
+                // instead of waiting a whole commit for the next one.
+                crate::fs::yield_now().await;
+                if self.commit().await || ticket.slot.borrow().is_some() {
+                    continue;
+                }
+            }
+            // Every reason a commit could not start ends when one in flight finishes (and the
+            // flush generation is read now, with no await since the checks above).
+            self.wait_flush_gen().await;
+        }
+    }
+
+    pub(super) fn check_writable(&self) -> Result<()> {
+        let i = self.inner.borrow();
+        if i.closed {
+            Err(StorageError::Closed)
+        } else if i.poisoned {
+            Err(StorageError::Poisoned)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(super) fn stage(&self, mut bytes: Vec<u8>) -> (AppendInfo, Slot) {
+        let mut guard = self.inner.borrow_mut();
+        let i = &mut *guard;
+        let mut header = BatchHeader::parse(&bytes).expect("verified by the caller");
+        header.base_offset = i.next_offset;
+        header.term = i.term;
+        batch::set_base_offset(&mut bytes, header.base_offset);
+        batch::set_term(&mut bytes, header.term).expect("staged batches are in the current format");
+        let len = bytes.len() as u64;
+        let too_big = i.proj_size > 0 && i.proj_size + len > self.config.segment_bytes_max;
+        let too_old = match (i.proj_first_ts, self.config.segment_age_ms_max) {
+            (Some(first), Some(age)) if i.proj_size > 0 => {
+                header.max_timestamp_ms.saturating_sub(first) >= age as i64
+            }
+            _ => false,
+        };
+        let roll = too_big || too_old;
+        if roll {
+            i.proj_segment = header.base_offset;
+            i.proj_size = 0;
+            i.proj_first_ts = None;
+        }
+        let needs_new_chunk = roll || i.staged.last().is_none_or(|c| c.segment != i.proj_segment);
+        if needs_new_chunk {
+            i.staged.push(Chunk {
+                segment: i.proj_segment,
+                roll,
+                parts: Vec::new(),
+                len: 0,
+                batches: Vec::new(),
+            });
+        }
+        let chunk = i.staged.last_mut().expect("pushed above");
+        let slot: Slot = Rc::new(RefCell::new(None));
+        chunk.batches.push(StagedBatch {
+            header,
+            at: chunk.len,
+            slot: slot.clone(),
+        });
+        i.staged_bytes += bytes.len();
+        // A large batch moves in: it is never copied to be staged.
+        chunk.push_bytes(bytes, self.config.coalesce_batch_bytes_max);
+        i.proj_size += len;
+        i.proj_first_ts.get_or_insert(header.first_timestamp_ms);
+        i.next_offset = header.next_offset();
+        (
+            AppendInfo {
+                base_offset: header.base_offset,
+                last_offset: header.last_offset(),
+            },
+            slot,
+        )
+    }
+}

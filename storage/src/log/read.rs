@@ -1,0 +1,301 @@
+//! Reads: whole verified batches by offset (from the commit cache, else through disk windows),
+//! stepping over the gaps overlapping commits leave; and the first offset at a timestamp.
+
+use super::segment::is_gap;
+use super::{Log, ReadBatch};
+use crate::batch::{BatchHeader, BatchView, BATCH_HEADER_BYTES};
+use crate::error::{Result, StorageError};
+use crate::fs::{align_up, File, Fs, BLOCK_BYTES};
+use bytes::Bytes;
+
+/// Disk reads of batches are done in windows of this size (or one batch, if larger).
+pub(super) const READ_WINDOW_BYTES: usize = 256 * 1024;
+
+impl<F: Fs> Log<F> {
+    /// Reads whole, verified batches from `offset` on, at least one batch (if any) and then up
+    /// to about `max_bytes`. Only durable data is returned. Corrupted data is an error, never
+    /// returned.
+    pub async fn read(&self, offset: u64, max_bytes: usize) -> Result<Vec<ReadBatch>> {
+        let (start, end) = (self.start_offset(), self.end_offset());
+        if offset < start || offset > end {
+            return Err(StorageError::OffsetOutOfRange { offset, start, end });
+        }
+        let mut out = Vec::new();
+        let mut total = 0usize;
+        let mut want = offset;
+        while want < self.end_offset() && total < max_bytes {
+            let Some((base, pos)) = self.position_for(want).await? else {
+                break;
+            };
+            let mut done = false;
+            self.scan(base, pos, want, |_, b| {
+                if b.header.last_offset() < want {
+                    return true;
+                }
+                want = b.header.next_offset();
+                total += b.bytes.len();
+                out.push(b);
+                if total >= max_bytes {
+                    done = true;
+                }
+                !done
+            })
+            .await?;
+            if done {
+                break;
+            }
+            // The segment ended: go on in the next one, if `want` lies there.
+        }
+        Ok(out)
+    }
+
+    /// The segment holding `offset` and a position at or before its batch.
+    pub(super) async fn position_for(&self, offset: u64) -> Result<Option<(u64, u64)>> {
+        let (base, sealed) = {
+            let i = self.inner.borrow();
+            let Some((&b, s)) = i.segments.range(..=offset).next_back() else {
+                return Ok(None);
+            };
+            if offset >= s.next_offset {
+                return Ok(None);
+            }
+            if let Some(a) = &s.active {
+                let rel = (offset - b) as u32;
+                return Ok(Some((
+                    b,
+                    a.index.floor(rel).map_or(0, |e| u64::from(e.position)),
+                )));
+            }
+            (b, s.is_sealed())
+        };
+        debug_assert!(sealed);
+        let ix = self.sealed_indexes(base).await?;
+        let rel = (offset - base) as u32;
+        Ok(Some((
+            base,
+            ix.index.floor(rel).map_or(0, |e| u64::from(e.position)),
+        )))
+    }
+
+    /// Calls `f` with each verified batch of segment `base` from `pos` on, and its position,
+    /// until it returns false or the segment ends; gaps (see `is_gap`) are stepped over. A batch
+    /// out of offset sequence or failing its checksum is corruption (unless the first batch
+    /// disagrees with a stale index hint: then the scan restarts at the segment's start).
+    pub(super) async fn scan(
+        &self,
+        base: u64,
+        mut pos: u64,
+        want: u64,
+        mut f: impl FnMut(u64, ReadBatch) -> bool,
+    ) -> Result<()> {
+        let (file, seg_size) = {
+            let i = self.inner.borrow();
+            let s = i
+                .segments
+                .get(&base)
+                .ok_or(StorageError::OffsetOutOfRange {
+                    offset: want,
+                    start: i.segments.keys().next().copied().unwrap_or(0),
+                    end: 0,
+                })?;
+            (s.file.clone(), s.size)
+        };
+        let mut expected: Option<u64> = (pos == 0).then_some(base);
+        let mut window: Option<(u64, Bytes)> = None;
+        while pos < seg_size {
+            if self.cached_gap(base, pos) {
+                pos = align_up(pos);
+                continue;
+            }
+            let bytes = match self.cached_batch(base, pos) {
+                Some(b) => b,
+                None => {
+                    self.batch_from_disk(&*file, base, pos, seg_size, &mut window)
+                        .await?
+                }
+            };
+            let path = || self.path(base, "log");
+            let view = match BatchView::parse(&bytes) {
+                Ok(v) => v,
+                Err(_) if is_gap(&bytes, pos) => {
+                    pos = align_up(pos);
+                    continue;
+                }
+                Err(e) => return Err(self.corruption(path(), pos, e.to_string())),
+            };
+            let h = view.header;
+            match expected {
+                Some(x) if x != h.base_offset => {
+                    return Err(self.corruption(
+                        path(),
+                        pos,
+                        format!("batch base offset {} where {x} expected", h.base_offset),
+                    ));
+                }
+                None if h.base_offset > want => {
+                    // A stale index hint: restart from the segment's start.
+                    pos = 0;
+                    expected = Some(base);
+                    window = None;
+                    continue;
+                }
+                _ => {}
+            }
+            let len = u64::from(h.batch_len);
+            let batch = ReadBatch {
+                header: h,
+                bytes: bytes.slice(..h.batch_len as usize),
+            };
+            let at = pos;
+            pos += len;
+            expected = Some(h.next_offset());
+            if !f(at, batch) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `pos` starts the zeros that a commit started beside another skipped, as the
+    /// cache knows it: a part ends at `pos`, none starts there, one starts at the next block
+    /// boundary. (Parts enter the cache in position order and leave it oldest first, so it
+    /// holds every part after the oldest one it still has.)
+    pub(super) fn cached_gap(&self, base: u64, pos: u64) -> bool {
+        if pos.is_multiple_of(BLOCK_BYTES) {
+            return false;
+        }
+        let i = self.inner.borrow();
+        !i.cache.contains_key(&(base, pos))
+            && i.cache.contains_key(&(base, align_up(pos)))
+            && i.cache
+                .range(..(base, pos))
+                .next_back()
+                .is_some_and(|(&(b, at), c)| b == base && at + c.len() as u64 == pos)
+    }
+
+    pub(super) fn cached_batch(&self, base: u64, pos: u64) -> Option<Bytes> {
+        let mut i = self.inner.borrow_mut();
+        let (&(b, start), chunk) = i.cache.range(..=(base, pos)).next_back()?;
+        if b != base || pos >= start + chunk.len() as u64 {
+            return None;
+        }
+        let from = (pos - start) as usize;
+        let hdr = BatchHeader::parse(&chunk[from..]).ok()?;
+        let end = from + hdr.batch_len as usize;
+        if end > chunk.len() {
+            return None;
+        }
+        let out = chunk.slice(from..end);
+        i.stats.cache_hits += 1;
+        Some(out)
+    }
+
+    /// The bytes of the batch at `pos` (possibly more after it), read through a window.
+    pub(super) async fn batch_from_disk(
+        &self,
+        file: &F::File,
+        base: u64,
+        pos: u64,
+        seg_size: u64,
+        window: &mut Option<(u64, Bytes)>,
+    ) -> Result<Bytes> {
+        let path = || self.path(base, "log");
+        // A header, or the zeros up to the next block boundary (a gap; see `is_gap`).
+        let need_header = (BATCH_HEADER_BYTES as u64).max(align_up(pos) - pos);
+        let in_window = |w: &Option<(u64, Bytes)>, len: u64| {
+            w.as_ref()
+                .is_some_and(|(s, b)| pos >= *s && pos + len <= s + b.len() as u64)
+        };
+        if !in_window(window, need_header.min(seg_size - pos)) {
+            let len = (READ_WINDOW_BYTES as u64).min(seg_size - pos) as usize;
+            let data = file
+                .read_at(pos, len)
+                .await
+                .map_err(|e| StorageError::io("read", path(), e))?;
+            self.inner.borrow_mut().stats.disk_reads += 1;
+            *window = Some((pos, Bytes::from(data)));
+        }
+        let (ws, wb) = window.as_ref().expect("filled above");
+        let from = (pos - ws) as usize;
+        let batch_len = BatchHeader::parse(&wb[from..])
+            .map(|h| u64::from(h.batch_len))
+            .unwrap_or(need_header);
+        let batch_len = batch_len.min(seg_size - pos);
+        if !in_window(window, batch_len) {
+            let data = file
+                .read_at(
+                    pos,
+                    batch_len.max(READ_WINDOW_BYTES as u64).min(seg_size - pos) as usize,
+                )
+                .await
+                .map_err(|e| StorageError::io("read", path(), e))?;
+            self.inner.borrow_mut().stats.disk_reads += 1;
+            *window = Some((pos, Bytes::from(data)));
+        }
+        let (ws, wb) = window.as_ref().expect("filled above");
+        Ok(wb.slice((pos - ws) as usize..))
+    }
+
+    /// The first offset whose record timestamp is >= `ts_ms`, or `None` if every record is
+    /// older (a consumer then starts at the end).
+    pub async fn offset_for_timestamp(&self, ts_ms: i64) -> Result<Option<u64>> {
+        let segs: Vec<(u64, Option<i64>, bool)> = self
+            .inner
+            .borrow()
+            .segments
+            .values()
+            .map(|s| (s.base, s.max_ts, s.is_sealed()))
+            .collect();
+        for (base, max_ts, sealed) in segs {
+            if max_ts.is_none_or(|m| m < ts_ms) {
+                continue;
+            }
+            let start_rel = if sealed {
+                let ix = self.sealed_indexes(base).await?;
+                ix.timeindex.last_before(ts_ms).map(|e| e.rel_offset)
+            } else {
+                let i = self.inner.borrow();
+                let s = i.segments.get(&base).expect("listed above");
+                // Sealed since it was listed (a roll meanwhile): no time index in hand, so the
+                // scan starts at the segment's start.
+                s.active
+                    .as_ref()
+                    .and_then(|a| a.timeindex.last_before(ts_ms))
+                    .map(|e| e.rel_offset)
+            };
+            let from = base + start_rel.map_or(0, u64::from);
+            let Some((b, pos)) = self.position_for(from).await? else {
+                continue;
+            };
+            let mut found = None;
+            let mut bad = None;
+            self.scan(b, pos, from, |_, batch| {
+                if batch.header.max_timestamp_ms < ts_ms || batch.header.last_offset() < from {
+                    return true;
+                }
+                for r in batch.view().records() {
+                    match r {
+                        Ok(r) if r.timestamp_ms >= ts_ms => {
+                            found = Some(r.offset);
+                            return false;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            bad = Some(e);
+                            return false;
+                        }
+                    }
+                }
+                true
+            })
+            .await?;
+            if let Some(e) = bad {
+                return Err(e.into());
+            }
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+}

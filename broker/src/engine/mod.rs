@@ -18,7 +18,10 @@
 //! [`Partition::execute`]`(now_ms, Command)`, append `effects.records` (each
 //! [`Record::encode`]d) and make them durable before sending `effects.reply`, and forward
 //! `effects.moves` to the DLQ's partition (`Command::AcceptMove`, then `Command::CompleteMove`
-//! back here). Park until [`Partition::next_deadline_ms`] and call [`Partition::tick`]. Receipt
+//! back here). The engine holds no message content (DESIGN.md §3: the log holds the
+//! messages): a receive's [`Delivery`]s and a [`MoveStart`] name the log offset of each
+//! message's `Sent` record, and the shard reads the content from there
+//! ([`Delivery::with_payload`], [`MoveStart::with_payload`]). Park until [`Partition::next_deadline_ms`] and call [`Partition::tick`]. Receipt
 //! handles are encoded and verified at the edge with [`ReceiptCodec`]; the engine takes the
 //! decoded [`Receipt`]. Errors map to SQS codes through [`EngineError::sqs_code`].
 //!
@@ -52,9 +55,9 @@ mod scenarios;
 
 pub use error::{EngineError, SqsCode};
 pub use partition::{
-    BatchEntry, Command, Counters, Delivered, Effects, Limits, MoveRequest, MovesStarted,
-    Partition, PartitionConfig, ReceiveRequest, ReplayError, Reply, SendRequest, SentReply,
-    StartMoves,
+    BatchEntry, Command, Counters, Delivered, Delivery, Effects, Limits, MoveRequest, MoveStart,
+    MovesStarted, Partition, PartitionConfig, ReceiveRequest, ReplayError, Reply, SendRequest,
+    SentReply, StartMoves, MESSAGE_ENTRY_BYTES,
 };
 pub use receipt::{Receipt, ReceiptCodec};
 pub use record::{MessageId, MoveDestination, MoveOrigin, Payload, Record, RecordKind};

@@ -52,6 +52,14 @@
 //!   `CompleteMove` here, appending `DlqMoveDone`. After a crash, [`Partition::pending_moves`]
 //!   lists the started moves to forward again. Whatever crashes when, the message ends in
 //!   exactly one queue.
+//! * **Content lives in the log only** (DESIGN.md §3). A message's entry holds what the
+//!   decisions need (ids, times, receive count, lease, group, state) and the log offset of its
+//!   `Sent` record; its body, attributes, group and dedup ids are read from that record where
+//!   they are needed: by `apply` when the `Sent` is applied (group, dedup entry), and by the
+//!   shard for what a receive hands out ([`Delivery::sent_offset`]) or a move forwards
+//!   ([`MoveStart::sent_offset`]). Compaction keeps every live message's `Sent` (see
+//!   `compaction_floor`), so the record is there as long as the entry is. A partition is
+//!   bounded by its number of entries ([`Limits::message_entries_max`]), never by bytes.
 //! * **Retention expiry is not recorded**: it is a function of the `Sent` timestamps, the
 //!   retention in force (`Configured` and `Checkpoint` records) and the clock.
 //! * **Redrive reuses the move protocol.** `StartMoves` marks visible messages `Moving` with a
@@ -123,15 +131,23 @@ pub const CHECKPOINT_GROUPS_MAX: usize = 2_048;
 /// floor may then stop at an earlier checkpoint than it could: safe, less compact).
 pub const CHECKPOINTS_KEPT_MAX: usize = 1_024;
 
+/// Engine memory per message entry, measured: bytes held per waiting message of a standard
+/// queue, whatever its body size (`cargo bench -p sluice-broker --bench engine`, "engine memory
+/// per waiting message": the entry, its place in the id map, its group's member set and its
+/// retention timer).
+pub const MESSAGE_ENTRY_BYTES: u32 = 256;
+/// The memory one partition's message entries may take by default (`message_entries_max`).
+const MESSAGE_ENTRY_BYTES_BUDGET: u32 = 512 << 20;
+
 /// Memory bounds of one partition (DESIGN.md §4.8). Hitting one gives `OverLimit`, except the
 /// attempt-id cache, which forgets its oldest entry (a retry then gets fresh messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub inflight_max: u32,
-    /// Messages kept in memory (bodies included) in this partition.
-    pub messages_max: u32,
-    /// Message bytes (bodies + attributes) kept in memory in this partition.
-    pub payload_bytes_max: u64,
+    /// Message entries (decision state, never bodies: see [`MESSAGE_ENTRY_BYTES`]) this
+    /// partition keeps in memory, one per message not yet deleted. Bodies live in the log only,
+    /// so a backlog's bytes are bounded by the disk, not by this.
+    pub message_entries_max: u32,
     pub dedup_entries_max: u32,
     pub attempt_ids_max: u32,
     pub move_origins_max: u32,
@@ -146,8 +162,8 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             inflight_max: INFLIGHT_MAX,
-            messages_max: 1_000_000,
-            payload_bytes_max: 1 << 30,
+            // ~0.5 GiB of entries at MESSAGE_ENTRY_BYTES each.
+            message_entries_max: MESSAGE_ENTRY_BYTES_BUDGET / MESSAGE_ENTRY_BYTES,
             // 5 min at 1,600 msg/s; ~150 B each.
             dedup_entries_max: 500_000,
             attempt_ids_max: 10_000,
@@ -190,6 +206,32 @@ pub struct ReceiveRequest {
     pub visibility_timeout_s: Option<u32>,
     /// FIFO only (ignored on standard queues, as SQS does).
     pub attempt_id: Option<String>,
+}
+
+/// A move the engine started ([`Effects::moves`], [`Partition::pending_moves`]): everything but
+/// the message's content, which lives in its `Sent` record at `sent_offset` in this partition's
+/// log. The shard reads it from there and forwards [`MoveStart::with_payload`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveStart {
+    pub origin: MoveOrigin,
+    pub message_id: MessageId,
+    /// Log offset of the message's `Sent` record (kept by compaction while the move is pending).
+    pub sent_offset: u64,
+    pub destination: MoveDestination,
+    pub dead_letter_source: Option<MoveOrigin>,
+}
+
+impl MoveStart {
+    /// The request to forward, with the content read from the `Sent` record at `sent_offset`.
+    pub fn with_payload(self, payload: Arc<Payload>) -> MoveRequest {
+        MoveRequest {
+            origin: self.origin,
+            message_id: self.message_id,
+            payload,
+            destination: self.destination,
+            dead_letter_source: self.dead_letter_source,
+        }
+    }
 }
 
 /// A message leaving a partition: to its DLQ (past maxReceiveCount) or, by redrive, out of a
@@ -287,7 +329,38 @@ pub struct SentReply {
     pub duplicate: bool,
 }
 
-/// One delivered message.
+/// One message a receive leased, as the engine decided it: everything but its content, which
+/// the shard reads from the message's `Sent` record at `sent_offset` (durable before the
+/// receive's own records, so readable once they are) and joins with [`Delivery::with_payload`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub receipt: Receipt,
+    pub message_id: MessageId,
+    /// Log offset of the message's `Sent` record (kept by compaction while the message lives).
+    pub sent_offset: u64,
+    pub sent_ms: u64,
+    pub receive_count: u32,
+    pub first_receive_ms: u64,
+    pub sequence_number: Option<u64>,
+    pub dead_letter_source: Option<MoveOrigin>,
+}
+
+impl Delivery {
+    pub fn with_payload(self, payload: Arc<Payload>) -> Delivered {
+        Delivered {
+            receipt: self.receipt,
+            message_id: self.message_id,
+            payload,
+            sent_ms: self.sent_ms,
+            receive_count: self.receive_count,
+            first_receive_ms: self.first_receive_ms,
+            sequence_number: self.sequence_number,
+            dead_letter_source: self.dead_letter_source,
+        }
+    }
+}
+
+/// One delivered message, content included: what the front ends render.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivered {
     pub receipt: Receipt,
@@ -300,11 +373,14 @@ pub struct Delivered {
     pub dead_letter_source: Option<MoveOrigin>,
 }
 
+/// A command's reply. The engine's carries [`Delivery`]s (no content); the shard's, what the
+/// front ends get, [`Delivered`]s with their content read from the log
+/// ([`Reply::map_received`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
+pub enum Reply<M = Delivered> {
     Sent(SentReply),
     SentBatch(Vec<(String, Result<SentReply, EngineError>)>),
-    Received(Vec<Delivered>),
+    Received(Vec<M>),
     Deleted,
     /// One result per receipt of a [`Command::DeleteBatch`], in its order.
     DeletedBatch(Vec<Result<(), EngineError>>),
@@ -320,6 +396,30 @@ pub enum Reply {
     None,
 }
 
+impl<M> Reply<M> {
+    /// The same reply with its received messages replaced by `f(messages)`.
+    pub fn map_received<N, E>(
+        self,
+        f: impl FnOnce(Vec<M>) -> Result<Vec<N>, E>,
+    ) -> Result<Reply<N>, E> {
+        Ok(match self {
+            Reply::Received(v) => Reply::Received(f(v)?),
+            Reply::Sent(s) => Reply::Sent(s),
+            Reply::SentBatch(v) => Reply::SentBatch(v),
+            Reply::Deleted => Reply::Deleted,
+            Reply::DeletedBatch(v) => Reply::DeletedBatch(v),
+            Reply::VisibilityChanged => Reply::VisibilityChanged,
+            Reply::VisibilityChangedBatch(v) => Reply::VisibilityChangedBatch(v),
+            Reply::Purged => Reply::Purged,
+            Reply::AttributesSet => Reply::AttributesSet,
+            Reply::MoveAccepted => Reply::MoveAccepted,
+            Reply::MoveCompleted => Reply::MoveCompleted,
+            Reply::MovesStarted(m) => Reply::MovesStarted(m),
+            Reply::None => Reply::None,
+        })
+    }
+}
+
 /// What a command produced: `records` must be durable before `reply` is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Effects {
@@ -328,14 +428,15 @@ pub struct Effects {
     /// partition as broken (rebuild by replay): the engine's offsets feed `compaction_floor`.
     pub first_offset: u64,
     pub records: Vec<Record>,
-    pub reply: Reply,
-    /// DLQ moves to forward (their `DlqMoveStarted` is among `records`).
-    pub moves: Vec<MoveRequest>,
+    pub reply: Reply<Delivery>,
+    /// DLQ moves to forward (their `DlqMoveStarted` is among `records`), once the shard has
+    /// read their content from the log.
+    pub moves: Vec<MoveStart>,
 }
 
 impl Effects {
     /// Effects without moves (`first_offset` is set by `execute`).
-    fn of(records: Vec<Record>, reply: Reply) -> Effects {
+    fn of(records: Vec<Record>, reply: Reply<Delivery>) -> Effects {
         Effects {
             first_offset: 0,
             records,
@@ -344,7 +445,7 @@ impl Effects {
         }
     }
 
-    fn reply(reply: Reply) -> Self {
+    fn reply(reply: Reply<Delivery>) -> Self {
         Effects::of(Vec::new(), reply)
     }
 }
@@ -378,9 +479,10 @@ enum State {
     Moving,
 }
 
+/// A message's decision state. Its content (body, attributes, group and dedup ids) is in its
+/// `Sent` record at `sent_offset`, never here (DESIGN.md §3).
 #[derive(Debug)]
 struct Msg {
-    payload: Arc<Payload>,
     message_id: MessageId,
     sent_ms: u64,
     /// When it entered this partition (its `Sent` record's time; a dead letter's `sent_ms` is
@@ -457,7 +559,6 @@ pub struct Partition {
     next_id: u64,
     receive_seq: u64,
     msgs: BTreeMap<u64, Msg>,
-    payload_bytes: u64,
     group_by_name: HashMap<Arc<str>, u32>,
     groups: Vec<Option<Group>>,
     free_groups: Vec<u32>,
@@ -508,7 +609,6 @@ impl Partition {
             next_id: 0,
             receive_seq: 0,
             msgs: BTreeMap::new(),
-            payload_bytes: 0,
             group_by_name: HashMap::new(),
             groups: Vec::new(),
             free_groups: Vec::new(),
@@ -696,15 +796,15 @@ impl Partition {
     }
 
     /// DLQ moves started and not completed (after recovery: forward them again).
-    pub fn pending_moves(&self) -> Vec<MoveRequest> {
+    pub fn pending_moves(&self) -> Vec<MoveStart> {
         self.moving
             .iter()
             .filter_map(|id| self.msgs.get(id).map(|m| self.move_request(*id, m)))
             .collect()
     }
 
-    fn move_request(&self, id: u64, m: &Msg) -> MoveRequest {
-        MoveRequest {
+    fn move_request(&self, id: u64, m: &Msg) -> MoveStart {
+        MoveStart {
             origin: MoveOrigin {
                 queue_id: self.cfg.queue_id,
                 partition: self.cfg.partition,
@@ -712,7 +812,7 @@ impl Partition {
                 sent_ms: m.sent_ms,
             },
             message_id: m.message_id,
-            payload: m.payload.clone(),
+            sent_offset: m.sent_offset,
             destination: m.move_to,
             dead_letter_source: m.origin,
         }
@@ -808,7 +908,7 @@ impl Partition {
         &mut self,
         entries: Vec<T>,
         mut one: impl FnMut(&mut Self, T, &mut Vec<Record>) -> Result<(), EngineError>,
-        reply: fn(Vec<Result<(), EngineError>>) -> Reply,
+        reply: fn(Vec<Result<(), EngineError>>) -> Reply<Delivery>,
     ) -> Result<Effects, EngineError> {
         check_batch_len(entries.len())?;
         let mut records = Vec::with_capacity(entries.len());
@@ -1040,7 +1140,7 @@ impl Partition {
                 return Err(EngineError::OverLimit("deduplication table is full"));
             }
         }
-        self.check_capacity(payload.size_bytes())?;
+        self.check_capacity()?;
         let id = self.next_id;
         let reply = SentReply {
             message_id: MessageId::derive(self.cfg.queue_id, self.cfg.partition, id),
@@ -1065,15 +1165,12 @@ impl Partition {
         Ok(reply)
     }
 
-    fn check_capacity(&self, size_bytes: usize) -> Result<(), EngineError> {
-        if self.msgs.len() >= self.cfg.limits.messages_max as usize {
+    /// Room for one more message entry. A message's size never counts here: its bytes are in
+    /// the log, bounded by the disk (a full disk is the log's clear, retryable error).
+    fn check_capacity(&self) -> Result<(), EngineError> {
+        if self.msgs.len() >= self.cfg.limits.message_entries_max as usize {
             return Err(EngineError::OverLimit(
                 "partition holds its maximum of messages",
-            ));
-        }
-        if self.payload_bytes + size_bytes as u64 > self.cfg.limits.payload_bytes_max {
-            return Err(EngineError::OverLimit(
-                "partition holds its maximum of message bytes",
             ));
         }
         if self.next_id >= MSG_ID_MAX {
@@ -1100,8 +1197,8 @@ impl Partition {
         })
     }
 
-    fn delivered(&self, id: u64, m: &Msg) -> Delivered {
-        Delivered {
+    fn delivered(&self, id: u64, m: &Msg) -> Delivery {
+        Delivery {
             receipt: Receipt {
                 queue_id: self.cfg.queue_id,
                 partition: self.cfg.partition,
@@ -1109,7 +1206,7 @@ impl Partition {
                 epoch: m.receive_count,
             },
             message_id: m.message_id,
-            payload: m.payload.clone(),
+            sent_offset: m.sent_offset,
             sent_ms: m.sent_ms,
             receive_count: m.receive_count,
             first_receive_ms: m.first_receive_ms.unwrap_or(0),
@@ -1461,7 +1558,7 @@ impl Partition {
         if self.origins.len() >= self.cfg.limits.move_origins_max as usize {
             return Err(EngineError::OverLimit("too many recent dead-letter moves"));
         }
-        self.check_capacity(req.payload.size_bytes())?;
+        self.check_capacity()?;
         let rec = Record {
             at_ms: now,
             kind: RecordKind::Sent(Sent {
@@ -1753,7 +1850,6 @@ impl Partition {
                 self.msgs.insert(
                     s.id,
                     Msg {
-                        payload: s.payload.clone(),
                         message_id: s.message_id,
                         sent_ms,
                         arrived_ms: at,
@@ -1768,7 +1864,6 @@ impl Partition {
                         move_to: MoveDestination::RedriveTarget,
                     },
                 );
-                self.payload_bytes += s.payload.size_bytes() as u64;
                 let fifo = self.fifo();
                 let grp = self.group_mut(g);
                 grp.msg_count += 1;
@@ -2024,7 +2119,6 @@ impl Partition {
             return;
         };
         self.count(m.state, -1);
-        self.payload_bytes -= m.payload.size_bytes() as u64;
         if m.state == State::Moving {
             self.moving.remove(&id);
         }
@@ -2085,7 +2179,7 @@ impl Partition {
         let _ = writeln!(
             s,
             "now={} next_id={} receive_seq={} last_purge={:?} retention_ms={} scope={:?} \
-             bytes={} counters={:?} moving={:?} next_offset={} strict={} floor={} \
+             counters={:?} moving={:?} next_offset={} strict={} floor={} \
              since_checkpoint={} last_checkpoint={:?}",
             self.now_ms,
             self.next_id,
@@ -2093,7 +2187,6 @@ impl Partition {
             self.last_purge_ms,
             self.retention_ms,
             self.dedup_scope,
-            self.payload_bytes,
             self.counters,
             self.moving,
             self.next_offset,
@@ -2109,7 +2202,7 @@ impl Partition {
             let _ = writeln!(
                 s,
                 "msg {id} @{} {} group={g:?} sent={} arrived={} vis={} rc={} first={:?} {:?} \
-                 touched={} origin={:?} to={:?} body={:?} dedup={:?}",
+                 touched={} origin={:?} to={:?}",
                 m.sent_offset,
                 m.message_id,
                 m.sent_ms,
@@ -2120,9 +2213,7 @@ impl Partition {
                 m.state,
                 m.touched,
                 m.origin,
-                m.move_to,
-                m.payload.body,
-                m.payload.dedup_id
+                m.move_to
             );
         }
         let mut groups: Vec<&Group> = self.groups.iter().flatten().collect();

@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use super::attributes::{DedupScope, QueueAttributes, QueueKind, RedrivePolicy};
 use super::error::EngineError;
+use super::md5::md5_of_body;
 use super::partition::{
     Command, Delivered, Delivery, Limits, MoveRequest, MoveStart, Partition, PartitionConfig,
     ReceiveRequest, Reply, SendRequest, ATTEMPT_WINDOW_MS, DEDUP_WINDOW_MS, LEASE_MS_MAX,
@@ -534,7 +535,13 @@ impl Node {
             .map_err(|e| format!("decode at {offset}: {e}"))?
             .kind
         {
-            RecordKind::Sent(s) if s.message_id == message_id => Ok(s.payload),
+            // The digest read back (format 3) must be the body's.
+            RecordKind::Sent(s)
+                if s.message_id == message_id
+                    && s.payload.md5_body() == md5_of_body(s.payload.body.as_bytes()) =>
+            {
+                Ok(s.payload)
+            }
             other => Err(format!(
                 "content of {message_id} at {offset}: the record there is {other:?}"
             )),

@@ -132,11 +132,12 @@ pub const CHECKPOINT_GROUPS_MAX: usize = 2_048;
 pub const CHECKPOINTS_KEPT_MAX: usize = 1_024;
 
 /// Engine memory per message entry, measured: bytes held per waiting message of a standard
-/// queue, whatever its body size (`cargo bench -p sluice-broker --bench engine`, "engine memory
-/// per waiting message": the entry, its place in the id map, its group's member set and its
-/// retention timer).
-pub const MESSAGE_ENTRY_BYTES: u32 = 256;
-/// The memory one partition's message entries may take by default (`message_entries_max`).
+/// queue, 364 whatever its body size (100 B or 2 KiB; it was 631 and 2,579 with bodies in the
+/// entry) — `cargo bench -p sluice-broker --bench engine`, "engine memory per waiting message":
+/// the entry, its place in the id map, its group's member set and its retention timer.
+pub const MESSAGE_ENTRY_BYTES: u32 = 364;
+/// The memory one partition's message entries may take by default (`message_entries_max`:
+/// 1,474,920 entries).
 const MESSAGE_ENTRY_BYTES_BUDGET: u32 = 512 << 20;
 
 /// Memory bounds of one partition (DESIGN.md §4.8). Hitting one gives `OverLimit`, except the

@@ -9,6 +9,7 @@
 //! | `md5_lanes`   | MD5 of up to 16 bodies at once (AVX2 or SSE2 lanes), for batches       |
 //! | `receipt`     | unforgeable receipt handles (HMAC-SHA256, URL-safe base64)             |
 //! | `record`      | the partition's log records and their versioned binary encoding        |
+//! | `types`       | requests, replies and effects: what the shard gives and gets back      |
 //! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves   |
 //! | `model`       | (tests) a simple reference model and the seeded randomized comparison  |
 //! | `scenarios`   | (tests) one test per queue rule                                        |
@@ -47,6 +48,7 @@ mod md5_lanes;
 pub mod partition;
 pub mod receipt;
 pub mod record;
+pub mod types;
 
 #[cfg(test)]
 mod model;

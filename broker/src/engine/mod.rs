@@ -10,7 +10,7 @@
 //! | `receipt`     | unforgeable receipt handles (HMAC-SHA256, URL-safe base64)             |
 //! | `record`      | the partition's log records and their versioned binary encoding        |
 //! | `types`       | requests, replies and effects: what the shard gives and gets back      |
-//! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves   |
+//! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves; its state, with `apply`, `replay`, `decide` and `timers` beneath |
 //! | `model`       | (tests) a simple reference model and the seeded randomized comparison  |
 //! | `scenarios`   | (tests) one test per queue rule                                        |
 //!

@@ -625,6 +625,136 @@ fn deleted_messages_give_their_space_back_and_a_live_one_pins_it() {
     b.shutdown();
 }
 
+/// Bodies live in the log only: a receive reads them back from the messages' `Sent` records —
+/// after the log below them was compacted away, and after a restart — and a backlog is bounded
+/// by the number of message entries (here a small configured one), never by its bytes.
+#[test]
+fn bodies_are_read_from_the_log_after_compaction_and_restart() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    const ENTRIES_MAX: u32 = 64;
+    let start_small = |dir: &Path| {
+        let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+        c.shards = 2;
+        c.default_partitions = 1;
+        c.log.segment_bytes_max = 128 * 1024;
+        c.log.prealloc_chunk_bytes = 64 * 1024;
+        c.log.batch_bytes_max = 64 * 1024;
+        c.log.write_buffer_bytes_max = 64 * 1024;
+        c.limits.checkpoint_interval_records = 50;
+        c.limits.message_entries_max = ENTRIES_MAX;
+        let b = server::start(c).expect("start");
+        b.wait_ready().expect("ready");
+        b
+    };
+    // Distinct bodies, 30 KiB each: 48 of them are 1.4 MiB of backlog, ~20 segments' worth of
+    // churn around them.
+    let body = |i: u32| {
+        format!(
+            "keeper {i} {}",
+            char::from(b'a' + (i % 26) as u8)
+                .to_string()
+                .repeat(30 * 1024)
+        )
+    };
+    let b = start_small(tmp.path());
+    b.run_on(0, move |s| async move {
+        s.create_queue(T, "backlog", BTreeMap::new(), BTreeMap::new())
+            .await
+            .expect("create");
+        let q = s.queue(T, "backlog").expect("queue");
+        let filler = "f".repeat(1024);
+        let churn = |rounds: u32| {
+            let (s, q, filler) = (s.clone(), q.clone(), filler.clone());
+            async move {
+                for _ in 0..rounds {
+                    for _ in 0..10 {
+                        s.send(&q, send(&filler)).await.expect("send");
+                    }
+                    let got = s.receive(&q, recv(10, None), 0).await.expect("receive");
+                    for d in got {
+                        assert_eq!(d.payload.body, filler);
+                        let h = s.receipt_handle(&d.receipt);
+                        s.delete_message(&q, &h).await.expect("delete");
+                    }
+                }
+            }
+        };
+        churn(30).await;
+        // 16 messages held in flight, then 48 keepers: the partition holds its 64 entries.
+        let mut held = Vec::new();
+        for _ in 0..16 {
+            s.send(&q, send("held")).await.expect("send");
+        }
+        while held.len() < 16 {
+            let got = s
+                .receive(&q, recv(10, Some(3600)), 0)
+                .await
+                .expect("receive");
+            held.extend(got.iter().map(|d| s.receipt_handle(&d.receipt)));
+        }
+        for i in 0..48 {
+            s.send(&q, send(&body(i))).await.expect("send keeper");
+        }
+        assert_eq!(
+            err(s.send(&q, send("one too many")).await),
+            "OverLimit",
+            "entries are bounded"
+        );
+        for h in held {
+            s.delete_message(&q, &h).await.expect("delete");
+        }
+    });
+    // The log below the keepers goes (any command lets the partition compact: a send here).
+    b.run_on(1, move |s| async move {
+        let q = s.queue(T, "backlog").expect("queue");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            glommio::timer::sleep(Duration::from_millis(1100)).await;
+            s.send(&q, send("tick")).await.expect("send");
+            let files = log_files(&s.config.data_dir, q.id);
+            if !files
+                .iter()
+                .any(|f| f.ends_with("00000000000000000000.log"))
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no compaction: {files:?}");
+        }
+    });
+    // After compaction: every keeper's body, read back from the log, in a 4 s lease.
+    let check = move |s: std::rc::Rc<sluice_broker::shard::Shard>, count: u32| async move {
+        let q = s.queue(T, "backlog").expect("queue");
+        let mut seen = Vec::new();
+        while seen.len() < 48 {
+            let got = s.receive(&q, recv(10, Some(4)), 0).await.expect("receive");
+            assert!(!got.is_empty(), "keepers missing: have {}", seen.len());
+            for d in got {
+                if d.payload.body == "tick" {
+                    continue; // sent after the keepers
+                }
+                let i: u32 = d.payload.body["keeper ".len()..]
+                    .split(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("a keeper");
+                assert_eq!(d.payload.body, body(i));
+                assert_eq!(d.receive_count, count);
+                seen.push(i);
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..48).collect::<Vec<_>>());
+    };
+    b.run_on(0, move |s| check(s, 1));
+    b.shutdown();
+    // After a restart (once the 4 s leases have expired): the same bodies again.
+    std::thread::sleep(Duration::from_millis(4100));
+    let b = start_small(tmp.path());
+    b.run_on(1, move |s| check(s, 2));
+    b.shutdown();
+}
+
 /// StreamRetentionPeriod keeps deleted messages for readers of the queue as a stream:
 /// compaction leaves the young segments alone while it is set, and frees them once it is 0.
 #[test]

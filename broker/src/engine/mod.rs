@@ -9,7 +9,8 @@
 //! | `md5_lanes`   | MD5 of up to 16 bodies at once (AVX2 or SSE2 lanes), for batches       |
 //! | `receipt`     | unforgeable receipt handles (HMAC-SHA256, URL-safe base64)             |
 //! | `record`      | the partition's log records and their versioned binary encoding        |
-//! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves   |
+//! | `types`       | requests, replies and effects: what the shard gives and gets back      |
+//! | `partition`   | the state machine: leases, FIFO groups, dedup, fair queues, DLQ moves; its state, with `apply`, `replay`, `decide` and `timers` beneath |
 //! | `model`       | (tests) a simple reference model and the seeded randomized comparison  |
 //! | `scenarios`   | (tests) one test per queue rule                                        |
 //!
@@ -18,7 +19,10 @@
 //! [`Partition::execute`]`(now_ms, Command)`, append `effects.records` (each
 //! [`Record::encode`]d) and make them durable before sending `effects.reply`, and forward
 //! `effects.moves` to the DLQ's partition (`Command::AcceptMove`, then `Command::CompleteMove`
-//! back here). Park until [`Partition::next_deadline_ms`] and call [`Partition::tick`]. Receipt
+//! back here). The engine holds no message content (DESIGN.md §3: the log holds the
+//! messages): a receive's [`Delivery`]s and a [`MoveStart`] name the log offset of each
+//! message's `Sent` record, and the shard reads the content from there
+//! ([`Delivery::with_payload`], [`MoveStart::with_payload`]). Park until [`Partition::next_deadline_ms`] and call [`Partition::tick`]. Receipt
 //! handles are encoded and verified at the edge with [`ReceiptCodec`]; the engine takes the
 //! decoded [`Receipt`]. Errors map to SQS codes through [`EngineError::sqs_code`].
 //!
@@ -44,6 +48,7 @@ mod md5_lanes;
 pub mod partition;
 pub mod receipt;
 pub mod record;
+pub mod types;
 
 #[cfg(test)]
 mod model;
@@ -52,9 +57,9 @@ mod scenarios;
 
 pub use error::{EngineError, SqsCode};
 pub use partition::{
-    BatchEntry, Command, Counters, Delivered, Effects, Limits, MoveRequest, MovesStarted,
-    Partition, PartitionConfig, ReceiveRequest, ReplayError, Reply, SendRequest, SentReply,
-    StartMoves,
+    BatchEntry, Command, Counters, Delivered, Delivery, Effects, Limits, MoveRequest, MoveStart,
+    MovesStarted, Partition, PartitionConfig, ReceiveRequest, ReplayError, Reply, SendRequest,
+    SentReply, StartMoves, MESSAGE_ENTRY_BYTES,
 };
 pub use receipt::{Receipt, ReceiptCodec};
 pub use record::{MessageId, MoveDestination, MoveOrigin, Payload, Record, RecordKind};

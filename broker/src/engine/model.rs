@@ -21,12 +21,14 @@ use rand::{Rng, SeedableRng};
 
 use super::attributes::{DedupScope, QueueAttributes, QueueKind, RedrivePolicy};
 use super::error::EngineError;
+use super::md5::md5_of_body;
 use super::partition::{
-    Command, Limits, Partition, PartitionConfig, ReceiveRequest, Reply, SendRequest,
-    ATTEMPT_WINDOW_MS, DEDUP_WINDOW_MS, LEASE_MS_MAX, PURGE_INTERVAL_MS,
+    Command, Delivered, Delivery, Limits, MoveRequest, MoveStart, Partition, PartitionConfig,
+    ReceiveRequest, Reply, SendRequest, ATTEMPT_WINDOW_MS, DEDUP_WINDOW_MS, LEASE_MS_MAX,
+    PURGE_INTERVAL_MS,
 };
 use super::receipt::{Receipt, ReceiptCodec};
-use super::record::{MessageId, Record};
+use super::record::{MessageId, Payload, Record, RecordKind};
 
 #[derive(Debug, Clone)]
 struct MMsg {
@@ -153,10 +155,6 @@ impl Model {
         self.msgs.iter().map(|m| m.arrived).min()
     }
 
-    fn bytes(&self) -> usize {
-        self.msgs.iter().map(|m| m.body.len()).sum()
-    }
-
     fn insert(
         &mut self,
         group: String,
@@ -227,9 +225,7 @@ impl Model {
             if self.dedup.len() >= self.limits.dedup_entries_max as usize {
                 return Err("OverLimit");
             }
-            if self.msgs.len() >= self.limits.messages_max as usize
-                || (self.bytes() + body.len()) as u64 > self.limits.payload_bytes_max
-            {
+            if self.msgs.len() >= self.limits.message_entries_max as usize {
                 return Err("OverLimit");
             }
             let mid = MessageId::derive(self.queue_id, 0, self.next_id);
@@ -237,9 +233,8 @@ impl Model {
             self.dedup.push((key, now + DEDUP_WINDOW_MS, mid, id));
             return Ok((mid, Some(id), false));
         }
-        if self.msgs.len() >= self.limits.messages_max as usize
-            || (self.bytes() + body.len()) as u64 > self.limits.payload_bytes_max
-        {
+        // Only the number of messages is bounded: their bytes are in the log.
+        if self.msgs.len() >= self.limits.message_entries_max as usize {
             return Err("OverLimit");
         }
         let delay = delay_s.map_or(self.delay_ms, |d| u64::from(d) * 1000);
@@ -523,6 +518,46 @@ impl Node {
         self.append(&fx)
     }
 
+    /// What the shard does: the content of message `message_id` read back from its `Sent`
+    /// record at `offset` in this node's (encoded, possibly compacted) log.
+    fn content_at(&self, offset: u64, message_id: MessageId) -> Result<Arc<Payload>, String> {
+        let bytes = offset
+            .checked_sub(self.base)
+            .and_then(|i| self.log.get(i as usize))
+            .ok_or_else(|| {
+                format!(
+                    "content of {message_id} at {offset}: not in the log ({}..{})",
+                    self.base,
+                    self.end()
+                )
+            })?;
+        match Record::decode(bytes)
+            .map_err(|e| format!("decode at {offset}: {e}"))?
+            .kind
+        {
+            // The digest read back (format 3) must be the body's.
+            RecordKind::Sent(s)
+                if s.message_id == message_id
+                    && s.payload.md5_body() == md5_of_body(s.payload.body.as_bytes()) =>
+            {
+                Ok(s.payload)
+            }
+            other => Err(format!(
+                "content of {message_id} at {offset}: the record there is {other:?}"
+            )),
+        }
+    }
+
+    fn delivered(&self, d: Delivery) -> Result<Delivered, String> {
+        let p = self.content_at(d.sent_offset, d.message_id)?;
+        Ok(d.with_payload(p))
+    }
+
+    fn move_request(&self, m: MoveStart) -> Result<MoveRequest, String> {
+        let p = self.content_at(m.sent_offset, m.message_id)?;
+        Ok(m.with_payload(p))
+    }
+
     /// Deletes a random prefix of the log below the compaction floor, as the shard deletes
     /// whole segments below it. Returns (records dropped, floor).
     fn compact(&mut self, rng: &mut SmallRng) -> (u64, u64) {
@@ -616,8 +651,7 @@ impl Case {
         }
         let limits = Limits {
             inflight_max: rng.gen_range(3..=12),
-            messages_max: rng.gen_range(10..=40),
-            payload_bytes_max: rng.gen_range(40..=400),
+            message_entries_max: rng.gen_range(10..=40),
             dedup_entries_max: rng.gen_range(5..=30),
             attempt_ids_max: rng.gen_range(1..=3),
             move_origins_max: 10_000,
@@ -634,8 +668,7 @@ impl Case {
             1_209_600
         };
         let dlimits = Limits {
-            messages_max: 100_000,
-            payload_bytes_max: 1 << 30,
+            message_entries_max: 100_000,
             checkpoint_interval_records: rng.gen_range(1..=30),
             ..Limits::default()
         };
@@ -730,8 +763,9 @@ impl Case {
     }
 
     /// Forwards DLQ moves the way a shard does, with crashes injected between the steps.
-    fn forward_moves(&mut self, moves: Vec<super::MoveRequest>) -> Result<(), String> {
+    fn forward_moves(&mut self, moves: Vec<MoveStart>) -> Result<(), String> {
         for mv in moves {
+            let mv = self.src.move_request(mv)?;
             let now = self.now;
             if self.rng.gen_bool(0.1) {
                 // Crash before forwarding: the source must list the move as pending.
@@ -921,6 +955,13 @@ impl Case {
         let Reply::Received(got) = &fx.reply else {
             return Err(format!("unexpected reply {:?}", fx.reply));
         };
+        // Every body handed out is read back from the log, as the shard does: the model's
+        // bodies (the ones sent) must come out.
+        let node = if q == 0 { &self.src } else { &self.dlq };
+        let got = got
+            .iter()
+            .map(|d| node.delivered(d.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
         let e_got: Vec<Got> = got
             .iter()
             .map(|d| {
@@ -952,7 +993,7 @@ impl Case {
         let e_moved: Vec<u64> = fx.moves.iter().map(|m| m.origin.msg_id).collect();
         let m_moved_ids: Vec<u64> = m_moved.iter().map(|m| m.id).collect();
         self.check("moved", e_moved, m_moved_ids)?;
-        for d in got {
+        for d in &got {
             self.remember(q, d.receipt);
         }
         for m in m_moved {

@@ -1,16 +1,17 @@
 //! The partition's log records: every durable state change of a partition is one [`Record`], and
 //! replaying the records rebuilds the partition (see `partition.rs`).
 //!
-//! # Encoding (format versions 1 and 2)
+//! # Encoding (format versions 1, 2 and 3)
 //!
 //! Hand-written, compact and versioned; these bytes are the value of one storage-log record.
 //!
 //! ```text
-//! record   = version:u8 (1 or 2) | kind:u8 | at_ms:u64 | fields(kind)
+//! record   = version:u8 (1, 2 or 3) | kind:u8 | at_ms:u64 | fields(kind)
 //! Sent (1) = id:u64 | message_id:[16] | visible_at_ms:u64 | flags:u8
 //!            [group:str16 if flags&1] [dedup:str16 if flags&2]
 //!            [origin: queue_id:u64 partition:u32 msg_id:u64 sent_ms:u64 if flags&4]
 //!            (v2: flags&8 = redriven: the origin is an idempotency key only, needs flags&4)
+//!            [v3: md5_body:[16] if flags&16]
 //!            body:str32 | n_attrs:u8 | n × (name:str16 type:str16 transport:u8 value:bytes32)
 //! Received (2)          = id:u64 | receive_count:u32 | deadline_ms:u64 | flags:u8
 //!                         (1 = attempt id follows, 2 = first delivery of a receive) [attempt:str16]
@@ -39,6 +40,11 @@
 //! fields is byte-for-byte what version 1 wrote (a log without redrives or checkpoints stays
 //! readable by a version-1 binary), and the decoder reads both, rejecting version-2 fields under
 //! a version-1 byte.
+//!
+//! Version 3 adds the body's MD5 to `Sent` (flag 16). The engine keeps no bodies, so every
+//! message a receive hands out is decoded from its `Sent` record; without the digest there, each
+//! would be hashed again at every receive (it was computed at send, for the send's reply). A
+//! `Sent` whose payload has its digest — every one sent live — is written as version 3.
 
 use std::sync::{Arc, OnceLock};
 
@@ -48,7 +54,9 @@ use super::attributes::{AttributeValue, DedupScope, MessageAttribute, MESSAGE_AT
 use super::md5::{md5_of_attributes, md5_of_bodies, md5_of_body, Md5Digest};
 
 /// The newest record format this code writes and reads (see the module documentation).
-pub const RECORD_FORMAT_VERSION: u8 = 2;
+pub const RECORD_FORMAT_VERSION: u8 = 3;
+/// Redrive destinations, the `redriven` flag and checkpoints.
+pub const RECORD_FORMAT_V2: u8 = 2;
 /// The first format: still read, and still written for every record it can express.
 pub const RECORD_FORMAT_V1: u8 = 1;
 
@@ -342,6 +350,7 @@ const SENT_HAS_GROUP: u8 = 1;
 const SENT_HAS_DEDUP: u8 = 2;
 const SENT_HAS_ORIGIN: u8 = 4;
 const SENT_REDRIVEN: u8 = 8;
+const SENT_HAS_MD5: u8 = 16;
 const DEST_REDRIVE_TARGET: u8 = 0;
 const DEST_DEAD_LETTER_SOURCE: u8 = 1;
 const DEST_QUEUE: u8 = 2;
@@ -378,13 +387,16 @@ impl Record {
     /// The lowest format version that can express this record.
     pub fn format_version(&self) -> u8 {
         let v2 = match &self.kind {
+            RecordKind::Sent(s) if s.payload.md5_body.get().is_some() => {
+                return RECORD_FORMAT_VERSION
+            }
             RecordKind::Sent(s) => s.redriven,
             RecordKind::DlqMoveStarted { destination, .. } => destination.is_redrive(),
             RecordKind::Checkpoint(_) => true,
             _ => false,
         };
         if v2 {
-            RECORD_FORMAT_VERSION
+            RECORD_FORMAT_V2
         } else {
             RECORD_FORMAT_V1
         }
@@ -425,6 +437,10 @@ impl Record {
                 if s.redriven {
                     flags |= SENT_REDRIVEN;
                 }
+                let md5 = p.md5_body.get();
+                if md5.is_some() {
+                    flags |= SENT_HAS_MD5;
+                }
                 out.push(flags);
                 if let Some(g) = &p.group_id {
                     put_str16(out, g);
@@ -437,6 +453,9 @@ impl Record {
                     out.extend_from_slice(&o.partition.to_le_bytes());
                     out.extend_from_slice(&o.msg_id.to_le_bytes());
                     out.extend_from_slice(&o.sent_ms.to_le_bytes());
+                }
+                if let Some(d) = md5 {
+                    out.extend_from_slice(&d.0);
                 }
                 put_bytes32(out, p.body.as_bytes());
                 out.push(u8::try_from(p.attributes.len()).expect("at most 10 attributes"));
@@ -494,7 +513,7 @@ impl Record {
             }
             RecordKind::DlqMoveStarted { id, destination } => {
                 out.extend_from_slice(&id.to_le_bytes());
-                if version >= RECORD_FORMAT_VERSION {
+                if version >= RECORD_FORMAT_V2 {
                     match destination {
                         MoveDestination::RedriveTarget => out.push(DEST_REDRIVE_TARGET),
                         MoveDestination::DeadLetterSource => out.push(DEST_DEAD_LETTER_SOURCE),
@@ -540,10 +559,11 @@ impl Record {
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let mut c = Cursor { b: bytes };
         let version = c.u8()?;
-        if version != RECORD_FORMAT_V1 && version != RECORD_FORMAT_VERSION {
+        if !(RECORD_FORMAT_V1..=RECORD_FORMAT_VERSION).contains(&version) {
             return Err(DecodeError::UnknownVersion(version));
         }
-        let v2 = version == RECORD_FORMAT_VERSION;
+        let v2 = version >= RECORD_FORMAT_V2;
+        let v3 = version >= RECORD_FORMAT_VERSION;
         let kind = c.u8()?;
         let at_ms = c.u64()?;
         let kind = match kind {
@@ -555,7 +575,8 @@ impl Record {
                 let known = SENT_HAS_GROUP
                     | SENT_HAS_DEDUP
                     | SENT_HAS_ORIGIN
-                    | if v2 { SENT_REDRIVEN } else { 0 };
+                    | if v2 { SENT_REDRIVEN } else { 0 }
+                    | if v3 { SENT_HAS_MD5 } else { 0 };
                 if flags & !known != 0 {
                     return Err(DecodeError::Invalid("unknown Sent flags"));
                 }
@@ -583,6 +604,11 @@ impl Record {
                 } else {
                     None
                 };
+                let md5_body = if flags & SENT_HAS_MD5 != 0 {
+                    Some(Md5Digest(c.array16()?))
+                } else {
+                    None
+                };
                 let body = c.str32()?;
                 let n = usize::from(c.u8()?);
                 if n > MESSAGE_ATTRIBUTES_MAX {
@@ -607,7 +633,15 @@ impl Record {
                     id,
                     message_id,
                     visible_at_ms,
-                    payload: Arc::new(Payload::new(body, attributes, group_id, dedup_id)),
+                    payload: Arc::new({
+                        let p = Payload::new(body, attributes, group_id, dedup_id);
+                        // As written: the batch checksum covers it (not re-hashed here, on the
+                        // receive path; the model test compares it with the body's).
+                        if let Some(d) = md5_body {
+                            let _ = p.md5_body.set(d);
+                        }
+                        p
+                    }),
                     origin,
                     redriven,
                 })
@@ -963,8 +997,9 @@ pub(crate) mod tests {
         }
     }
 
-    /// A replayed message's body digest is computed on first use (not during the replay),
-    /// alone or several at a time for a receive, and is the body's MD5 either way.
+    /// A replayed message without a digest in its record (written before version 3) gets it on
+    /// first use (not during the replay), alone or several at a time for a receive, and it is
+    /// the body's MD5 either way.
     #[test]
     fn replayed_payloads_get_their_body_digest_on_first_use() {
         let payloads: Vec<Payload> = (0..6)
@@ -975,9 +1010,9 @@ pub(crate) mod tests {
                         id: i,
                         message_id: MessageId([0; 16]),
                         visible_at_ms: 1,
-                        payload: Arc::new(Payload::with_md5_body(
+                        // Written before version 3: no digest in the record.
+                        payload: Arc::new(Payload::new(
                             "x".repeat(100 * i as usize),
-                            md5_of_body("x".repeat(100 * i as usize).as_bytes()),
                             Vec::new(),
                             None,
                             None,
@@ -1016,8 +1051,11 @@ pub(crate) mod tests {
         };
         let mut b = r.encode();
         assert_eq!(b.len(), 1 + 1 + 8 + 8);
-        b[0] = 3;
-        assert_eq!(Record::decode(&b), Err(DecodeError::UnknownVersion(3)));
+        b[0] = RECORD_FORMAT_VERSION + 1;
+        assert_eq!(
+            Record::decode(&b),
+            Err(DecodeError::UnknownVersion(RECORD_FORMAT_VERSION + 1))
+        );
         b[0] = 1;
         b[1] = 99;
         assert_eq!(Record::decode(&b), Err(DecodeError::UnknownKind(99)));
@@ -1074,6 +1112,48 @@ pub(crate) mod tests {
         assert_eq!(
             Record::decode(&cp),
             Err(DecodeError::UnknownKind(KIND_CHECKPOINT))
+        );
+    }
+
+    /// A live Sent carries its body's digest (version 3), so reading it back for a receive
+    /// needs no hashing; a Sent without one is written as before; the flag needs version 3.
+    #[test]
+    fn version_3_sent_carries_the_body_digest() {
+        let sent = |p: Payload| Record {
+            at_ms: 1,
+            kind: RecordKind::Sent(Sent {
+                id: 0,
+                message_id: MessageId([1; 16]),
+                visible_at_ms: 1,
+                payload: Arc::new(p),
+                origin: None,
+                redriven: false,
+            }),
+        };
+        let md5 = md5_of_body(b"hello");
+        let live = sent(Payload::with_md5_body(
+            "hello".into(),
+            md5,
+            Vec::new(),
+            None,
+            None,
+        ));
+        let bytes = live.encode();
+        assert_eq!(bytes[0], RECORD_FORMAT_VERSION);
+        let back = Record::decode(&bytes).expect("v3 Sent decodes");
+        let RecordKind::Sent(s) = &back.kind else {
+            panic!("not a Sent: {back:?}")
+        };
+        assert_eq!(s.payload.md5_body.get(), Some(&md5), "read, not computed");
+        assert_eq!(back, live);
+        assert_eq!(back.encode(), bytes);
+        let old = sent(Payload::new("hello".into(), Vec::new(), None, None));
+        assert_eq!(old.encode()[0], RECORD_FORMAT_V1);
+        let mut bad = bytes.clone();
+        bad[0] = RECORD_FORMAT_V2;
+        assert_eq!(
+            Record::decode(&bad),
+            Err(DecodeError::Invalid("unknown Sent flags"))
         );
     }
 

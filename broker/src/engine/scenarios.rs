@@ -6,7 +6,7 @@ use super::attributes::{
 };
 use super::partition::*;
 use super::receipt::Receipt;
-use super::record::{MoveDestination, Record, RecordKind};
+use super::record::{MessageId, MoveDestination, Payload, Record, RecordKind};
 use super::EngineError;
 use super::ReplayError;
 
@@ -104,8 +104,26 @@ impl Q {
             )
             .expect("receive");
         match fx.reply {
-            Reply::Received(d) => d,
+            Reply::Received(d) => d.into_iter().map(|d| self.delivered(d)).collect(),
             r => panic!("unexpected reply {r:?}"),
+        }
+    }
+
+    /// A delivery with its content read back from its `Sent` record, as the shard does.
+    fn delivered(&self, d: Delivery) -> Delivered {
+        let p = self.content(d.sent_offset, d.message_id);
+        d.with_payload(p)
+    }
+
+    fn move_request(&self, m: MoveStart) -> MoveRequest {
+        let p = self.content(m.sent_offset, m.message_id);
+        m.with_payload(p)
+    }
+
+    fn content(&self, offset: u64, message_id: MessageId) -> std::sync::Arc<Payload> {
+        match &self.log[offset as usize].kind {
+            RecordKind::Sent(s) if s.message_id == message_id => s.payload.clone(),
+            other => panic!("no Sent of {message_id} at {offset}: {other:?}"),
         }
     }
 
@@ -496,6 +514,7 @@ fn dead_letter_move_is_two_step_and_idempotent() {
     // Crash before forwarding: the move is still pending after recovery, never delivered.
     src.restart(T0 + 2_000);
     assert_eq!(src.p.pending_moves(), vec![mv.clone()]);
+    let mv = src.move_request(mv);
     assert!(src.recv(T0 + 2_000, 10).is_empty());
     dlq.exec(T0 + 2_000, Command::AcceptMove(mv.clone()))
         .expect("accept");
@@ -560,7 +579,7 @@ fn retention_expiry() {
 #[test]
 fn limits_give_typed_errors() {
     let mut q = Q::new(QueueKind::Standard, |_, l| {
-        l.messages_max = 2;
+        l.message_entries_max = 2;
         l.inflight_max = 1;
     });
     q.body(T0, "a");
@@ -732,7 +751,7 @@ fn start_moves(
         )
         .expect("start moves");
     match fx.reply {
-        Reply::MovesStarted(r) => (r, fx.moves),
+        Reply::MovesStarted(r) => (r, fx.moves.into_iter().map(|m| q.move_request(m)).collect()),
         r => panic!("unexpected reply {r:?}"),
     }
 }
@@ -757,7 +776,7 @@ fn redrive_moves_dead_letters_back_as_fresh_messages() {
     let sent = src.body(T0, "poison");
     src.recv(T0, 1);
     assert!(src.recv(T0 + 40_000, 1).is_empty());
-    let mv = src.p.pending_moves().remove(0);
+    let mv = src.move_request(src.p.pending_moves().remove(0));
     assert_eq!(mv.destination, MoveDestination::RedriveTarget);
     assert_eq!(mv.destination_queue(), None);
     dlq.exec(T0 + 40_000, Command::AcceptMove(mv.clone()))
@@ -794,7 +813,14 @@ fn redrive_moves_dead_letters_back_as_fresh_messages() {
     assert_eq!(back.message_id, sent.message_id);
     // The destination is durable: a restart lists the move with it.
     dlq.restart(T0 + 50_000);
-    assert_eq!(dlq.p.pending_moves(), vec![back.clone()]);
+    assert_eq!(
+        dlq.p
+            .pending_moves()
+            .into_iter()
+            .map(|m| dlq.move_request(m))
+            .collect::<Vec<_>>(),
+        vec![back.clone()]
+    );
     assert_eq!(dlq.p.counters().moving, 1);
     src.exec(T0 + 51_000, Command::AcceptMove(back.clone()))
         .expect("accept redrive");

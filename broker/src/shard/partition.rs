@@ -6,9 +6,15 @@
 //! the log in the order the engine applied them. The reply waits until they are durable. If a
 //! commit fails, the engine's state is ahead of the log: the partition rebuilds itself from the
 //! log before serving again.
+//!
+//! The engine keeps no message content (DESIGN.md §3): what a receive hands out and what a DLQ
+//! move forwards is read here from the messages' `Sent` records, once the command's own records
+//! are durable (the `Sent` records precede them in the log, so they are durable too), in as
+//! few log reads as the offsets allow (`read_contents`).
 
 use crate::engine::{
-    Command, Counters, MoveRequest, Partition, PartitionConfig, Record as EngineRecord, Reply,
+    Command, Counters, Delivery, MoveRequest, MoveStart, Partition, PartitionConfig, Payload,
+    Record as EngineRecord, RecordKind, Reply,
 };
 use crate::error::{ServiceError, ServiceResult};
 use crate::runtime::{self, Event};
@@ -18,11 +24,17 @@ use sluice_storage::{Log, LogConfig};
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 
 /// Long-poll waiters parked on one partition at once; more get `OverLimit`-style back-pressure.
 pub const WAITERS_PER_PARTITION_MAX: usize = 10_000;
 /// Bytes read per step when replaying the log at start-up.
 const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
+/// Bytes asked of one log read when fetching the `Sent` records of a receive's messages or of
+/// DLQ moves: a receive's messages usually sit in a few consecutive batches, which one read
+/// returns; offsets beyond what it returned get reads of their own (a read always returns the
+/// batch holding its offset, however large).
+const CONTENT_READ_BYTES: usize = 256 * 1024;
 /// Compaction looks at a partition's log at most this often.
 pub const COMPACTION_INTERVAL_MS: u64 = 1000;
 
@@ -105,11 +117,130 @@ impl PartitionActor {
             this: this.clone(),
         });
         // Moves that were started but not completed before a restart go out again.
-        for mv in actor.engine.borrow().pending_moves() {
-            (actor.moves)(mv);
-        }
+        actor.forward_pending_moves().await?;
         runtime::spawn(Self::timer_loop(actor.clone()));
         Ok(actor)
+    }
+
+    /// Forwards every move the engine lists as started and not completed (after a restart or
+    /// a rebuild; the destination's `AcceptMove` is idempotent by origin).
+    async fn forward_pending_moves(&self) -> ServiceResult<()> {
+        let pending = self.engine.borrow().pending_moves();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let (_, moves) = self.with_contents(Reply::None, pending).await?;
+        for mv in moves {
+            (self.moves)(mv);
+        }
+        Ok(())
+    }
+
+    /// The contents of the `Sent` records at `offsets` (any order, distinct), by position;
+    /// `None` for an offset the log no longer holds (compacted away: the message is gone).
+    /// Sorted, the offsets are read in runs: one read from the lowest offset not yet found
+    /// returns that batch and the ones after it up to [`CONTENT_READ_BYTES`].
+    async fn read_contents(&self, offsets: &[u64]) -> ServiceResult<Vec<Option<Arc<Payload>>>> {
+        let log = self.log();
+        let mut want: Vec<(u64, usize)> = offsets.iter().copied().zip(0..).collect();
+        want.sort_unstable();
+        let mut out = vec![None; offsets.len()];
+        let mut next = 0;
+        while next < want.len() {
+            let at = want[next].0;
+            if at < log.start_offset() || at >= log.end_offset() {
+                next += 1;
+                continue;
+            }
+            let before = next;
+            for b in log.read(at, CONTENT_READ_BYTES).await? {
+                for r in b.view().records() {
+                    let r = r.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
+                    while next < want.len() && want[next].0 < r.offset {
+                        next += 1; // not in the log: left `None`
+                    }
+                    if next == want.len() || want[next].0 != r.offset {
+                        continue;
+                    }
+                    let rec = EngineRecord::decode(r.value).map_err(|e| {
+                        ServiceError::Internal(format!("engine record at {}: {e}", r.offset))
+                    })?;
+                    let RecordKind::Sent(sent) = rec.kind else {
+                        return Err(ServiceError::Internal(format!(
+                            "no Sent record at offset {}",
+                            r.offset
+                        )));
+                    };
+                    out[want[next].1] = Some(sent.payload);
+                    next += 1;
+                }
+                if next == want.len() {
+                    break;
+                }
+            }
+            if next == before {
+                // The read returned nothing at `at`: the log ends there.
+                next += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Joins the engine's decisions with the messages' contents, read from the log. A
+    /// delivered message whose `Sent` record is gone was deleted meanwhile (a standard queue
+    /// accepts a delete by an older handle, and compaction may then drop its record): it is
+    /// left out of the reply. A move's record stays while it is pending (a moving message is
+    /// neither deleted, purged nor expired), so a missing one is an error.
+    async fn with_contents(
+        &self,
+        reply: Reply<Delivery>,
+        moves: Vec<MoveStart>,
+    ) -> ServiceResult<(Reply, Vec<MoveRequest>)> {
+        let delivered: &[Delivery] = match &reply {
+            Reply::Received(v) => v,
+            _ => &[],
+        };
+        if delivered.is_empty() && moves.is_empty() {
+            let reply = reply.map_received(|_| Ok::<_, ServiceError>(Vec::new()))?;
+            return Ok((reply, Vec::new()));
+        }
+        let offsets: Vec<u64> = delivered
+            .iter()
+            .map(|d| d.sent_offset)
+            .chain(moves.iter().map(|m| m.sent_offset))
+            .collect();
+        let mut contents = self.read_contents(&offsets).await?.into_iter();
+        let reply = reply.map_received(|v| {
+            Ok::<_, ServiceError>(
+                v.into_iter()
+                    .zip(contents.by_ref())
+                    .filter_map(|(d, c)| match c {
+                        Some(p) => Some(d.with_payload(p)),
+                        None => {
+                            tracing::debug!(
+                                queue = self.queue_id,
+                                partition = self.partition,
+                                offset = d.sent_offset,
+                                "a received message was deleted before its content was read"
+                            );
+                            None
+                        }
+                    })
+                    .collect(),
+            )
+        })?;
+        let moves = moves
+            .into_iter()
+            .zip(contents)
+            .map(|(m, c)| match c {
+                Some(p) => Ok(m.with_payload(p)),
+                None => Err(ServiceError::Internal(format!(
+                    "the Sent record of a pending move is gone (offset {})",
+                    m.sent_offset
+                ))),
+            })
+            .collect::<ServiceResult<Vec<_>>>()?;
+        Ok((reply, moves))
     }
 
     async fn load(
@@ -165,7 +296,8 @@ impl PartitionActor {
         self.ready.notify();
         self.appended.notify();
         self.rearm.notify();
-        Ok(())
+        // A move started before the failure may not have been forwarded.
+        self.forward_pending_moves().await
     }
 
     /// The current log (swapped when the partition rebuilds: take it per use).
@@ -248,12 +380,22 @@ impl PartitionActor {
         if wakes {
             self.appended.notify();
         }
-        self.ops.count(&effects.reply, effects.moves.len());
-        for mv in effects.moves {
+        let contents = self.with_contents(effects.reply, effects.moves).await;
+        self.maybe_compact(now);
+        let (reply, moves) = match contents {
+            Ok(c) => c,
+            Err(e) => {
+                // The leases are durable: the messages come back when they expire. Moves the
+                // engine started are forwarded again by the rebuild.
+                self.broken.set(true);
+                return Err(e);
+            }
+        };
+        self.ops.count(&reply, moves.len());
+        for mv in moves {
             (self.moves)(mv);
         }
-        self.maybe_compact(now);
-        Ok(effects.reply)
+        Ok(reply)
     }
 
     /// At most once per [`COMPACTION_INTERVAL_MS`], in the background: deletes the sealed
@@ -444,8 +586,11 @@ impl PartitionActor {
                 }
             }
             this.maybe_compact(now);
-            for mv in effects.moves {
-                (this.moves)(mv);
+            if !effects.moves.is_empty() {
+                match this.with_contents(Reply::None, effects.moves).await {
+                    Ok((_, moves)) => moves.into_iter().for_each(|mv| (this.moves)(mv)),
+                    Err(_) => this.broken.set(true),
+                }
             }
             this.ready.notify();
             this.appended.notify();

@@ -1,0 +1,605 @@
+//! Apply: records to state — what every replica runs, live right after a decision and on replay
+//! (`apply`), and the timer effects that need no record (`advance`: delay ends, lease expiry,
+//! retention, dedup/attempt/origin windows). Depends only on the state (`super`).
+
+use super::*;
+
+impl Partition {
+    pub(super) fn apply_live(&mut self, rec: &Record) {
+        if let Err(e) = self.apply_at(self.next_offset, rec) {
+            // A live decision produced a record its own state rejects: a bug, never input.
+            panic!("engine produced a record it cannot apply: {e} ({rec:?})");
+        }
+    }
+
+    /// Runs every timer due at or before `now_ms` and returns the engine's clock, which never
+    /// goes back (a clock step backwards is treated as no time passing).
+    pub(super) fn advance(&mut self, now_ms: u64) -> u64 {
+        let now = now_ms.max(self.now_ms);
+        self.now_ms = now;
+        while let Some(&Reverse((due, kind, id, epoch))) = self.timers.peek() {
+            if due > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(m) = self.msgs.get(&id) else {
+                continue;
+            };
+            match kind {
+                TIMER_LEASE => {
+                    if matches!(m.state, State::InFlight { deadline_ms, .. } if deadline_ms == due)
+                        && m.receive_count == epoch
+                    {
+                        self.transition(id, State::Available);
+                    }
+                }
+                TIMER_DELAY => {
+                    if m.state == State::Delayed && m.visible_at_ms == due {
+                        self.transition(id, State::Available);
+                    }
+                }
+                _ => {
+                    if m.state != State::Moving {
+                        let expires = m.sent_ms.saturating_add(self.retention_ms);
+                        if expires <= now {
+                            self.remove(id);
+                        } else if expires != due {
+                            // Retention grew since this timer was set.
+                            self.timers.push(Reverse((expires, TIMER_RETENTION, id, 0)));
+                        }
+                    }
+                }
+            }
+        }
+        while let Some((expires, _)) = self.dedup_order.front() {
+            if *expires > now {
+                break;
+            }
+            let (expires, key) = self.dedup_order.pop_front().expect("front exists");
+            if self
+                .dedup
+                .get(&key)
+                .is_some_and(|e| e.expires_ms == expires)
+            {
+                self.dedup.remove(&key);
+            }
+        }
+        while let Some((&seq, key)) = self.attempt_order.first_key_value() {
+            let at = self.attempts.get(key).map_or(0, |e| e.at_ms);
+            if at + ATTEMPT_WINDOW_MS > now {
+                break;
+            }
+            let key = key.clone();
+            self.attempt_order.remove(&seq);
+            self.attempts.remove(&key);
+        }
+        while let Some((expires, _, _)) = self.origin_order.front() {
+            if *expires > now {
+                break;
+            }
+            let (_, key, _) = self.origin_order.pop_front().expect("front exists");
+            self.origins.remove(&key);
+        }
+        // Superseded timers are dropped lazily; rebuild when they outnumber live ones so the
+        // heap stays O(messages).
+        if self.timers.len() > 3 * self.msgs.len() + 64 {
+            self.rebuild_timers();
+        }
+        now
+    }
+
+    pub(super) fn rebuild_timers(&mut self) {
+        let mut v = Vec::with_capacity(2 * self.msgs.len());
+        for (&id, m) in &self.msgs {
+            v.push(Reverse((
+                m.sent_ms.saturating_add(self.retention_ms),
+                TIMER_RETENTION,
+                id,
+                0,
+            )));
+            match m.state {
+                State::Delayed => v.push(Reverse((m.visible_at_ms, TIMER_DELAY, id, 0))),
+                State::InFlight { deadline_ms, .. } => {
+                    v.push(Reverse((deadline_ms, TIMER_LEASE, id, m.receive_count)))
+                }
+                _ => {}
+            }
+        }
+        self.timers = BinaryHeap::from(v);
+    }
+
+    /// Applies the record at log `offset`, and counts it.
+    pub(super) fn apply_at(&mut self, offset: u64, rec: &Record) -> Result<(), ReplayError> {
+        self.apply(rec, offset)?;
+        self.next_offset = offset + 1;
+        if matches!(rec.kind, RecordKind::Checkpoint(_)) {
+            self.records_since_checkpoint = 0;
+        } else {
+            self.records_since_checkpoint += 1;
+        }
+        Ok(())
+    }
+
+    /// A record about message `id`, which is not here: skipped if its `Sent` may have been
+    /// compacted away, else the log is inconsistent.
+    pub(super) fn unknown(
+        &self,
+        id: u64,
+        at_ms: u64,
+        reason: &'static str,
+    ) -> Result<(), ReplayError> {
+        if !self.strict && id < self.ignore_below_id {
+            Ok(())
+        } else {
+            Err(ReplayError { at_ms, reason })
+        }
+    }
+
+    pub(super) fn note_attempt(
+        &mut self,
+        attempt: &str,
+        batch_start: bool,
+        item: (u64, u32),
+        at: u64,
+        offset: u64,
+    ) {
+        let seq = self.receive_seq;
+        if batch_start {
+            if let Some(old) = self.attempts.remove(attempt) {
+                self.attempt_order.remove(&old.first_seq);
+            }
+            self.attempts.insert(
+                attempt.to_string(),
+                AttemptEntry {
+                    at_ms: at,
+                    first_seq: seq,
+                    items: vec![item],
+                    offset,
+                },
+            );
+            self.attempt_order.insert(seq, attempt.to_string());
+            while self.attempts.len() > self.cfg.limits.attempt_ids_max as usize {
+                let Some((_, k)) = self.attempt_order.pop_first() else {
+                    break;
+                };
+                self.attempts.remove(&k);
+            }
+        } else if let Some(e) = self.attempts.get_mut(attempt) {
+            e.items.push(item);
+        }
+    }
+
+    pub(super) fn set_retention(&mut self, retention_ms: u64) {
+        let shorter = retention_ms < self.retention_ms;
+        self.retention_ms = retention_ms;
+        if shorter {
+            // Existing retention timers would fire late; add earlier ones (the old ones then
+            // find the message gone).
+            for (&id, m) in &self.msgs {
+                self.timers.push(Reverse((
+                    m.sent_ms.saturating_add(retention_ms),
+                    TIMER_RETENTION,
+                    id,
+                    0,
+                )));
+            }
+        }
+    }
+
+    pub(super) fn apply_checkpoint(
+        &mut self,
+        cp: &Checkpoint,
+        at: u64,
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        let bad = |reason| Err(ReplayError { at_ms: at, reason });
+        if self.skipping {
+            // The start of a compacted log: the state so far is empty; start from here.
+            self.skipping = false;
+            self.replay_start = Some(offset);
+            self.ignore_below_id = cp.next_id;
+        } else if self.strict {
+            // Pair assertion: what the writer saw is what replay rebuilt.
+            if (cp.next_id, cp.receive_seq, cp.last_purge_ms)
+                != (self.next_id, self.receive_seq, self.last_purge_ms)
+            {
+                return bad("checkpoint disagrees with the replayed counters");
+            }
+        } else if cp.next_id < self.next_id {
+            return bad("checkpoint behind the message ids");
+        }
+        self.next_id = cp.next_id;
+        self.receive_seq = cp.receive_seq;
+        self.last_purge_ms = cp.last_purge_ms;
+        self.dedup_scope = cp.dedup_scope;
+        self.set_retention(cp.retention_ms);
+        if !self.strict {
+            for (name, last_served) in &cp.groups {
+                if let Some(&g) = self.group_by_name.get(name.as_str()) {
+                    self.group_mut(g).last_served = *last_served;
+                    self.refresh_ready(g);
+                }
+            }
+            // Every message live here was sent at or above `live_floor`: if replay saw that
+            // far back, it knows them all from now on.
+            if cp.live_floor >= self.replay_start.unwrap_or(0) {
+                self.strict = true;
+            }
+        }
+        if self.strict {
+            if cp.live_count != self.msgs.len() as u64 {
+                return bad("checkpoint disagrees with the replayed messages");
+            }
+            if cp.groups != self.group_list() {
+                return bad("checkpoint disagrees with the replayed groups");
+            }
+        }
+        self.last_checkpoint = Some(LastCheckpoint {
+            offset,
+            live_floor: cp.live_floor,
+            at_ms: at,
+        });
+        self.checkpoints.push_back(offset);
+        if self.strict {
+            let floor = self.compaction_floor();
+            while self.checkpoints.len() > 1 && self.checkpoints[1] <= floor {
+                self.checkpoints.pop_front();
+            }
+            if self.checkpoints.len() > CHECKPOINTS_KEPT_MAX {
+                // Thin out the oldest above the floor: the floor stays valid, only coarser.
+                self.checkpoints.remove(1);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply(&mut self, rec: &Record, offset: u64) -> Result<(), ReplayError> {
+        let at = rec.at_ms;
+        let bad = |reason| Err(ReplayError { at_ms: at, reason });
+        match &rec.kind {
+            RecordKind::Sent(s) => {
+                if s.id < self.next_id || s.id >= MSG_ID_MAX {
+                    return bad("message ids must increase");
+                }
+                if self.fifo() && s.payload.group_id.is_none() {
+                    return bad("FIFO message without a group");
+                }
+                self.next_id = s.id + 1;
+                let gname = s.payload.group_id.as_deref().unwrap_or("");
+                let g = self.group_for(gname);
+                if s.redriven && s.origin.is_none() {
+                    return bad("redriven message without an origin");
+                }
+                // A dead letter keeps its original send time (retention counts from it, as in
+                // SQS); a redriven message starts afresh.
+                let sent_ms = match s.origin {
+                    Some(o) if !s.redriven => o.sent_ms,
+                    _ => at,
+                };
+                let state = if s.visible_at_ms > at {
+                    State::Delayed
+                } else {
+                    State::Available
+                };
+                self.msgs.insert(
+                    s.id,
+                    Msg {
+                        message_id: s.message_id,
+                        sent_ms,
+                        arrived_ms: at,
+                        visible_at_ms: s.visible_at_ms,
+                        receive_count: 0,
+                        first_receive_ms: None,
+                        state,
+                        group: g,
+                        sent_offset: offset,
+                        touched: false,
+                        origin: if s.redriven { None } else { s.origin },
+                        move_to: MoveDestination::RedriveTarget,
+                    },
+                );
+                let fifo = self.fifo();
+                let grp = self.group_mut(g);
+                grp.msg_count += 1;
+                if fifo || state == State::Available {
+                    grp.members.insert(s.id);
+                }
+                self.count(state, 1);
+                self.timers.push(Reverse((
+                    sent_ms.saturating_add(self.retention_ms),
+                    TIMER_RETENTION,
+                    s.id,
+                    0,
+                )));
+                if state == State::Delayed {
+                    self.timers
+                        .push(Reverse((s.visible_at_ms, TIMER_DELAY, s.id, 0)));
+                }
+                match (&s.origin, &s.payload.dedup_id) {
+                    (Some(o), _) => {
+                        let key = (o.queue_id, o.partition, o.msg_id);
+                        let expires = at + MOVE_ORIGIN_WINDOW_MS;
+                        self.origins.insert(key, expires);
+                        self.origin_order.push_back((expires, key, offset));
+                    }
+                    (None, Some(d)) if fifo => {
+                        let key = self.dedup_key(s.payload.group_id.as_deref(), d);
+                        if !self.dedup.contains_key(&key) {
+                            let expires_ms = at + DEDUP_WINDOW_MS;
+                            self.dedup.insert(
+                                key.clone(),
+                                DedupEntry {
+                                    message_id: s.message_id,
+                                    seq: s.id,
+                                    expires_ms,
+                                    offset,
+                                },
+                            );
+                            self.dedup_order.push_back((expires_ms, key));
+                        }
+                    }
+                    _ => {}
+                }
+                self.refresh_ready(g);
+            }
+            RecordKind::Received {
+                id,
+                receive_count,
+                deadline_ms,
+                attempt_id,
+                batch_start,
+            } => {
+                let Some(m) = self.msgs.get_mut(id) else {
+                    self.unknown(*id, at, "receive of an unknown message")?;
+                    // Sent before a compacted start: the counters and the attempt cache
+                    // still count it (the fairness key comes from the next checkpoint).
+                    self.receive_seq += 1;
+                    if let Some(a) = attempt_id {
+                        self.note_attempt(a, *batch_start, (*id, *receive_count), at, offset);
+                    }
+                    return Ok(());
+                };
+                if m.state != State::Available || *receive_count != m.receive_count + 1 {
+                    return bad("receive of a message that is not available");
+                }
+                m.receive_count = *receive_count;
+                if m.first_receive_ms.is_none() {
+                    m.first_receive_ms = Some(at);
+                }
+                m.touched = false;
+                let g = m.group;
+                self.receive_seq += 1;
+                let seq = self.receive_seq;
+                self.group_mut(g).last_served = seq;
+                self.transition(
+                    *id,
+                    State::InFlight {
+                        deadline_ms: *deadline_ms,
+                        lease_start_ms: at,
+                    },
+                );
+                self.timers
+                    .push(Reverse((*deadline_ms, TIMER_LEASE, *id, *receive_count)));
+                if let Some(a) = attempt_id {
+                    self.note_attempt(a, *batch_start, (*id, *receive_count), at, offset);
+                }
+            }
+            RecordKind::VisibilityChanged {
+                id,
+                epoch,
+                deadline_ms,
+                attempt_retry,
+            } => {
+                let Some(m) = self.msgs.get_mut(id) else {
+                    return self.unknown(*id, at, "visibility change of an unknown message");
+                };
+                let State::InFlight { lease_start_ms, .. } = m.state else {
+                    return bad("visibility change of a message not in flight");
+                };
+                if m.receive_count != *epoch {
+                    return bad("visibility change of a stale lease");
+                }
+                m.state = State::InFlight {
+                    deadline_ms: *deadline_ms,
+                    lease_start_ms,
+                };
+                if !attempt_retry {
+                    m.touched = true;
+                }
+                self.timers
+                    .push(Reverse((*deadline_ms, TIMER_LEASE, *id, *epoch)));
+            }
+            RecordKind::Deleted { id } => {
+                if !self.msgs.contains_key(id) {
+                    return self.unknown(*id, at, "delete of an unknown message");
+                }
+                self.remove(*id);
+            }
+            RecordKind::Purged { before_id } => {
+                let ids: Vec<u64> = self
+                    .msgs
+                    .range(..*before_id)
+                    .filter(|(_, m)| m.state != State::Moving)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in ids {
+                    self.remove(id);
+                }
+                self.last_purge_ms = Some(at);
+            }
+            RecordKind::DlqMoveStarted { id, destination } => {
+                let Some(m) = self.msgs.get_mut(id) else {
+                    return self.unknown(*id, at, "move of an unknown message");
+                };
+                if m.state != State::Available {
+                    return bad("move of a message that is not available");
+                }
+                if *destination == MoveDestination::DeadLetterSource && m.origin.is_none() {
+                    return bad("redrive to the dead-letter source of a message without one");
+                }
+                m.move_to = *destination;
+                self.transition(*id, State::Moving);
+            }
+            RecordKind::DlqMoveDone { id } => {
+                let Some(m) = self.msgs.get(id) else {
+                    return self.unknown(*id, at, "move completion of an unknown message");
+                };
+                if m.state != State::Moving {
+                    return bad("move completion of a message not being moved");
+                }
+                self.remove(*id);
+            }
+            RecordKind::Checkpoint(cp) => self.apply_checkpoint(cp, at, offset)?,
+            RecordKind::Configured {
+                retention_s,
+                dedup_scope,
+            } => {
+                self.set_retention(u64::from(*retention_s) * 1000);
+                self.dedup_scope = *dedup_scope;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn count(&mut self, s: State, delta: i64) {
+        let c = match s {
+            State::Delayed => &mut self.counters.delayed,
+            State::Available => &mut self.counters.visible,
+            State::InFlight { .. } => &mut self.counters.in_flight,
+            State::Moving => &mut self.counters.moving,
+        };
+        *c = c.checked_add_signed(delta).expect("counter stays in range");
+    }
+
+    pub(super) fn group_for(&mut self, name: &str) -> u32 {
+        if let Some(&g) = self.group_by_name.get(name) {
+            return g;
+        }
+        let name: Arc<str> = Arc::from(name);
+        let group = Group {
+            name: name.clone(),
+            members: BTreeSet::new(),
+            msg_count: 0,
+            inflight: 0,
+            moving: 0,
+            last_served: 0,
+            ready_key: None,
+        };
+        let g = match self.free_groups.pop() {
+            Some(g) => {
+                self.groups[g as usize] = Some(group);
+                g
+            }
+            None => {
+                self.groups.push(Some(group));
+                u32::try_from(self.groups.len() - 1).expect("groups are bounded by messages")
+            }
+        };
+        self.group_by_name.insert(name, g);
+        g
+    }
+
+    pub(super) fn group_mut(&mut self, g: u32) -> &mut Group {
+        self.groups[g as usize]
+            .as_mut()
+            .expect("group of a live message exists")
+    }
+
+    /// Moves a present message to `new`, keeping counters, group membership and readiness.
+    pub(super) fn transition(&mut self, id: u64, new: State) {
+        let fifo = self.fifo();
+        let m = self
+            .msgs
+            .get_mut(&id)
+            .expect("transition of a present message");
+        let old = m.state;
+        m.state = new;
+        let g = m.group;
+        self.count(old, -1);
+        self.count(new, 1);
+        let grp = self.group_mut(g);
+        if !fifo {
+            if old == State::Available {
+                grp.members.remove(&id);
+            }
+            if new == State::Available {
+                grp.members.insert(id);
+            }
+        } else if new == State::Moving {
+            // Once `DlqMoveStarted` is durable the message has left the group's order (it is
+            // never delivered from here again), so the group's next message may go out.
+            grp.members.remove(&id);
+        }
+        match old {
+            State::InFlight { .. } => grp.inflight -= 1,
+            State::Moving => grp.moving -= 1,
+            _ => {}
+        }
+        match new {
+            State::InFlight { .. } => grp.inflight += 1,
+            State::Moving => grp.moving += 1,
+            _ => {}
+        }
+        if new == State::Moving {
+            self.moving.insert(id);
+        }
+        self.refresh_ready(g);
+    }
+
+    pub(super) fn remove(&mut self, id: u64) {
+        let Some(m) = self.msgs.remove(&id) else {
+            return;
+        };
+        self.count(m.state, -1);
+        if m.state == State::Moving {
+            self.moving.remove(&id);
+        }
+        let grp = self.group_mut(m.group);
+        grp.members.remove(&id);
+        grp.msg_count -= 1;
+        match m.state {
+            State::InFlight { .. } => grp.inflight -= 1,
+            State::Moving => grp.moving -= 1,
+            _ => {}
+        }
+        let empty = grp.msg_count == 0;
+        self.refresh_ready(m.group);
+        if empty {
+            let grp = self.groups[m.group as usize]
+                .take()
+                .expect("group of a live message exists");
+            debug_assert!(grp.ready_key.is_none() && grp.members.is_empty());
+            self.group_by_name.remove(&grp.name);
+            self.free_groups.push(m.group);
+        }
+    }
+
+    /// Puts the group in `ready` under its current key, or takes it out.
+    pub(super) fn refresh_ready(&mut self, g: u32) {
+        let fifo = self.fifo();
+        let grp = self.groups[g as usize]
+            .as_ref()
+            .expect("group of a live message exists");
+        let head = grp.members.first().copied();
+        let want = match head {
+            Some(h) if !fifo => Some((grp.last_served, h)),
+            Some(h)
+                if grp.inflight == 0
+                    && self.msgs.get(&h).map(|m| m.state) == Some(State::Available) =>
+            {
+                Some((grp.last_served, h))
+            }
+            _ => None,
+        };
+        if want == grp.ready_key {
+            return;
+        }
+        if let Some((ls, h)) = grp.ready_key {
+            self.ready.remove(&(ls, h, g));
+        }
+        if let Some((ls, h)) = want {
+            self.ready.insert((ls, h, g));
+        }
+        self.group_mut(g).ready_key = want;
+    }
+}

@@ -89,6 +89,7 @@ pub fn run(dir: &std::path::Path, sc: Scenario, seconds: f64) -> QueueResult {
         let mut attrs = BTreeMap::new();
         if sc.fifo_groups.is_some() {
             // Per-group dedup ids are given explicitly below; high-throughput FIFO settings.
+            attrs.insert("FifoQueue".to_string(), "true".to_string());
             attrs.insert("DeduplicationScope".to_string(), "messageGroup".to_string());
             attrs.insert(
                 "FifoThroughputLimit".to_string(),

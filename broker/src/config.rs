@@ -148,7 +148,8 @@ fn getrandom_fill(buf: &mut [u8]) -> std::io::Result<()> {
     std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }
 
-/// The spin before parking of pinned shards (µs; DESIGN §5: p99 609 → 181 µs cross-core).
+/// The spin before parking of pinned shards, µs (cross-core wake-up p99 609 → 181 µs:
+/// ARCHITECTURE.md (runtime facts)).
 pub const SPIN_PINNED_US: u64 = 50;
 
 impl BrokerConfig {

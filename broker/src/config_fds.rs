@@ -6,7 +6,8 @@
 //! queue created but not answered) and `accept` logged EMFILE a thousand times in 5 s. Now:
 //!
 //! - the soft limit is raised to the hard one ([`raise_nofile_limit`]; raising the hard limit
-//!   needs privileges the broker should not have, and DESIGN §5 saw it refused even as root);
+//!   needs privileges the broker should not have, and is refused even as root: see
+//!   ARCHITECTURE.md (runtime facts));
 //! - descriptors are set aside for what the broker opens besides connections — listeners,
 //!   io_uring rings and eventfds per executor, the metadata log, metrics connections
 //!   ([`FDS_RESERVED_FIXED`], [`FDS_RESERVED_PER_SHARD`]) and segment files, 2 per queue

@@ -1,7 +1,7 @@
 //! Crash test of the broker: a child process runs the broker (2 shards, real files) with
 //! producers and consumers on every shard, printing each acknowledgement as it is given; it is
 //! killed with SIGKILL at a random moment. The parent restarts the broker on the same data and
-//! checks DESIGN.md §4 items 1–5 against what the clients were told:
+//! checks CONTRACT.md C1–C5 against what the clients were told:
 //! 1. every acknowledged send is there (or was deleted by an acknowledged delete);
 //! 2. an acknowledged delete is never delivered again;
 //! 3. FIFO: per group, delivery in send order, nothing while an earlier message is in flight;

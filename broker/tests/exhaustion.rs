@@ -1,4 +1,4 @@
-//! A real `sluiced` attacked as an outsider would (DESIGN §4 items 8 and 9: nothing
+//! A real `sluiced` attacked as an outsider would (CONTRACT.md C8 and C9: nothing
 //! unauthenticated costs the broker more than a small, stated bound): thousands of idle
 //! sockets under a low inherited descriptor limit, 1,000 unauthenticated 2 MiB uploads, a
 //! flooded metrics port — and after each, signed requests and health checks still answer.

@@ -330,9 +330,9 @@ fn many_connections_many_streams_small_and_large_messages() {
     assert!(report.stats.sends > 0 && report.stats.recv_batches > 0);
 }
 
-/// The adapter trap (DESIGN.md §5): quinn asks "writable?" before every datagram; answering
-/// "retry later" without a real EAGAIN delayed every datagram. After a load run the socket
-/// must have backed off at most once per EAGAIN the kernel really returned.
+/// The adapter trap (ARCHITECTURE.md, runtime facts): quinn asks "writable?" before every
+/// datagram; answering "retry later" without a real EAGAIN delayed every datagram. After a load
+/// run the socket must have backed off at most once per EAGAIN the kernel really returned.
 #[test]
 fn adapter_trap_backoffs_never_exceed_real_eagains() {
     let _lock = executor_lock();

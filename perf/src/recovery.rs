@@ -1,6 +1,6 @@
 //! Restart time: how long a broker takes to come back with a backlog on disk. The queue state
-//! is a function of the log (DESIGN §3), so a restart replays every partition's log before the
-//! shard serves; this measures that replay, in process (no network front end).
+//! is a function of the log (ARCHITECTURE.md), so a restart replays every partition's log
+//! before the shard serves; this measures that replay, in process (no network front end).
 //!
 //! A fresh broker is filled with `messages` 2 KiB messages (SendMessageBatch of 10, fsync
 //! before every ack), a part of them received once (leases on disk, as a live queue has),

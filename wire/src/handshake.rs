@@ -16,7 +16,7 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// The oldest protocol version this build still speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 /// Default bound on requests in flight per connection (server side). A bounded window is
-/// DESIGN.md §4.8; 1024 outstanding 1 MiB sends is already 1 GiB of client data in the air.
+/// CONTRACT.md C8; 1024 outstanding 1 MiB sends is already 1 GiB of client data in the air.
 pub const IN_FLIGHT_REQUESTS_MAX_DEFAULT: u32 = 1024;
 
 /// Upper bound of the UDP payload size that both ends' QUIC path-MTU discovery searches up to:

@@ -1,5 +1,5 @@
 //! The sans-I/O queue engine: one partition of a queue as a deterministic state machine over its
-//! log (DESIGN.md §3). Plain Rust — no runtime, no clock, no sockets: time is an argument.
+//! log (ARCHITECTURE.md). Plain Rust — no runtime, no clock, no sockets: time is an argument.
 //!
 //! | module        | purpose                                                                |
 //! |---------------|------------------------------------------------------------------------|
@@ -19,15 +19,16 @@
 //! [`Partition::execute`]`(now_ms, Command)`, append `effects.records` (each
 //! [`Record::encode`]d) and make them durable before sending `effects.reply`, and forward
 //! `effects.moves` to the DLQ's partition (`Command::AcceptMove`, then `Command::CompleteMove`
-//! back here). The engine holds no message content (DESIGN.md §3: the log holds the
+//! back here). The engine holds no message content (ARCHITECTURE.md: the log holds the
 //! messages): a receive's [`Delivery`]s and a [`MoveStart`] name the log offset of each
 //! message's `Sent` record, and the shard reads the content from there
 //! ([`Delivery::with_payload`], [`MoveStart::with_payload`]). Park until [`Partition::next_deadline_ms`] and call [`Partition::tick`]. Receipt
 //! handles are encoded and verified at the edge with [`ReceiptCodec`]; the engine takes the
 //! decoded [`Receipt`]. Errors map to SQS codes through [`EngineError::sqs_code`].
 //!
-//! Offsets and compaction (§4.8): rebuild with [`Partition::replay_at`]`(offset, &record)` over
-//! what is left of the log, then [`Partition::finish_replay`]`(log.end_offset())`. After staging
+//! Offsets and compaction (CONTRACT.md C8): rebuild with
+//! [`Partition::replay_at`]`(offset, &record)` over what is left of the log, then
+//! [`Partition::finish_replay`]`(log.end_offset())`. After staging
 //! a batch, check `ticket.info.base_offset == effects.first_offset` (a mismatch is handled like
 //! a failed commit: rebuild). Every so often delete the sealed segments that lie wholly below
 //! [`Partition::compaction_floor`]. The engine writes the `Checkpoint` records that let the

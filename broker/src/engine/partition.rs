@@ -35,18 +35,18 @@
 //! queueing is derived from records too (a per-group "last served" receive sequence number), so
 //! it survives restarts.
 //!
-//! # Decisions (DESIGN.md §4)
+//! # Decisions (CONTRACT.md)
 //!
-//! * **Leases are durable.** A receive must record the new receive count anyway (§4.5,
+//! * **Leases are durable.** A receive must record the new receive count anyway (C5,
 //!   maxReceiveCount survives restarts), so the `Received` record also carries the lease
 //!   deadline: leases, FIFO group locks and receipt handles survive restarts and failovers, at
 //!   no extra append. The lease epoch *is* the receive count.
-//! * **Stale handles (§4.6).** A handle names (message, epoch). ChangeMessageVisibility needs the
+//! * **Stale handles (C6).** A handle names (message, epoch). ChangeMessageVisibility needs the
 //!   current epoch and a live lease: an older handle gets `ReceiptHandleIsInvalid`, an expired
 //!   lease `MessageNotInflight` — a stale handle can never change the current lease.
 //!   DeleteMessage on a standard queue accepts any authentic handle of the message, as SQS does
 //!   (deleting is what every holder wants, and an acknowledged delete then really deleted:
-//!   §4.2). On a FIFO queue delete needs the current epoch and a live lease, else
+//!   C2). On a FIFO queue delete needs the current epoch and a live lease, else
 //!   `ReceiptHandleIsInvalid`: after expiry the group may already be served to someone else. A
 //!   delete of a message already gone succeeds (idempotent, as SQS); a delete of a message
 //!   being dead-lettered fails, since it will be delivered again from the DLQ.
@@ -62,7 +62,7 @@
 //!   `CompleteMove` here, appending `DlqMoveDone`. After a crash, [`Partition::pending_moves`]
 //!   lists the started moves to forward again. Whatever crashes when, the message ends in
 //!   exactly one queue.
-//! * **Content lives in the log only** (DESIGN.md §3). A message's entry holds what the
+//! * **Content lives in the log only** (ARCHITECTURE.md). A message's entry holds what the
 //!   decisions need (ids, times, receive count, lease, group, state) and the log offset of its
 //!   `Sent` record; its body, attributes, group and dedup ids are read from that record where
 //!   they are needed: by `apply` when the `Sent` is applied (group, dedup entry), and by the
@@ -156,7 +156,7 @@ pub const MESSAGE_ENTRY_BYTES: u32 = 364;
 /// 1,474,920 entries).
 const MESSAGE_ENTRY_BYTES_BUDGET: u32 = 512 << 20;
 
-/// Memory bounds of one partition (DESIGN.md §4.8). Hitting one gives `OverLimit`, except the
+/// Memory bounds of one partition (CONTRACT.md C8). Hitting one gives `OverLimit`, except the
 /// attempt-id cache, which forgets its oldest entry (a retry then gets fresh messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -211,7 +211,7 @@ enum State {
 }
 
 /// A message's decision state. Its content (body, attributes, group and dedup ids) is in its
-/// `Sent` record at `sent_offset`, never here (DESIGN.md §3).
+/// `Sent` record at `sent_offset`, never here (ARCHITECTURE.md).
 #[derive(Debug)]
 struct Msg {
     message_id: MessageId,
@@ -253,7 +253,7 @@ struct DedupEntry {
     message_id: MessageId,
     seq: u64,
     expires_ms: u64,
-    /// Log offset of the `Sent` record that made it (kept while the entry lives: §4.4).
+    /// Log offset of the `Sent` record that made it (kept while the entry lives: CONTRACT.md C4).
     offset: u64,
 }
 
@@ -414,7 +414,7 @@ impl Partition {
     ///
     /// It is the latest checkpoint at or below every offset still needed: the `Sent` of every
     /// message live at the latest checkpoint (hence of every message live now), of every dedup
-    /// entry (§4.4) and move-origin entry still in its window, and the first `Received` of every
+    /// entry (C4) and move-origin entry still in its window, and the first `Received` of every
     /// live ReceiveRequestAttemptId entry. A replay that starts at that checkpoint gets the
     /// counters, settings and fairness keys from it, skips records about messages sent before
     /// it (all gone by the latest checkpoint), and from the latest checkpoint on knows every

@@ -265,7 +265,7 @@ fn lease_expiry_redelivers_with_counts() {
     assert_eq!(second.receive_count, 2);
     assert_eq!(second.first_receive_ms, T0);
     assert_ne!(first.receipt, second.receipt);
-    // §4.6: the stale handle cannot touch the current lease...
+    // CONTRACT.md C6: the stale handle cannot touch the current lease...
     assert!(matches!(
         q.change(T0 + 10_001, first.receipt, 0),
         Err(EngineError::ReceiptHandleIsInvalid(_))

@@ -25,7 +25,7 @@
 //!    then the server stops reading that stream, answers what is in flight on it and finishes
 //!    it. The connection and the other streams are unaffected.
 //!
-//! # Limits (DESIGN.md §4.8)
+//! # Limits (CONTRACT.md C8)
 //!
 //! - a request frame: [`sluice_wire::REQUEST_FRAME_BYTES_MAX`] (the decoder judges the header
 //!   before allocating);

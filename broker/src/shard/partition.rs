@@ -7,7 +7,7 @@
 //! commit fails, the engine's state is ahead of the log: the partition rebuilds itself from the
 //! log before serving again.
 //!
-//! The engine keeps no message content (DESIGN.md §3): what a receive hands out and what a DLQ
+//! The engine keeps no message content (ARCHITECTURE.md): what a receive hands out and what a DLQ
 //! move forwards is read here from the messages' `Sent` records, once the command's own records
 //! are durable (the `Sent` records precede them in the log, so they are durable too), in as
 //! few log reads as the offsets allow (`read_contents`).

@@ -75,7 +75,8 @@ impl ReadBatch {
 }
 
 /// Upper bounds of [`FsyncHistogram`]'s buckets, microseconds (+Inf beyond). This disk's
-/// durable writes run ~150-400 µs p50 and 2-4 ms p99 (DESIGN §5): the buckets are finest there.
+/// durable writes run ~150-400 µs p50 and 2-4 ms p99 (ARCHITECTURE.md, runtime facts): the
+/// buckets are finest there.
 pub const FSYNC_BUCKETS_US: [u64; 14] = [
     50, 100, 200, 300, 500, 750, 1_000, 2_000, 4_000, 8_000, 16_000, 50_000, 250_000, 1_000_000,
 ];

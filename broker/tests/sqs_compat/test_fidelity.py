@@ -113,12 +113,23 @@ def test_an_oversized_body_is_blamed_on_the_request_not_a_parameter(endpoint):
         ("AmazonSQS.GetQueueAttributes", 413, "RequestEntityTooLarge"),
         ("AmazonSQS.SendMessage", 400, "InvalidParameterValue"),
     ]:
+        # Signed headers (the signature's form, key and date are checked before any body is
+        # read); the body itself never comes: the size is judged on Content-Length.
+        creds = botocore.credentials.Credentials(ACCESS_KEY, SECRET_KEY)
+        req = botocore.awsrequest.AWSRequest(
+            method="POST",
+            url=endpoint + "/",
+            data=b"",
+            headers={"X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.0"},
+        )
+        botocore.auth.SigV4Auth(creds, "sqs", REGION).add_auth(req)
         c = http.client.HTTPConnection(host, timeout=10)
-        c.putrequest("POST", "/")
-        c.putheader("X-Amz-Target", target)
-        c.putheader("Content-Type", "application/x-amz-json-1.0")
+        c.putrequest("POST", "/", skip_host=True, skip_accept_encoding=True)
+        for k, v in req.prepare().headers.items():
+            if k.lower() != "content-length":
+                c.putheader(k, v)
         c.putheader("Content-Length", str(3 * 1024 * 1024))
-        c.endheaders()  # no body: the limit is checked on Content-Length first
+        c.endheaders()
         r = c.getresponse()
         data = r.read()
         c.close()

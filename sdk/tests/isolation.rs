@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use sluice_broker::auth::{parse_keys, AuthConfig, AuthMode};
 use sluice_broker::config::BrokerConfig;
+use sluice_broker::server::BrokerHandle;
 use sluice_sdk::types::*;
 use sluice_sdk::{Client, ClientOptions, Credentials, ErrorCode, ReceiveOptions, Trust};
 
@@ -41,10 +42,15 @@ fn refused(what: &str, r: sluice_sdk::Result<Response>, codes: &[ErrorCode]) {
     }
 }
 
-#[test]
-fn an_account_reaches_nothing_of_another_over_quic() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+/// A one-shard broker with SigV4 on, `keys` (`AKID:SECRET:ACCOUNT,…`), data in `data`, on free
+/// loopback ports; `tweak` sets the rest. Returns it with its QUIC address and the trust its
+/// clients need.
+fn start_broker(
+    data: &std::path::Path,
+    keys: &str,
+    tweak: impl FnOnce(&mut BrokerConfig),
+) -> (BrokerHandle, std::net::SocketAddr, Trust) {
+    let mut c = BrokerConfig::embedded(data.to_path_buf()).expect("config");
     c.shards = 1;
     c.default_partitions = 1;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
@@ -52,16 +58,28 @@ fn an_account_reaches_nothing_of_another_over_quic() {
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
     c.auth = AuthConfig {
         mode: AuthMode::SigV4,
-        keys: parse_keys(&format!(
-            "AKIDATTACKER:attacker-secret:{ATTACKER},AKIDVICTIM:victim-secret:{VICTIM}"
-        ))
-        .expect("keys"),
+        keys: parse_keys(keys).expect("keys"),
     };
-    let region = c.region.clone();
+    tweak(&mut c);
     let handle = sluice_broker::server::start(c).expect("start");
     handle.wait_ready().expect("ready");
     let addr = handle.quic_addr();
-    let trust = Trust::PemFile(dir.path().join("quic-selfsigned-cert.pem"));
+    (
+        handle,
+        addr,
+        Trust::PemFile(data.join("quic-selfsigned-cert.pem")),
+    )
+}
+
+fn two_accounts() -> String {
+    format!("AKIDATTACKER:attacker-secret:{ATTACKER},AKIDVICTIM:victim-secret:{VICTIM}")
+}
+
+#[test]
+fn an_account_reaches_nothing_of_another_over_quic() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (handle, addr, trust) = start_broker(dir.path(), &two_accounts(), |_| {});
+    let region = handle.config.region.clone();
     run(async move {
         let connect = |akid: &str, secret: &str| {
             let options = ClientOptions {
@@ -462,25 +480,10 @@ fn an_account_reaches_nothing_of_another_over_quic() {
 #[test]
 fn one_account_past_its_rate_does_not_slow_another() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
-    c.shards = 1;
-    c.default_partitions = 1;
-    c.http_addr = "127.0.0.1:0".parse().expect("addr");
-    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
-    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-    c.auth = AuthConfig {
-        mode: AuthMode::SigV4,
-        keys: parse_keys(&format!(
-            "AKIDATTACKER:attacker-secret:{ATTACKER},AKIDVICTIM:victim-secret:{VICTIM}"
-        ))
-        .expect("keys"),
-    };
-    c.quotas.requests_per_s = Some(50);
-    c.quotas.queues_per_account = 2;
-    let handle = sluice_broker::server::start(c).expect("start");
-    handle.wait_ready().expect("ready");
-    let addr = handle.quic_addr();
-    let trust = Trust::PemFile(dir.path().join("quic-selfsigned-cert.pem"));
+    let (handle, addr, trust) = start_broker(dir.path(), &two_accounts(), |c| {
+        c.quotas.requests_per_s = Some(50);
+        c.quotas.queues_per_account = 2;
+    });
     run(async move {
         let connect = |akid: &str, secret: &str| {
             let options = ClientOptions {
@@ -562,27 +565,16 @@ fn client_certificates_map_to_their_accounts() {
     };
     let (svc_a, svc_b, unmapped) = (client("svc-a"), client("svc-b"), client("svc-x"));
     let data = dir.path().join("data");
-    let mut c = BrokerConfig::embedded(data.clone()).expect("config");
-    c.shards = 1;
-    c.default_partitions = 1;
-    c.http_addr = "127.0.0.1:0".parse().expect("addr");
-    c.quic_addr = "127.0.0.1:0".parse().expect("addr");
-    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-    c.auth = AuthConfig {
-        mode: AuthMode::SigV4,
-        keys: parse_keys(&format!("AKIDVICTIM:victim-secret:{VICTIM}")).expect("keys"),
-    };
-    c.quic_tls.client_ca_path = Some(ca_path);
-    c.quic_tls.client_cert_accounts = [
-        ("svc-a".to_string(), ATTACKER.to_string()),
-        // Mapped by its DNS name rather than its common name.
-        ("svc-b.example".to_string(), VICTIM.to_string()),
-    ]
-    .into();
-    let handle = sluice_broker::server::start(c).expect("start");
-    handle.wait_ready().expect("ready");
-    let addr = handle.quic_addr();
-    let trust = Trust::PemFile(data.join("quic-selfsigned-cert.pem"));
+    let keys = format!("AKIDVICTIM:victim-secret:{VICTIM}");
+    let (handle, addr, trust) = start_broker(&data, &keys, |c| {
+        c.quic_tls.client_ca_path = Some(ca_path);
+        c.quic_tls.client_cert_accounts = [
+            ("svc-a".to_string(), ATTACKER.to_string()),
+            // Mapped by its DNS name rather than its common name.
+            ("svc-b.example".to_string(), VICTIM.to_string()),
+        ]
+        .into();
+    });
     run(async move {
         let connect = |identity: sluice_sdk::ClientIdentity, creds: Option<Credentials>| {
             let options = ClientOptions {

@@ -478,9 +478,9 @@ mod tests {
         assert_eq!(parse_amz_date("2015-08-30T12:36"), None);
     }
 
-    /// The example of the AWS SigV4 documentation (IAM ListUsers, GET with a query string).
-    #[test]
-    fn aws_documentation_example_verifies() {
+    /// The headers of the AWS SigV4 documentation's example (IAM ListUsers, GET, empty body)
+    /// and a configuration that knows its key.
+    fn documentation_example() -> (http::HeaderMap, AuthConfig) {
         let mut headers = http::HeaderMap::new();
         headers.insert("host", "iam.amazonaws.com".parse().expect("ascii"));
         headers.insert(
@@ -503,6 +503,13 @@ mod tests {
             keys: parse_keys("AKIDEXAMPLE:wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY:123456789012")
                 .expect("keys"),
         };
+        (headers, cfg)
+    }
+
+    /// The example of the AWS SigV4 documentation (IAM ListUsers, GET with a query string).
+    #[test]
+    fn aws_documentation_example_verifies() {
+        let (headers, cfg) = documentation_example();
         let mut r = SignedRequest {
             method: "GET",
             raw_path: "/",
@@ -531,28 +538,7 @@ mod tests {
     /// claims another payload hash, is refused.
     #[test]
     fn the_signature_binds_the_body_received() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert("host", "iam.amazonaws.com".parse().expect("ascii"));
-        headers.insert(
-            "content-type",
-            "application/x-www-form-urlencoded; charset=utf-8"
-                .parse()
-                .expect("ascii"),
-        );
-        headers.insert("x-amz-date", "20150830T123600Z".parse().expect("ascii"));
-        headers.insert(
-            http::header::AUTHORIZATION,
-            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/iam/aws4_request, \
-             SignedHeaders=content-type;host;x-amz-date, \
-             Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
-                .parse()
-                .expect("ascii"),
-        );
-        let cfg = AuthConfig {
-            mode: AuthMode::SigV4,
-            keys: parse_keys("AKIDEXAMPLE:wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY:123456789012")
-                .expect("keys"),
-        };
+        let (headers, cfg) = documentation_example();
         let request = |headers: &http::HeaderMap, body: &'static [u8]| {
             let r = SignedRequest {
                 method: "GET",

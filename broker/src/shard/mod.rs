@@ -418,6 +418,9 @@ impl Shard {
                         now,
                     )? {
                         Some(r) => {
+                            // A new queue allocates segments: not on a full disk (asking for
+                            // an existing one, decided above, still answers).
+                            self.disk.check(now)?;
                             if let Some(p) = &policy {
                                 let kind = validate_queue_name(&name)?;
                                 c.check_redrive_target(
@@ -735,11 +738,9 @@ impl Shard {
     /// Admits one request of `bytes` for `account` under its rate quotas (both front ends
     /// call this once per request, after authentication), or `RequestThrottled`.
     pub fn admit(&self, account: &str, bytes: u64) -> ServiceResult<()> {
-        let mut rates = self.rates.borrow_mut();
-        if rates.is_unlimited() {
-            return Ok(());
-        }
-        rates.admit(account, bytes, runtime::now_ms())
+        self.rates
+            .borrow_mut()
+            .admit(account, bytes, runtime::now_ms())
     }
 
     pub fn queue(&self, tenant: &str, name: &str) -> ServiceResult<Arc<QueueMeta>> {
@@ -820,13 +821,6 @@ impl Shard {
         attributes: BTreeMap<String, String>,
         tags: BTreeMap<String, String>,
     ) -> ServiceResult<Arc<QueueMeta>> {
-        // A new queue allocates segments: not on a full disk (an existing one is returned).
-        if let Ok(q) = self.queue(tenant, name) {
-            if q.attributes == attributes {
-                return Ok(q);
-            }
-        }
-        self.disk.check(runtime::now_ms())?;
         let id = self
             .meta(MetaOp::Create {
                 tenant: tenant.to_string(),

@@ -46,6 +46,8 @@ struct MMsg {
     deadline: u64,
     lease_start: u64,
     touched: bool,
+    /// Not plain (FIFO, a group, a delay, a dead letter): counted by `message_entries_max`.
+    pinned: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -163,6 +165,7 @@ impl Model {
         sent_ms: u64,
         visible_at: u64,
     ) -> u64 {
+        let group_plain = group.is_empty();
         let id = self.next_id;
         self.next_id += 1;
         self.msgs.push(MMsg {
@@ -179,6 +182,7 @@ impl Model {
             deadline: 0,
             lease_start: 0,
             touched: false,
+            pinned: self.fifo || !group_plain || visible_at > sent_ms || sent_ms != self.now,
         });
         id
     }
@@ -233,11 +237,13 @@ impl Model {
             self.dedup.push((key, now + DEDUP_WINDOW_MS, mid, id));
             return Ok((mid, Some(id), false));
         }
-        // Only the number of messages is bounded: their bytes are in the log.
-        if self.msgs.len() >= self.limits.message_entries_max as usize {
+        // Only the number of pinned messages is bounded: plain ones may wait in the log
+        // only, and every message's bytes are in the log.
+        let delay = delay_s.map_or(self.delay_ms, |d| u64::from(d) * 1000);
+        let pinned = self.msgs.iter().filter(|m| m.pinned).count();
+        if (delay > 0 || !g.is_empty()) && pinned >= self.limits.message_entries_max as usize {
             return Err("OverLimit");
         }
-        let delay = delay_s.map_or(self.delay_ms, |d| u64::from(d) * 1000);
         let mid = MessageId::derive(self.queue_id, 0, self.next_id);
         self.insert(g, body, mid, now, now + delay);
         Ok((mid, None, false))
@@ -475,16 +481,68 @@ struct Node {
     p: Partition,
     log: Vec<Vec<u8>>,
     base: u64,
+    /// Sizes and moments of the loads from the tail (what the shard's log reads would be).
+    rng: SmallRng,
+    /// Messages loaded from the tail so far (coverage).
+    loaded: usize,
+    /// A snapshot taken at a random moment: (its offset, the lowest offset it needs, its
+    /// bytes). A restart sometimes
+    /// starts from it and replays only the records after it, as the shard does.
+    snap: Option<(u64, u64, Vec<u8>)>,
+    /// Restarts that started from a snapshot (coverage).
+    restored: usize,
+}
+
+/// What the shard does for [`Partition::load`]: the records at `from..from + n` of a log that
+/// starts at `base`, decoded, handed to the partition.
+fn load_from(
+    p: &mut Partition,
+    log: &[Vec<u8>],
+    base: u64,
+    from: u64,
+    n: u64,
+) -> Result<usize, String> {
+    let end = from.saturating_add(n).min(base + log.len() as u64);
+    let mut recs = Vec::new();
+    for offset in from..end {
+        let bytes = offset
+            .checked_sub(base)
+            .and_then(|i| log.get(i as usize))
+            .ok_or_else(|| format!("load from {from}: offset {offset} is not in the log"))?;
+        let rec = Record::decode(bytes).map_err(|e| format!("decode at {offset}: {e}"))?;
+        recs.push((offset, rec));
+    }
+    Ok(p.load(from, &recs, end))
 }
 
 impl Node {
-    fn new(cfg: PartitionConfig) -> Self {
+    fn new(cfg: PartitionConfig, seed: u64) -> Self {
         Node {
             p: Partition::new(cfg.clone()).expect("valid config"),
             cfg,
             log: Vec::new(),
             base: 0,
+            rng: SmallRng::seed_from_u64(seed),
+            loaded: 0,
+            snap: None,
+            restored: 0,
         }
+    }
+
+    /// Loads from the tail in chunks of random sizes while the partition wants it (before a
+    /// receive or a redrive step, as the shard does), and now and then when it does not.
+    fn load(&mut self) -> Result<(), String> {
+        if self.rng.gen_bool(0.2) {
+            if let Some(from) = self.p.tail_load_offset() {
+                let n = self.rng.gen_range(1..=16);
+                load_from(&mut self.p, &self.log, self.base, from, n)?;
+            }
+        }
+        while let Some(from) = self.p.load_wanted() {
+            let n = self.rng.gen_range(1..=8);
+            self.loaded += load_from(&mut self.p, &self.log, self.base, from, n)?;
+        }
+        Ok(())
     }
 
     fn end(&self) -> u64 {
@@ -506,9 +564,22 @@ impl Node {
     }
 
     fn exec(&mut self, now: u64, cmd: Command) -> Result<super::Effects, EngineError> {
+        if matches!(cmd, Command::Receive(_) | Command::StartMoves(_)) {
+            if let Err(e) = self.load() {
+                panic!("{e}");
+            }
+        }
         let fx = self.p.execute(now, cmd)?;
         if let Err(e) = self.append(&fx) {
             panic!("{e}");
+        }
+        if self.rng.gen_bool(0.1) {
+            let bytes = self.p.snapshot().expect("a live partition can snapshot");
+            self.snap = Some((
+                self.p.snapshot_offset(),
+                self.p.snapshot_needs_from(),
+                bytes,
+            ));
         }
         Ok(fx)
     }
@@ -561,7 +632,14 @@ impl Node {
     /// Deletes a random prefix of the log below the compaction floor, as the shard deletes
     /// whole segments below it. Returns (records dropped, floor).
     fn compact(&mut self, rng: &mut SmallRng) -> (u64, u64) {
-        let floor = self.p.compaction_floor();
+        // As the shard does: not below what its newest snapshot needs, if it keeps one (else
+        // a restart reads the log from its first checkpoint on).
+        let mut floor = self.p.compaction_floor();
+        if let Some((_, need, _)) = &self.snap {
+            if rng.gen_bool(0.8) {
+                floor = floor.min(*need);
+            }
+        }
         if floor <= self.base {
             return (0, floor);
         }
@@ -580,8 +658,30 @@ impl Node {
     fn restart(&mut self, now: u64) -> Result<(), String> {
         self.tick(now)?;
         let mut fresh = Partition::new(self.cfg.clone()).expect("valid config");
-        for (i, bytes) in self.log.iter().enumerate() {
+        let mut from = 0;
+        if let Some((offset, need, bytes)) = &self.snap {
+            if *need >= self.base && self.rng.gen_bool(0.5) {
+                fresh = Partition::restore(self.cfg.clone(), bytes)
+                    .map_err(|e| format!("restore: {e}"))?;
+                from = (*offset - self.base) as usize;
+                self.restored += 1;
+            }
+        }
+        for (i, bytes) in self.log.iter().enumerate().skip(from) {
             let rec = Record::decode(bytes).map_err(|e| format!("decode: {e}"))?;
+            // Records about messages the live partition had loaded from its tail: load them
+            // here too first, in chunks of random sizes.
+            while let Some(from) = fresh.load_needed_for(&rec) {
+                let n = self.rng.gen_range(1..=8);
+                if load_from(&mut fresh, &self.log, self.base, from, n)? == 0
+                    && fresh.load_needed_for(&rec) == Some(from)
+                {
+                    return Err(format!(
+                        "replay at {}: a load made no progress",
+                        self.base + i as u64
+                    ));
+                }
+            }
             fresh
                 .replay_at(self.base + i as u64, &rec)
                 .map_err(|e| format!("replay at {}: {e}", self.base + i as u64))?;
@@ -591,6 +691,13 @@ impl Node {
             .map_err(|e| format!("finish replay: {e}"))?;
         if !fresh.tick(now).records.is_empty() {
             return Err("a replayed partition wrote records on its first tick".into());
+        }
+        // Loaded or not is invisible; to compare the states byte for byte, load everything.
+        while let Some(from) = self.p.tail_load_offset() {
+            load_from(&mut self.p, &self.log, self.base, from, u64::MAX)?;
+        }
+        while let Some(from) = fresh.tail_load_offset() {
+            load_from(&mut fresh, &self.log, self.base, from, u64::MAX)?;
         }
         let (a, b) = (self.p.dump(), fresh.dump());
         if a != b {
@@ -652,6 +759,8 @@ impl Case {
         let limits = Limits {
             inflight_max: rng.gen_range(3..=12),
             message_entries_max: rng.gen_range(10..=40),
+            // Small, so that plain messages often wait in the log only (the tail).
+            resident_entries_target: rng.gen_range(1..=24),
             dedup_entries_max: rng.gen_range(5..=30),
             attempt_ids_max: rng.gen_range(1..=3),
             move_origins_max: 10_000,
@@ -682,18 +791,24 @@ impl Case {
             codec: ReceiptCodec::new(&[7; 32]).expect("32-byte secret"),
             m_src: Model::new(SRC_QUEUE, &a, &limits),
             m_dlq: Model::new(DLQ_QUEUE, &da, &dlimits),
-            src: Node::new(PartitionConfig {
-                queue_id: SRC_QUEUE,
-                partition: 0,
-                attributes: a,
-                limits,
-            }),
-            dlq: Node::new(PartitionConfig {
-                queue_id: DLQ_QUEUE,
-                partition: 0,
-                attributes: da,
-                limits: dlimits,
-            }),
+            src: Node::new(
+                PartitionConfig {
+                    queue_id: SRC_QUEUE,
+                    partition: 0,
+                    attributes: a,
+                    limits,
+                },
+                seed ^ 0x5eed_0001,
+            ),
+            dlq: Node::new(
+                PartitionConfig {
+                    queue_id: DLQ_QUEUE,
+                    partition: 0,
+                    attributes: da,
+                    limits: dlimits,
+                },
+                seed ^ 0x5eed_0002,
+            ),
             rng,
             handles: Vec::new(),
             now,
@@ -1196,6 +1311,12 @@ fn run_case(seed: u64, steps: usize) -> Result<Vec<String>, String> {
     let now = c.now;
     c.src.restart(now)?;
     c.dlq.restart(now)?;
+    if c.src.loaded > 0 {
+        c.log.push("[loaded from the tail]".into());
+    }
+    if c.src.restored + c.dlq.restored > 0 {
+        c.log.push("[restored from a snapshot]".into());
+    }
     Ok(c.log)
 }
 
@@ -1214,6 +1335,8 @@ const COVERAGE: &[(&str, &str)] = &[
     ("purge", "purge Ok"),
     ("purge too soon", "PurgeQueueInProgress"),
     ("restart", "restart source"),
+    ("load from the tail", "[loaded from the tail]"),
+    ("restart from a snapshot", "[restored from a snapshot]"),
     ("receive from the DLQ", "receive q1"),
     ("compaction of the source", "[compacted source]"),
     ("compaction of the DLQ", "[compacted dlq]"),

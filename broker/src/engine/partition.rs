@@ -112,9 +112,11 @@ pub use super::types::{
 mod apply;
 mod decide;
 mod replay;
+mod snapshot;
 mod timers;
 
 pub use decide::validate_batch;
+pub use snapshot::{SnapshotError, SNAPSHOT_VERSION};
 
 /// FIFO deduplication interval.
 pub const DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
@@ -155,12 +157,19 @@ pub const MESSAGE_ENTRY_BYTES: u32 = 364;
 /// The memory one partition's message entries may take by default (`message_entries_max`:
 /// 1,474,920 entries).
 const MESSAGE_ENTRY_BYTES_BUDGET: u32 = 512 << 20;
+/// Entries a standard queue keeps for never-received plain messages before new ones wait in the
+/// log only (the tail, see [`Tail`]): ~24 MiB of entries.
+pub const RESIDENT_ENTRIES_TARGET: u32 = 65_536;
 
 /// Memory bounds of one partition (CONTRACT.md C8). Hitting one gives `OverLimit`, except the
 /// attempt-id cache, which forgets its oldest entry (a retry then gets fresh messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub inflight_max: u32,
+    /// A standard queue's plain messages (no group, no delay, not dead letters) get an entry at
+    /// once while the partition holds fewer entries than this; past it they wait in the log
+    /// only, as the tail ([`Tail`]), and are loaded when receives need them.
+    pub resident_entries_target: u32,
     /// Message entries (decision state, never bodies: see [`MESSAGE_ENTRY_BYTES`]) this
     /// partition keeps in memory, one per message not yet deleted. Bodies live in the log only,
     /// so a backlog's bytes are bounded by the disk, not by this.
@@ -179,6 +188,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             inflight_max: INFLIGHT_MAX,
+            resident_entries_target: RESIDENT_ENTRIES_TARGET,
             // ~0.5 GiB of entries at MESSAGE_ENTRY_BYTES each.
             message_entries_max: MESSAGE_ENTRY_BYTES_BUDGET / MESSAGE_ENTRY_BYTES,
             // 5 min at 1,600 msg/s; ~150 B each.
@@ -232,6 +242,37 @@ struct Msg {
     origin: Option<MoveOrigin>,
     /// Where it goes, once `Moving`.
     move_to: MoveDestination,
+    /// Not a plain message (FIFO, a group, a delay, a dead letter or redriven): it always has
+    /// an entry, and such entries are what [`Limits::message_entries_max`] bounds.
+    pinned: bool,
+}
+
+/// The never-received plain messages of a standard queue that have no entry: they wait in the
+/// log only, and cost a few bytes per distinct arrival millisecond, not per message. A plain
+/// message is one of a standard queue with no group, no delay and no origin (`Partition::plain`);
+/// it joins the tail when it is sent while the tail exists or the partition holds
+/// [`Limits::resident_entries_target`] entries. Every plain `Sent` at or above `load_offset`
+/// belongs to the tail, in id order; a load (`Partition::load`) turns the first ones into
+/// entries, in order, when a receive needs them. Once the loads reach the log's end, the tail
+/// is gone and sends get entries again.
+///
+/// Whether a message is loaded is not state anyone can observe: counters, groups, the
+/// checkpoint's live count and the order of deliveries are the same as if every message had an
+/// entry (the model test loads at random points and checks that).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tail {
+    /// Where the next load reads from.
+    load_offset: u64,
+    /// The id of the first tail message not yet loaded: ids below it have entries or are gone.
+    first_id: u64,
+    /// Tail messages alive (not loaded, not expired).
+    count: u64,
+    /// Tail messages that passed their retention before being loaded: the next `skip` tail
+    /// messages a load meets are dropped.
+    skip: u64,
+    /// Arrival times of the live tail messages in id order, run-length encoded: (sent_ms, n).
+    /// Arrival times never decrease along ids, so expiry takes them from the front.
+    times: VecDeque<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -325,6 +366,10 @@ pub struct Partition {
     checkpoints: VecDeque<u64>,
     last_checkpoint: Option<LastCheckpoint>,
     records_since_checkpoint: u64,
+    // ----- the log holds what memory does not (see `Tail`) -----
+    tail: Option<Tail>,
+    /// Entries of pinned messages (`Msg::pinned`).
+    pinned: u64,
 }
 
 impl Partition {
@@ -362,6 +407,8 @@ impl Partition {
             checkpoints: VecDeque::new(),
             last_checkpoint: None,
             records_since_checkpoint: 0,
+            tail: None,
+            pinned: 0,
         })
     }
 
@@ -384,12 +431,39 @@ impl Partition {
     /// as in SQS. O(log n): ids are given in log order and record times never go backwards
     /// (`advance` keeps the latest), so the lowest live id arrived first.
     pub fn oldest_arrival_ms(&self) -> Option<u64> {
-        self.msgs.first_key_value().map(|(_, m)| m.arrived_ms)
+        let entry = self.msgs.first_key_value().map(|(_, m)| m.arrived_ms);
+        let tail = self
+            .tail
+            .as_ref()
+            .and_then(|t| t.times.front())
+            .map(|t| t.0);
+        entry.into_iter().chain(tail).min()
     }
 
     /// Whether a receive now could return something (the shard's long-poll check).
     pub fn has_deliverable(&self) -> bool {
-        !self.ready.is_empty()
+        !self.ready.is_empty() || self.tail.as_ref().is_some_and(|t| t.count > 0)
+    }
+
+    /// Messages alive: those with an entry and those waiting in the tail.
+    fn live_count(&self) -> u64 {
+        self.msgs.len() as u64 + self.tail.as_ref().map_or(0, |t| t.count)
+    }
+
+    /// The lowest log offset holding the `Sent` of a live message.
+    fn live_floor(&self) -> Option<u64> {
+        let entry = self.msgs.values().next().map(|m| m.sent_offset);
+        let tail = self.tail.as_ref().map(|t| t.load_offset);
+        entry.into_iter().chain(tail).min()
+    }
+
+    /// A plain message: one that may wait in the tail (see [`Tail`]). Decided by its `Sent`
+    /// record alone, so every replica and every replay decides alike.
+    fn plain(&self, s: &Sent, at_ms: u64) -> bool {
+        !self.fifo()
+            && s.payload.group_id.is_none()
+            && s.origin.is_none()
+            && s.visible_at_ms <= at_ms
     }
 
     fn checkpoint_fits(&self) -> bool {
@@ -428,8 +502,8 @@ impl Partition {
             return start;
         }
         let mut need = last.live_floor;
-        if let Some(m) = self.msgs.values().next() {
-            need = need.min(m.sent_offset);
+        if let Some(o) = self.live_floor() {
+            need = need.min(o);
         }
         if let Some(e) = self
             .dedup_order
@@ -479,7 +553,7 @@ impl Partition {
             s,
             "now={} next_id={} receive_seq={} last_purge={:?} retention_ms={} scope={:?} \
              counters={:?} moving={:?} next_offset={} strict={} floor={} \
-             since_checkpoint={} last_checkpoint={:?}",
+             since_checkpoint={} last_checkpoint={:?} pinned={} tail={:?}",
             self.now_ms,
             self.next_id,
             self.receive_seq,
@@ -493,6 +567,8 @@ impl Partition {
             self.compaction_floor(),
             self.records_since_checkpoint,
             self.last_checkpoint,
+            self.pinned,
+            self.tail,
         );
         for (id, m) in &self.msgs {
             let g = self.groups[m.group as usize]
@@ -501,7 +577,7 @@ impl Partition {
             let _ = writeln!(
                 s,
                 "msg {id} @{} {} group={g:?} sent={} arrived={} vis={} rc={} first={:?} {:?} \
-                 touched={} origin={:?} to={:?}",
+                 touched={} origin={:?} to={:?} pinned={}",
                 m.sent_offset,
                 m.message_id,
                 m.sent_ms,
@@ -512,7 +588,8 @@ impl Partition {
                 m.state,
                 m.touched,
                 m.origin,
-                m.move_to
+                m.move_to,
+                m.pinned
             );
         }
         let mut groups: Vec<&Group> = self.groups.iter().flatten().collect();

@@ -35,6 +35,11 @@ const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
 /// returns; offsets beyond what it returned get reads of their own (a read always returns the
 /// batch holding its offset, however large).
 const CONTENT_READ_BYTES: usize = 256 * 1024;
+/// Bytes asked of one log read when loading never-received messages from the tail (the
+/// engine's `Tail`): a receive's worth and more of 2 KiB messages per read.
+const LOAD_READ_BYTES: usize = 1024 * 1024;
+/// Reads one command may spend loading from the tail before it runs with what it has.
+const LOAD_READS_PER_COMMAND_MAX: usize = 16;
 /// Compaction looks at a partition's log at most this often.
 pub const COMPACTION_INTERVAL_MS: u64 = 1000;
 
@@ -243,6 +248,58 @@ impl PartitionActor {
         Ok((reply, moves))
     }
 
+    /// Reads the log from `from` (one read of [`LOAD_READ_BYTES`]) and hands its records to
+    /// the engine's tail loading. Returns false when nothing could be read there (the records
+    /// are not durable yet).
+    async fn load_tail(
+        log: &Log<DmaFs>,
+        engine: &RefCell<Partition>,
+        from: u64,
+    ) -> ServiceResult<bool> {
+        if from < log.start_offset() || from >= log.end_offset() {
+            return Ok(false);
+        }
+        let batches = log.read(from, LOAD_READ_BYTES).await?;
+        let mut records = Vec::new();
+        let mut end = from;
+        for b in &batches {
+            for r in b.view().records() {
+                let r = r.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
+                if r.offset < from {
+                    continue;
+                }
+                let rec = EngineRecord::decode(r.value).map_err(|e| {
+                    ServiceError::Internal(format!("engine record at {}: {e}", r.offset))
+                })?;
+                records.push((r.offset, rec));
+            }
+            end = b.header.next_offset();
+        }
+        if end <= from {
+            return Ok(false);
+        }
+        engine.borrow_mut().load(from, &records, end);
+        Ok(true)
+    }
+
+    /// Before a receive or a redrive step: loads never-received messages from the tail while
+    /// the engine wants them, a bounded number of reads per command.
+    async fn load_for_command(&self, cmd: &Command) -> ServiceResult<()> {
+        if !matches!(cmd, Command::Receive(_) | Command::StartMoves(_)) {
+            return Ok(());
+        }
+        let log = self.log();
+        for _ in 0..LOAD_READS_PER_COMMAND_MAX {
+            let Some(from) = self.engine.borrow().load_wanted() else {
+                break;
+            };
+            if !Self::load_tail(&log, &self.engine, from).await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     async fn load(
         fs: &DmaFs,
         dir: &Path,
@@ -250,7 +307,7 @@ impl PartitionActor {
         log_config: &LogConfig,
     ) -> ServiceResult<(Log<DmaFs>, Partition)> {
         let log = Log::open(fs.clone(), dir.to_path_buf(), log_config.clone()).await?;
-        let mut engine = Partition::new(config.clone())?;
+        let engine = RefCell::new(Partition::new(config.clone())?);
         let mut at = log.start_offset();
         let end = log.end_offset();
         while at < end {
@@ -267,13 +324,29 @@ impl PartitionActor {
                     let rec = EngineRecord::decode(r.value).map_err(|e| {
                         ServiceError::Internal(format!("engine record at {}: {e}", r.offset))
                     })?;
-                    engine.replay_at(r.offset, &rec).map_err(|e| {
+                    // A record about a message the partition had loaded from its tail after
+                    // the state replay started from: load it here too first.
+                    loop {
+                        let Some(from) = engine.borrow().load_needed_for(&rec) else {
+                            break;
+                        };
+                        if !Self::load_tail(&log, &engine, from).await?
+                            || engine.borrow().load_needed_for(&rec) == Some(from)
+                        {
+                            return Err(ServiceError::Internal(format!(
+                                "replay at offset {}: the tail cannot be loaded from {from}",
+                                r.offset
+                            )));
+                        }
+                    }
+                    engine.borrow_mut().replay_at(r.offset, &rec).map_err(|e| {
                         ServiceError::Internal(format!("replay at offset {}: {e}", r.offset))
                     })?;
                 }
                 at = b.header.next_offset();
             }
         }
+        let mut engine = engine.into_inner();
         engine
             .finish_replay(end)
             .map_err(|e| ServiceError::Internal(format!("replay of {}: {e}", dir.display())))?;
@@ -313,6 +386,7 @@ impl PartitionActor {
         if self.broken.get() {
             self.rebuild().await?;
         }
+        self.load_for_command(&cmd).await?;
         let log = self.log();
         let estimate = match &cmd {
             Command::Send(s) => s.body.len() + 1024,

@@ -51,6 +51,7 @@ impl Partition {
                 }
             }
         }
+        self.expire_tail(now);
         while let Some((expires, _)) = self.dedup_order.front() {
             if *expires > now {
                 break;
@@ -227,7 +228,7 @@ impl Partition {
             }
         }
         if self.strict {
-            if cp.live_count != self.msgs.len() as u64 {
+            if cp.live_count != self.live_count() {
                 return bad("checkpoint disagrees with the replayed messages");
             }
             if cp.groups != self.group_list() {
@@ -256,6 +257,9 @@ impl Partition {
     pub(super) fn apply(&mut self, rec: &Record, offset: u64) -> Result<(), ReplayError> {
         let at = rec.at_ms;
         let bad = |reason| Err(ReplayError { at_ms: at, reason });
+        if self.load_needed_for(rec).is_some() {
+            return bad("record about a message waiting in the log, not loaded");
+        }
         match &rec.kind {
             RecordKind::Sent(s) => {
                 if s.id < self.next_id || s.id >= MSG_ID_MAX {
@@ -265,11 +269,19 @@ impl Partition {
                     return bad("FIFO message without a group");
                 }
                 self.next_id = s.id + 1;
-                let gname = s.payload.group_id.as_deref().unwrap_or("");
-                let g = self.group_for(gname);
                 if s.redriven && s.origin.is_none() {
                     return bad("redriven message without an origin");
                 }
+                let plain = self.plain(s, at);
+                if plain
+                    && (self.tail.is_some()
+                        || self.msgs.len() >= self.cfg.limits.resident_entries_target as usize)
+                {
+                    self.join_tail(s.id, at, offset);
+                    return Ok(());
+                }
+                let gname = s.payload.group_id.as_deref().unwrap_or("");
+                let g = self.group_for(gname);
                 // A dead letter keeps its original send time (retention counts from it, as in
                 // SQS); a redriven message starts afresh.
                 let sent_ms = match s.origin {
@@ -296,8 +308,12 @@ impl Partition {
                         touched: false,
                         origin: if s.redriven { None } else { s.origin },
                         move_to: MoveDestination::RedriveTarget,
+                        pinned: !plain,
                     },
                 );
+                if !plain {
+                    self.pinned += 1;
+                }
                 let fifo = self.fifo();
                 let grp = self.group_mut(g);
                 grp.msg_count += 1;
@@ -425,6 +441,10 @@ impl Partition {
                 for id in ids {
                     self.remove(id);
                 }
+                if let Some(t) = self.tail.take() {
+                    // Every tail message was sent before the purge.
+                    self.drop_from_tail(t.count);
+                }
                 self.last_purge_ms = Some(at);
             }
             RecordKind::DlqMoveStarted { id, destination } => {
@@ -550,6 +570,9 @@ impl Partition {
         let Some(m) = self.msgs.remove(&id) else {
             return;
         };
+        if m.pinned {
+            self.pinned -= 1;
+        }
         self.count(m.state, -1);
         if m.state == State::Moving {
             self.moving.remove(&id);
@@ -562,16 +585,224 @@ impl Partition {
             State::Moving => grp.moving -= 1,
             _ => {}
         }
-        let empty = grp.msg_count == 0;
         self.refresh_ready(m.group);
-        if empty {
-            let grp = self.groups[m.group as usize]
+        self.drop_group_if_empty(m.group);
+    }
+
+    /// Forgets a group that holds no message any more (its fairness key with it).
+    fn drop_group_if_empty(&mut self, g: u32) {
+        if self.groups[g as usize]
+            .as_ref()
+            .is_some_and(|grp| grp.msg_count == 0)
+        {
+            let grp = self.groups[g as usize]
                 .take()
                 .expect("group of a live message exists");
             debug_assert!(grp.ready_key.is_none() && grp.members.is_empty());
             self.group_by_name.remove(&grp.name);
-            self.free_groups.push(m.group);
+            self.free_groups.push(g);
         }
+    }
+
+    // ----- the tail: plain messages that wait in the log only (see `Tail`) -----
+
+    /// A plain message joins the tail: it is counted (visible, in the no-group group) but gets
+    /// no entry.
+    fn join_tail(&mut self, id: u64, at: u64, offset: u64) {
+        let t = self.tail.get_or_insert_with(|| Tail {
+            load_offset: offset,
+            first_id: id,
+            count: 0,
+            skip: 0,
+            times: VecDeque::new(),
+        });
+        t.count += 1;
+        match t.times.back_mut() {
+            Some((ms, n)) if *ms == at => *n += 1,
+            _ => t.times.push_back((at, 1)),
+        }
+        let g = self.group_for("");
+        self.group_mut(g).msg_count += 1;
+        self.count(State::Available, 1);
+    }
+
+    /// `n` tail messages leave (expired or purged): uncounted, and their group may go.
+    fn drop_from_tail(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let g = *self
+            .group_by_name
+            .get("")
+            .expect("tail messages are counted in the no-group group");
+        let grp = self.group_mut(g);
+        grp.msg_count -= u32::try_from(n).expect("a group's count fits u32");
+        self.count(State::Available, -(n as i64));
+        self.drop_group_if_empty(g);
+    }
+
+    /// Tail messages past their retention leave; a load skips them.
+    fn expire_tail(&mut self, now: u64) {
+        let retention = self.retention_ms;
+        let Some(t) = self.tail.as_mut() else {
+            return;
+        };
+        let mut gone = 0;
+        while let Some(&(sent_ms, n)) = t.times.front() {
+            if sent_ms.saturating_add(retention) > now {
+                break;
+            }
+            t.times.pop_front();
+            t.count -= n;
+            t.skip += n;
+            gone += n;
+        }
+        self.drop_from_tail(gone);
+    }
+
+    /// When the tail's next message expires.
+    pub(super) fn tail_deadline_ms(&self) -> Option<u64> {
+        let t = self.tail.as_ref()?;
+        t.times
+            .front()
+            .map(|&(sent_ms, _)| sent_ms.saturating_add(self.retention_ms))
+    }
+
+    /// Plain available entries a receive of standard queue must find below the tail for its
+    /// order to be exact (lowest id first): one receive takes at most this many heads.
+    fn load_low(&self) -> usize {
+        RECEIVE_MESSAGES_MAX as usize + self.cfg.limits.dlq_moves_per_receive_max as usize
+    }
+
+    /// Where the log should be read (and the records handed to [`Partition::load`]) before a
+    /// receive or a redrive step: `Some(offset)` while the tail holds messages and fewer than
+    /// a receive's worth of available no-group entries precede it.
+    pub fn load_wanted(&self) -> Option<u64> {
+        let t = self.tail.as_ref()?;
+        if t.load_offset >= self.next_offset {
+            return None;
+        }
+        let low = self.load_low();
+        let below = self
+            .group_by_name
+            .get("")
+            .and_then(|&g| self.groups[g as usize].as_ref())
+            .map_or(0, |grp| grp.members.range(..t.first_id).take(low).count());
+        (below < low).then_some(t.load_offset)
+    }
+
+    /// Where the next load from the tail reads, whether or not one is wanted now.
+    pub fn tail_load_offset(&self) -> Option<u64> {
+        self.tail
+            .as_ref()
+            .map(|t| t.load_offset)
+            .filter(|&o| o < self.next_offset)
+    }
+
+    /// Whether `rec` names a message still waiting in the tail (replay after a restart meets
+    /// records about messages that were loaded after the state it started from): then the log
+    /// must be read from the offset returned and loaded before the record is replayed.
+    pub fn load_needed_for(&self, rec: &Record) -> Option<u64> {
+        let t = self.tail.as_ref()?;
+        if self.skipping {
+            return None;
+        }
+        let id = match &rec.kind {
+            RecordKind::Received { id, .. }
+            | RecordKind::VisibilityChanged { id, .. }
+            | RecordKind::Deleted { id }
+            | RecordKind::DlqMoveStarted { id, .. }
+            | RecordKind::DlqMoveDone { id } => *id,
+            _ => return None,
+        };
+        (id >= t.first_id && id < self.next_id && !self.msgs.contains_key(&id))
+            .then_some(t.load_offset)
+    }
+
+    /// Loads tail messages from the log: `records` are the records at offsets `from..end`, in
+    /// order and all of them (as read from the log; only what is below the partition's own
+    /// records counts). Each plain `Sent` there gets its entry, in id order, unless it expired
+    /// meanwhile. A `from` other than where the tail's loads stand (a load raced with another,
+    /// or a purge) is ignored. Returns the messages loaded.
+    pub fn load(&mut self, from: u64, records: &[(u64, Record)], end: u64) -> usize {
+        let Some(t) = self.tail.as_ref() else {
+            return 0;
+        };
+        if from != t.load_offset {
+            return 0;
+        }
+        let end = end.min(self.next_offset);
+        let mut loaded = 0;
+        let mut g = None;
+        for (offset, rec) in records {
+            if *offset < from || *offset >= end {
+                continue;
+            }
+            let RecordKind::Sent(s) = &rec.kind else {
+                continue;
+            };
+            if !self.plain(s, rec.at_ms) {
+                continue;
+            }
+            let t = self.tail.as_mut().expect("checked above");
+            t.first_id = s.id + 1;
+            if t.skip > 0 {
+                t.skip -= 1;
+                continue;
+            }
+            let front = t
+                .times
+                .front_mut()
+                .expect("a live tail message has its arrival time");
+            front.1 -= 1;
+            if front.1 == 0 {
+                t.times.pop_front();
+            }
+            t.count -= 1;
+            let gid = *g.get_or_insert_with(|| {
+                *self
+                    .group_by_name
+                    .get("")
+                    .expect("tail messages are counted in the no-group group")
+            });
+            self.msgs.insert(
+                s.id,
+                Msg {
+                    message_id: s.message_id,
+                    sent_ms: rec.at_ms,
+                    arrived_ms: rec.at_ms,
+                    visible_at_ms: s.visible_at_ms,
+                    receive_count: 0,
+                    first_receive_ms: None,
+                    state: State::Available,
+                    group: gid,
+                    sent_offset: *offset,
+                    touched: false,
+                    origin: None,
+                    move_to: MoveDestination::RedriveTarget,
+                    pinned: false,
+                },
+            );
+            self.group_mut(gid).members.insert(s.id);
+            self.timers.push(Reverse((
+                rec.at_ms.saturating_add(self.retention_ms),
+                TIMER_RETENTION,
+                s.id,
+                0,
+            )));
+            loaded += 1;
+        }
+        let next_offset = self.next_offset;
+        let t = self.tail.as_mut().expect("checked above");
+        t.load_offset = t.load_offset.max(end);
+        if t.load_offset >= next_offset {
+            debug_assert!(t.count == 0 && t.skip == 0, "tail left over: {t:?}");
+            self.tail = None;
+        }
+        if let Some(g) = g {
+            self.refresh_ready(g);
+        }
+        loaded
     }
 
     /// Puts the group in `ready` under its current key, or takes it out.

@@ -15,8 +15,8 @@ impl Partition {
                 retention_ms: self.retention_ms,
                 dedup_scope: self.dedup_scope,
                 last_purge_ms: self.last_purge_ms,
-                live_floor: self.msgs.values().next().map_or(offset, |m| m.sent_offset),
-                live_count: self.msgs.len() as u64,
+                live_floor: self.live_floor().unwrap_or(offset),
+                live_count: self.live_count(),
                 groups: self.group_list(),
             })),
         };
@@ -286,7 +286,9 @@ impl Partition {
                 return Err(EngineError::OverLimit("deduplication table is full"));
             }
         }
-        self.check_capacity()?;
+        // A plain message needs no entry (it may wait in the tail): only pinned ones count.
+        let plain = !fifo && payload.group_id.is_none() && visible_at_ms <= now;
+        self.check_capacity(!plain)?;
         let id = self.next_id;
         let reply = SentReply {
             message_id: MessageId::derive(self.cfg.queue_id, self.cfg.partition, id),
@@ -313,8 +315,8 @@ impl Partition {
 
     /// Room for one more message entry. A message's size never counts here: its bytes are in
     /// the log, bounded by the disk (a full disk is the log's clear, retryable error).
-    pub(super) fn check_capacity(&self) -> Result<(), EngineError> {
-        if self.msgs.len() >= self.cfg.limits.message_entries_max as usize {
+    pub(super) fn check_capacity(&self, pinned: bool) -> Result<(), EngineError> {
+        if pinned && self.pinned >= u64::from(self.cfg.limits.message_entries_max) {
             return Err(EngineError::OverLimit(
                 "partition holds its maximum of messages",
             ));
@@ -656,7 +658,10 @@ impl Partition {
         };
         let mut cursor = req.from_id;
         let mut scanned = 0u32;
-        while let Some((&id, m)) = self.msgs.range(cursor..).next() {
+        // Messages waiting in the tail are looked at once loaded: the scan stops where the
+        // tail begins and the reply's cursor points there (the shard loads before each step).
+        let limit = self.tail.as_ref().map_or(u64::MAX, |t| t.first_id);
+        while let Some((&id, m)) = self.msgs.range(cursor..limit.max(cursor)).next() {
             if out.started >= req.max_messages || scanned >= MOVE_SCAN_PER_COMMAND_MAX {
                 out.next_from_id = Some(id);
                 break;
@@ -691,6 +696,9 @@ impl Partition {
             fx.records.push(rec);
             out.started += 1;
         }
+        if out.next_from_id.is_none() && self.tail.is_some() {
+            out.next_from_id = Some(limit.max(cursor));
+        }
         fx.reply = Reply::MovesStarted(out);
         Ok(fx)
     }
@@ -720,7 +728,7 @@ impl Partition {
         if self.origins.len() >= self.cfg.limits.move_origins_max as usize {
             return Err(EngineError::OverLimit("too many recent dead-letter moves"));
         }
-        self.check_capacity()?;
+        self.check_capacity(true)?;
         let rec = Record {
             at_ms: now,
             kind: RecordKind::Sent(Sent {

@@ -18,7 +18,8 @@ impl Partition {
             .map(|e| e.at_ms + ATTEMPT_WINDOW_MS);
         let origin = self.origin_order.front().map(|e| e.0);
         let checkpoint = self.checkpoint_due_ms();
-        [timer, dedup, attempt, origin, checkpoint]
+        let tail = self.tail_deadline_ms();
+        [timer, dedup, attempt, origin, checkpoint, tail]
             .into_iter()
             .flatten()
             .min()

@@ -40,6 +40,13 @@ const CONTENT_READ_BYTES: usize = 256 * 1024;
 const LOAD_READ_BYTES: usize = 1024 * 1024;
 /// Reads one command may spend loading from the tail before it runs with what it has.
 const LOAD_READS_PER_COMMAND_MAX: usize = 16;
+/// The engine's newest snapshot, beside the log (`Partition::snapshot`): a restart restores
+/// it and replays only the records after it.
+const SNAPSHOT_FILE: &str = "engine.snapshot";
+/// A snapshot is written after this many records since the last one...
+const SNAPSHOT_INTERVAL_RECORDS: u64 = 50_000;
+/// ...or after this long, if any record was written since.
+const SNAPSHOT_INTERVAL_MS: u64 = 30_000;
 /// Compaction looks at a partition's log at most this often.
 pub const COMPACTION_INTERVAL_MS: u64 = 1000;
 
@@ -72,6 +79,13 @@ pub struct PartitionActor {
     /// When compaction last looked at the log (ms), and whether it runs now.
     compacted_ms: Cell<u64>,
     compacting: Cell<bool>,
+    /// The newest snapshot on disk: (its offset, the lowest offset it needs); compaction keeps
+    /// what it needs. When the last one was started, and whether one is being written.
+    snapshot: Cell<Option<(u64, u64)>>,
+    snapshot_ms: Cell<u64>,
+    snapshotting: Cell<bool>,
+    /// Counts rebuilds: a snapshot taken before one must not be written after it.
+    generation: Cell<u64>,
     /// Message counts for metrics.
     ops: crate::metrics::PartitionOps,
     this: Weak<PartitionActor>,
@@ -99,7 +113,7 @@ impl PartitionActor {
         log_config: LogConfig,
         moves: MoveSink,
     ) -> ServiceResult<Rc<PartitionActor>> {
-        let (log, engine) = Self::load(&fs, &dir, &config, &log_config).await?;
+        let (log, engine, snapshot) = Self::load(&fs, &dir, &config, &log_config).await?;
         let actor = Rc::new_cyclic(|this| PartitionActor {
             queue_id: config.queue_id,
             partition: config.partition,
@@ -118,6 +132,10 @@ impl PartitionActor {
             moves,
             compacted_ms: Cell::new(0),
             compacting: Cell::new(false),
+            snapshot: Cell::new(snapshot),
+            snapshot_ms: Cell::new(runtime::now_ms()),
+            snapshotting: Cell::new(false),
+            generation: Cell::new(0),
             ops: Default::default(),
             this: this.clone(),
         });
@@ -300,15 +318,156 @@ impl PartitionActor {
         Ok(())
     }
 
+    /// The engine restored from the snapshot file, if there is a usable one: it is this
+    /// partition's, intact, not ahead of the log, and the log still holds what it needs. An
+    /// unusable one is only logged (the caller replays the log instead); one ahead of the log
+    /// is removed, since records appended later at its offsets would be other records.
+    async fn restore_snapshot(
+        fs: &DmaFs,
+        dir: &Path,
+        config: &PartitionConfig,
+        log: &Log<DmaFs>,
+    ) -> Option<Partition> {
+        use sluice_storage::fs::{File as _, Fs as _};
+        let path = dir.join(SNAPSHOT_FILE);
+        if !fs.exists(&path).await {
+            return None;
+        }
+        let read = async {
+            let f = fs.open(&path, false).await?;
+            let size = f.size().await?;
+            let bytes = f.read_at(0, size as usize).await?;
+            f.close().await?;
+            Ok::<_, std::io::Error>(bytes)
+        };
+        let bytes = match read.await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "snapshot unreadable; replaying the log");
+                return None;
+            }
+        };
+        let engine = match Partition::restore(config.clone(), &bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "snapshot refused; replaying the log");
+                return None;
+            }
+        };
+        if engine.snapshot_offset() > log.end_offset() {
+            tracing::warn!(
+                path = %path.display(),
+                snapshot = engine.snapshot_offset(),
+                log_end = log.end_offset(),
+                "snapshot ahead of the log; removed, replaying the log"
+            );
+            let _ = fs.remove(&path).await;
+            return None;
+        }
+        if engine.snapshot_needs_from() < log.start_offset() {
+            tracing::warn!(path = %path.display(), "snapshot older than the log's start; replaying the log");
+            return None;
+        }
+        Some(engine)
+    }
+
+    /// Writes `bytes`, a snapshot at `offset`, once the log is durable up to `offset`: a
+    /// temporary file, synced, renamed over the snapshot, the directory synced. Returns false
+    /// if the partition failed or closed before (nothing written).
+    async fn write_snapshot(&self, offset: u64, bytes: Vec<u8>) -> ServiceResult<bool> {
+        use sluice_storage::fs::{File as _, Fs as _};
+        let generation = self.generation.get();
+        loop {
+            if self.broken.get() || self.generation.get() != generation {
+                return Ok(false);
+            }
+            if self.log().end_offset() >= offset {
+                break;
+            }
+            self.appended.listen_until(runtime::now_ms() + 100).await;
+        }
+        let io = |what: &'static str| {
+            move |e: std::io::Error| ServiceError::Internal(format!("snapshot {what}: {e}"))
+        };
+        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        let path = self.dir.join(SNAPSHOT_FILE);
+        let len = bytes.len();
+        let mut block = bytes;
+        block.resize(len.div_ceil(4096) * 4096, 0);
+        let f = self.fs.open(&tmp, true).await.map_err(io("create"))?;
+        let mut pos = 0;
+        while pos < block.len() {
+            let n = f
+                .write_at(pos as u64, &block[pos..])
+                .await
+                .map_err(io("write"))?;
+            if n == 0 {
+                return Err(ServiceError::Internal("snapshot write: no progress".into()));
+            }
+            pos += n;
+        }
+        f.truncate(len as u64).await.map_err(io("truncate"))?;
+        f.sync_data().await.map_err(io("fdatasync"))?;
+        f.close().await.map_err(io("close"))?;
+        self.fs.rename(&tmp, &path).await.map_err(io("rename"))?;
+        self.fs.sync_dir(&self.dir).await.map_err(io("sync_dir"))?;
+        Ok(true)
+    }
+
+    /// Starts writing a snapshot in the background when one is due.
+    fn maybe_snapshot(&self, now: u64) {
+        if self.snapshotting.get() || self.closed.get() || self.broken.get() {
+            return;
+        }
+        let engine = self.engine.borrow();
+        let offset = engine.snapshot_offset();
+        let last = self.snapshot.get().map_or(0, |s| s.0);
+        let since = offset.saturating_sub(last);
+        let due = since >= SNAPSHOT_INTERVAL_RECORDS
+            || (since > 0 && now >= self.snapshot_ms.get() + SNAPSHOT_INTERVAL_MS);
+        if !due {
+            return;
+        }
+        let Some(bytes) = engine.snapshot() else {
+            return;
+        };
+        let need = engine.snapshot_needs_from();
+        drop(engine);
+        let Some(this) = self.this.upgrade() else {
+            return;
+        };
+        self.snapshotting.set(true);
+        self.snapshot_ms.set(now);
+        runtime::spawn(async move {
+            match this.write_snapshot(offset, bytes).await {
+                Ok(true) => this.snapshot.set(Some((offset, need))),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    queue = this.queue_id,
+                    partition = this.partition,
+                    error = %e,
+                    "snapshot failed; will retry"
+                ),
+            }
+            this.snapshotting.set(false);
+        });
+    }
+
     async fn load(
         fs: &DmaFs,
         dir: &Path,
         config: &PartitionConfig,
         log_config: &LogConfig,
-    ) -> ServiceResult<(Log<DmaFs>, Partition)> {
+    ) -> ServiceResult<(Log<DmaFs>, Partition, Option<(u64, u64)>)> {
         let log = Log::open(fs.clone(), dir.to_path_buf(), log_config.clone()).await?;
-        let engine = RefCell::new(Partition::new(config.clone())?);
-        let mut at = log.start_offset();
+        let (engine, mut at, snapshot) = match Self::restore_snapshot(fs, dir, config, &log).await {
+            Some(p) => {
+                let (offset, need) = (p.snapshot_offset(), p.snapshot_needs_from());
+                (p, offset, Some((offset, need)))
+            }
+            None => (Partition::new(config.clone())?, log.start_offset(), None),
+        };
+        let engine = RefCell::new(engine);
         let end = log.end_offset();
         while at < end {
             let batches = log.read(at, REPLAY_READ_BYTES).await?;
@@ -350,7 +509,7 @@ impl PartitionActor {
         engine
             .finish_replay(end)
             .map_err(|e| ServiceError::Internal(format!("replay of {}: {e}", dir.display())))?;
-        Ok((log, engine))
+        Ok((log, engine, snapshot))
     }
 
     /// After a failed commit the engine is ahead of the log: reopen the log (recovery decides
@@ -362,7 +521,10 @@ impl PartitionActor {
             "rebuilding partition from its log after a failed commit"
         );
         let config = self.config.borrow().clone();
-        let (log, engine) = Self::load(&self.fs, &self.dir, &config, &self.log_config).await?;
+        let (log, engine, snapshot) =
+            Self::load(&self.fs, &self.dir, &config, &self.log_config).await?;
+        self.snapshot.set(snapshot);
+        self.generation.set(self.generation.get() + 1);
         *self.log.borrow_mut() = Rc::new(log);
         *self.engine.borrow_mut() = engine;
         self.broken.set(false);
@@ -485,8 +647,13 @@ impl PartitionActor {
         let Some(this) = self.this.upgrade() else {
             return;
         };
+        self.maybe_snapshot(now);
         let log = self.log();
         let mut floor = self.engine.borrow().compaction_floor();
+        // What a restart from the newest snapshot reads stays too.
+        if let Some((_, need)) = self.snapshot.get() {
+            floor = floor.min(need);
+        }
         // Stream readers of the queue keep what is younger than StreamRetentionPeriod: nothing
         // from the first segment holding a record that recent on is deleted.
         let keep_s = self.config.borrow().attributes.stream_retention_s;
@@ -602,6 +769,34 @@ impl PartitionActor {
         self.ready.notify();
         self.appended.notify();
         self.log().close().await?;
+        // A clean stop leaves a snapshot at the log's end: the next start replays nothing.
+        // (After the one being written, if any: both use the same temporary file.)
+        for _ in 0..1000 {
+            if !self.snapshotting.get() {
+                break;
+            }
+            runtime::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        if self.snapshotting.get() {
+            return Ok(());
+        }
+        let last = self.snapshot.get().map_or(0, |s| s.0);
+        let engine = self.engine.borrow();
+        let offset = engine.snapshot_offset();
+        let bytes = (!self.broken.get() && offset > last && offset == self.log().end_offset())
+            .then(|| engine.snapshot())
+            .flatten();
+        drop(engine);
+        if let Some(bytes) = bytes {
+            if let Err(e) = self.write_snapshot(offset, bytes).await {
+                tracing::warn!(
+                    queue = self.queue_id,
+                    partition = self.partition,
+                    error = %e,
+                    "snapshot at close failed; the next start replays the log"
+                );
+            }
+        }
         Ok(())
     }
 

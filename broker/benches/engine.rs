@@ -42,14 +42,18 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 /// Bytes the engine holds per message waiting in a standard queue of `messages` messages of
-/// `body_bytes` (sent, never received). The request bodies are freed or moved into the engine;
+/// `body_bytes` (sent, never received), with entries for the first `resident` of them (the
+/// rest wait in the log, as the tail). The request bodies are freed or moved into the engine;
 /// what stays allocated after the sends is the backlog's cost.
-fn bytes_per_waiting_message(body_bytes: usize, messages: u64) -> f64 {
+fn bytes_per_waiting_message(body_bytes: usize, messages: u64, resident: u32) -> f64 {
     let mut p = Partition::new(PartitionConfig {
         queue_id: 1,
         partition: 0,
         attributes: QueueAttributes::new(QueueKind::Standard),
-        limits: Limits::default(),
+        limits: Limits {
+            resident_entries_target: resident,
+            ..Limits::default()
+        },
     })
     .expect("valid config");
     let body = "x".repeat(body_bytes);
@@ -221,7 +225,9 @@ fn main() {
     }
     println!("engine memory per waiting message (standard queue, 100,000 sent, none received)");
     for body_bytes in [100, 2048] {
-        let b = bytes_per_waiting_message(body_bytes, 100_000);
-        println!("{b:>8.0} bytes/message  body {body_bytes} B");
+        let b = bytes_per_waiting_message(body_bytes, 100_000, 200_000);
+        println!("{b:>8.0} bytes/message  body {body_bytes} B, each with an entry");
+        let b = bytes_per_waiting_message(body_bytes, 100_000, 0);
+        println!("{b:>8.0} bytes/message  body {body_bytes} B, waiting in the log (the tail)");
     }
 }

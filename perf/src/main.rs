@@ -6,6 +6,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod backlog;
 mod capacity;
 mod clock;
 mod cpu;
@@ -99,6 +100,24 @@ enum Cmd {
         /// Queues the backlog is spread over.
         #[arg(long, default_value_t = 1)]
         queues: usize,
+        #[arg(long, default_value = "perf/results")]
+        out: PathBuf,
+    },
+    /// The log is the queue: fills one standard queue with a backlog of 2 KiB messages
+    /// (default 20 GiB), reports memory full vs empty, restart times (clean stop, periodic
+    /// snapshot as after kill -9, no snapshot) and the cold-backlog receive+delete rate beside
+    /// the hot path, in one run.
+    Backlog {
+        #[arg(long, default_value = "perf/work/backlog")]
+        dir: PathBuf,
+        /// Backlog size in GiB of bodies.
+        #[arg(long, default_value_t = 20.0)]
+        gib: f64,
+        #[arg(long, default_value_t = 2)]
+        shards: usize,
+        /// Seconds of cold drain, then as many of the hot path.
+        #[arg(long, default_value_t = 20.0)]
+        drain_seconds: f64,
         #[arg(long, default_value = "perf/results")]
         out: PathBuf,
     },
@@ -373,6 +392,31 @@ fn main() {
                 "sluice": r,
             });
             write_results(&out, "recovery", json, &report);
+        }
+        Cmd::Backlog {
+            dir,
+            gib,
+            shards,
+            drain_seconds,
+            out,
+        } => {
+            std::fs::create_dir_all(&out).expect("create results dir");
+            let r = match backlog::run(&dir, shards.max(1), gib, drain_seconds) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("backlog: {e}");
+                    std::process::exit(1);
+                }
+            };
+            let report = backlog::render(&r);
+            println!("{report}");
+            let json = serde_json::json!({
+                "kind": "backlog",
+                "unix_time": stamp(),
+                "machine": machine(),
+                "sluice": r,
+            });
+            write_results(&out, "backlog", json, &report);
         }
         Cmd::HttpVsQuic {
             dir,

@@ -66,12 +66,17 @@ pub(crate) fn body(i: u64) -> String {
 }
 
 /// The embedded default with `shards` shards pinned to the first cores, one partition per
-/// shard for new queues.
+/// shard for new queues, front ends off the well-known ports.
 pub(crate) fn broker_config(dir: &std::path::Path, shards: usize) -> BrokerConfig {
     let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
     c.shards = shards;
     c.default_partitions = shards as u32;
     c.cpus = (0..shards).collect();
+    // In process: no front end is used, so none takes a well-known port (another broker on
+    // this machine may hold it).
+    c.quic_enabled = false;
+    c.http_addr = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
     c
 }
 

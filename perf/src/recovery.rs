@@ -46,7 +46,7 @@ pub struct RecoveryResult {
     pub fsync_policy: &'static str,
 }
 
-fn start(dir: &Path, shards: usize) -> (std::sync::Arc<server::BrokerHandle>, f64) {
+pub(crate) fn start(dir: &Path, shards: usize) -> (std::sync::Arc<server::BrokerHandle>, f64) {
     let t = Instant::now();
     let b = server::start(crate::queue_bench::broker_config(dir, shards)).expect("start");
     b.wait_ready().expect("ready");
@@ -54,7 +54,7 @@ fn start(dir: &Path, shards: usize) -> (std::sync::Arc<server::BrokerHandle>, f6
 }
 
 /// CPU seconds this process has used (user + system, every thread).
-fn process_cpu_s() -> f64 {
+pub(crate) fn process_cpu_s() -> f64 {
     // SAFETY: `getrusage` only writes the struct it is given, which is zeroed and ours.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above; RUSAGE_SELF is always valid.
@@ -65,13 +65,13 @@ fn process_cpu_s() -> f64 {
     secs(u.ru_utime) + secs(u.ru_stime)
 }
 
-fn stop(b: std::sync::Arc<server::BrokerHandle>) {
+pub(crate) fn stop(b: std::sync::Arc<server::BrokerHandle>) {
     std::sync::Arc::into_inner(b)
         .expect("sole owner")
         .shutdown();
 }
 
-fn dir_bytes(p: &Path) -> u64 {
+pub(crate) fn dir_bytes(p: &Path) -> u64 {
     let Ok(rd) = std::fs::read_dir(p) else {
         return 0;
     };

@@ -40,6 +40,13 @@ const CONTENT_READ_BYTES: usize = 256 * 1024;
 const LOAD_READ_BYTES: usize = 1024 * 1024;
 /// Reads one command may spend loading from the tail before it runs with what it has.
 const LOAD_READS_PER_COMMAND_MAX: usize = 16;
+/// While fewer available entries than this precede the tail, a receive starts the next load in
+/// the background (read-ahead), so that receives seldom wait for the disk.
+const LOAD_AHEAD_ENTRIES: usize = 2048;
+/// Contents of messages just loaded from the tail, kept for the receives that follow (so a cold
+/// message is read and decoded once, not once to load and again to deliver): bytes per
+/// partition, oldest dropped first.
+const LOADED_CONTENT_BYTES_MAX: usize = 8 * LOAD_READ_BYTES;
 /// The engine's newest snapshot, beside the log (`Partition::snapshot`): a restart restores
 /// it and replays only the records after it.
 const SNAPSHOT_FILE: &str = "engine.snapshot";
@@ -86,6 +93,13 @@ pub struct PartitionActor {
     snapshotting: Cell<bool>,
     /// Counts rebuilds: a snapshot taken before one must not be written after it.
     generation: Cell<u64>,
+    /// Contents read while loading from the tail, by the offset of their `Sent` record, and
+    /// their bytes in all (see [`LOADED_CONTENT_BYTES_MAX`]).
+    loaded: RefCell<(std::collections::BTreeMap<u64, Arc<Payload>>, usize)>,
+    /// A load from the tail is reading: other commands wait for it instead of reading the
+    /// same bytes (`load_done` wakes them).
+    loading: Cell<bool>,
+    load_done: Event,
     /// Message counts for metrics.
     ops: crate::metrics::PartitionOps,
     this: Weak<PartitionActor>,
@@ -136,6 +150,9 @@ impl PartitionActor {
             snapshot_ms: Cell::new(runtime::now_ms()),
             snapshotting: Cell::new(false),
             generation: Cell::new(0),
+            loaded: RefCell::new(Default::default()),
+            loading: Cell::new(false),
+            load_done: Event::default(),
             ops: Default::default(),
             this: this.clone(),
         });
@@ -165,9 +182,15 @@ impl PartitionActor {
     /// returns that batch and the ones after it up to [`CONTENT_READ_BYTES`].
     async fn read_contents(&self, offsets: &[u64]) -> ServiceResult<Vec<Option<Arc<Payload>>>> {
         let log = self.log();
-        let mut want: Vec<(u64, usize)> = offsets.iter().copied().zip(0..).collect();
-        want.sort_unstable();
         let mut out = vec![None; offsets.len()];
+        let mut want: Vec<(u64, usize)> = Vec::with_capacity(offsets.len());
+        for (i, &offset) in offsets.iter().enumerate() {
+            match self.take_loaded(offset) {
+                Some(p) => out[i] = Some(p),
+                None => want.push((offset, i)),
+            }
+        }
+        want.sort_unstable();
         let mut next = 0;
         while next < want.len() {
             let at = want[next].0;
@@ -273,9 +296,9 @@ impl PartitionActor {
         log: &Log<DmaFs>,
         engine: &RefCell<Partition>,
         from: u64,
-    ) -> ServiceResult<bool> {
+    ) -> ServiceResult<Option<Vec<(u64, EngineRecord)>>> {
         if from < log.start_offset() || from >= log.end_offset() {
-            return Ok(false);
+            return Ok(None);
         }
         let batches = log.read(from, LOAD_READ_BYTES).await?;
         let mut records = Vec::new();
@@ -294,10 +317,40 @@ impl PartitionActor {
             end = b.header.next_offset();
         }
         if end <= from {
-            return Ok(false);
+            return Ok(None);
         }
         engine.borrow_mut().load(from, &records, end);
-        Ok(true)
+        Ok(Some(records))
+    }
+
+    /// Keeps the contents of the `Sent` records just loaded for the receives that follow.
+    fn keep_loaded(&self, records: Vec<(u64, EngineRecord)>) {
+        let mut kept = self.loaded.borrow_mut();
+        let (map, bytes) = &mut *kept;
+        for (offset, rec) in records {
+            if let RecordKind::Sent(sent) = rec.kind {
+                *bytes += sent.payload.size_bytes();
+                if let Some(old) = map.insert(offset, sent.payload) {
+                    *bytes -= old.size_bytes();
+                }
+            }
+        }
+        while *bytes > LOADED_CONTENT_BYTES_MAX {
+            let Some((_, p)) = map.pop_first() else {
+                break;
+            };
+            *bytes -= p.size_bytes();
+        }
+    }
+
+    /// The content kept for the `Sent` record at `offset`, if any (taken: a message is
+    /// delivered once from the tail).
+    fn take_loaded(&self, offset: u64) -> Option<Arc<Payload>> {
+        let mut kept = self.loaded.borrow_mut();
+        let (map, bytes) = &mut *kept;
+        let p = map.remove(&offset)?;
+        *bytes -= p.size_bytes();
+        Some(p)
     }
 
     /// Before a receive or a redrive step: loads never-received messages from the tail while
@@ -307,15 +360,65 @@ impl PartitionActor {
             return Ok(());
         }
         let log = self.log();
-        for _ in 0..LOAD_READS_PER_COMMAND_MAX {
+        let mut reads = 0;
+        while reads < LOAD_READS_PER_COMMAND_MAX {
             let Some(from) = self.engine.borrow().load_wanted() else {
                 break;
             };
-            if !Self::load_tail(&log, &self.engine, from).await? {
-                break;
+            if self.loading.get() {
+                // Another command is reading this very chunk: wait for it, then look again.
+                self.load_done.listen_until(runtime::now_ms() + 1000).await;
+                reads += 1;
+                continue;
+            }
+            self.loading.set(true);
+            let read = Self::load_tail(&log, &self.engine, from).await;
+            self.loading.set(false);
+            self.load_done.notify();
+            reads += 1;
+            match read? {
+                Some(records) => self.keep_loaded(records),
+                None => break,
             }
         }
+        self.read_ahead();
         Ok(())
+    }
+
+    /// Starts one load from the tail in the background if the entries ahead of it run low and
+    /// no load is reading.
+    fn read_ahead(&self) {
+        if self.loading.get() || self.broken.get() || self.closed.get() {
+            return;
+        }
+        // Only while what it reads can stay in memory until it is received (else it would be
+        // read again).
+        if self.loaded.borrow().1 + LOAD_READ_BYTES > LOADED_CONTENT_BYTES_MAX {
+            return;
+        }
+        let Some(from) = self.engine.borrow().load_wanted_below(LOAD_AHEAD_ENTRIES) else {
+            return;
+        };
+        let Some(this) = self.this.upgrade() else {
+            return;
+        };
+        self.loading.set(true);
+        runtime::spawn(async move {
+            let log = this.log();
+            let read = Self::load_tail(&log, &this.engine, from).await;
+            this.loading.set(false);
+            this.load_done.notify();
+            match read {
+                Ok(Some(records)) => this.keep_loaded(records),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(
+                    queue = this.queue_id,
+                    partition = this.partition,
+                    error = %e,
+                    "read-ahead from the tail failed; receives will load"
+                ),
+            }
+        });
     }
 
     /// The engine restored from the snapshot file, if there is a usable one: it is this
@@ -489,7 +592,7 @@ impl PartitionActor {
                         let Some(from) = engine.borrow().load_needed_for(&rec) else {
                             break;
                         };
-                        if !Self::load_tail(&log, &engine, from).await?
+                        if Self::load_tail(&log, &engine, from).await?.is_none()
                             || engine.borrow().load_needed_for(&rec) == Some(from)
                         {
                             return Err(ServiceError::Internal(format!(
@@ -525,6 +628,7 @@ impl PartitionActor {
             Self::load(&self.fs, &self.dir, &config, &self.log_config).await?;
         self.snapshot.set(snapshot);
         self.generation.set(self.generation.get() + 1);
+        *self.loaded.borrow_mut() = Default::default();
         *self.log.borrow_mut() = Rc::new(log);
         *self.engine.borrow_mut() = engine;
         self.broken.set(false);
@@ -781,12 +885,12 @@ impl PartitionActor {
             return Ok(());
         }
         let last = self.snapshot.get().map_or(0, |s| s.0);
-        let engine = self.engine.borrow();
-        let offset = engine.snapshot_offset();
-        let bytes = (!self.broken.get() && offset > last && offset == self.log().end_offset())
-            .then(|| engine.snapshot())
-            .flatten();
-        drop(engine);
+        let (offset, bytes) = {
+            let engine = self.engine.borrow();
+            let offset = engine.snapshot_offset();
+            let due = !self.broken.get() && offset > last && offset == self.log().end_offset();
+            (offset, due.then(|| engine.snapshot()).flatten())
+        };
         if let Some(bytes) = bytes {
             if let Err(e) = self.write_snapshot(offset, bytes).await {
                 tracing::warn!(

@@ -678,11 +678,17 @@ impl Partition {
     /// receive or a redrive step: `Some(offset)` while the tail holds messages and fewer than
     /// a receive's worth of available no-group entries precede it.
     pub fn load_wanted(&self) -> Option<u64> {
+        self.load_wanted_below(self.load_low())
+    }
+
+    /// [`Partition::load_wanted`] with another low-water mark: the shard reads ahead (in the
+    /// background) while fewer than `low` available no-group entries precede the tail, so that
+    /// receives seldom wait for a read.
+    pub fn load_wanted_below(&self, low: usize) -> Option<u64> {
         let t = self.tail.as_ref()?;
         if t.load_offset >= self.next_offset {
             return None;
         }
-        let low = self.load_low();
         let below = self
             .group_by_name
             .get("")

@@ -350,7 +350,10 @@ fn a_segment_allocates_space_as_it_fills() {
         ..LogConfig::default()
     };
     let initial = config.prealloc_initial_bytes;
-    assert!(initial <= 16 * KIB, "the initial allocation is a few blocks");
+    assert!(
+        initial <= 16 * KIB,
+        "the initial allocation is a few blocks"
+    );
     let seg = dir.join("p0").join("00000000000000000000.log");
     let allocated = on_glommio(move || async move {
         let fs = DmaFs::new(&dir).await.expect("fs");

@@ -82,6 +82,10 @@ pub struct QuotaSettings {
     /// Queues one account may hold; past it, CreateQueue answers `OverLimit`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queues_per_account: Option<usize>,
+    /// Bytes one account's queue and topic logs may hold; past it, sends and produces answer
+    /// `RequestThrottled` (retryable) until space is freed. Unset: unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_bytes_per_account: Option<u64>,
 }
 
 /// `[auth]`: who may call, both front ends (SigV4 on HTTP, `AKID:SECRET` tokens on QUIC).
@@ -287,6 +291,10 @@ impl Settings {
                     .quotas
                     .queues_per_account
                     .or(below.quotas.queues_per_account),
+                stored_bytes_per_account: self
+                    .quotas
+                    .stored_bytes_per_account
+                    .or(below.quotas.stored_bytes_per_account),
             },
         }
     }
@@ -331,6 +339,7 @@ impl Settings {
                 requests_per_s: None,
                 bytes_per_s: None,
                 queues_per_account: Some(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT),
+                stored_bytes_per_account: None,
             },
         }
     }
@@ -402,9 +411,11 @@ impl Settings {
         if s.quotas.requests_per_s == Some(0)
             || s.quotas.bytes_per_s == Some(0)
             || s.quotas.queues_per_account == Some(0)
+            || s.quotas.stored_bytes_per_account == Some(0)
         {
             return Err(ConfigError(
-                "quotas: requests_per_s, bytes_per_s and queues_per_account must be above 0 \
+                "quotas: requests_per_s, bytes_per_s, queues_per_account and \
+                 stored_bytes_per_account must be above 0 \
                  (leave a rate unset for no limit)"
                     .into(),
             ));
@@ -516,6 +527,7 @@ impl Settings {
                 .quotas
                 .queues_per_account
                 .unwrap_or(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT),
+            stored_bytes_per_account: self.quotas.stored_bytes_per_account,
         };
         c.metrics_queue_labels = self.metrics.queue_labels.unwrap_or(true);
         Ok(c)

@@ -113,6 +113,10 @@ pub struct DaemonArgs {
     /// Queues one account may hold [default: 100000].
     #[arg(long, env = "SLUICE_QUOTA_QUEUES_PER_ACCOUNT")]
     pub quota_queues_per_account: Option<usize>,
+    /// Bytes one account's queues and topics may hold on disk, past which sends get
+    /// RequestThrottled [default: unlimited].
+    #[arg(long, env = "SLUICE_QUOTA_STORED_BYTES_PER_ACCOUNT")]
+    pub quota_stored_bytes_per_account: Option<u64>,
 }
 
 impl DaemonArgs {
@@ -155,6 +159,7 @@ impl DaemonArgs {
         s.quotas.requests_per_s = self.quota_requests_per_s;
         s.quotas.bytes_per_s = self.quota_bytes_per_s;
         s.quotas.queues_per_account = self.quota_queues_per_account;
+        s.quotas.stored_bytes_per_account = self.quota_stored_bytes_per_account;
         s.metrics.queue_labels = self.metrics_no_queue_labels.then_some(false);
         Ok(s)
     }

@@ -23,6 +23,14 @@ pub enum ServiceError {
     Unavailable(&'static str),
     #[error("request throttled: {0}")]
     Throttled(&'static str),
+    /// The account's queue and topic logs hold its stored-bytes quota
+    /// (`[quotas] stored_bytes_per_account`): nothing new is stored until consumers drain.
+    #[error(
+        "request throttled: this account's stored-bytes quota is used up ({stored_bytes} bytes \
+         stored, quota {quota_bytes}); sends are refused until messages are deleted and their \
+         space compacted, or queues deleted; retry with back-off"
+    )]
+    StoredBytesQuota { stored_bytes: u64, quota_bytes: u64 },
     /// Free space is below the reserve: nothing new is stored until there is room again.
     #[error(
         "the broker's disk is full ({free_bytes} bytes free, under the {reserve_bytes}-byte \
@@ -70,6 +78,9 @@ impl ServiceError {
             ServiceError::Internal(_) => ("InternalFailure", 500, true),
             ServiceError::Unavailable(_) => ("ServiceUnavailable", 503, true),
             ServiceError::Throttled(_) => ("RequestThrottled", 403, true),
+            // SQS has no storage quota; RequestThrottled is the error SendMessage(Batch) model
+            // for a limit of the recipient, typed and retried with back-off by the SDKs.
+            ServiceError::StoredBytesQuota { .. } => ("RequestThrottled", 403, true),
             ServiceError::DiskFull { .. } => ("ServiceUnavailable", 503, true),
             ServiceError::InvalidAddress(_) => ("InvalidAddress", 404, false),
             ServiceError::ResourceNotFound(_) => ("ResourceNotFoundException", 400, false),

@@ -206,6 +206,17 @@ fn now_s() -> u64 {
 /// A JSON-protocol request, signed with `secret` (a wrong secret makes a request that passes
 /// every check but the signature itself).
 fn signed_request(host: SocketAddr, action: &str, body: &[u8], secret: &str) -> Vec<u8> {
+    signed_request_as(host, action, body, AKID, secret)
+}
+
+/// [`signed_request`] with the access key `akid`.
+fn signed_request_as(
+    host: SocketAddr,
+    action: &str,
+    body: &[u8],
+    akid: &str,
+    secret: &str,
+) -> Vec<u8> {
     let date = amz_date(now_s());
     let host = host.to_string();
     let target = format!("AmazonSQS.{action}");
@@ -226,7 +237,7 @@ fn signed_request(host: SocketAddr, action: &str, body: &[u8], secret: &str) -> 
     let mut req = format!(
         "POST / HTTP/1.1\r\nHost: {host}\r\nX-Amz-Date: {date}\r\nX-Amz-Target: {target}\r\n\
          Content-Type: application/x-amz-json-1.0\r\n\
-         Authorization: AWS4-HMAC-SHA256 Credential={AKID}/{scope}, \
+         Authorization: AWS4-HMAC-SHA256 Credential={akid}/{scope}, \
          SignedHeaders=host;x-amz-date;x-amz-target, Signature={signature}\r\n\
          Content-Length: {}\r\n\r\n",
         body.len()
@@ -602,4 +613,138 @@ fn the_data_dir_and_its_files_are_private_and_exposed_secrets_are_warned_about()
         "segments, metadata and keys were written ({files} files)"
     );
     assert!(open.is_empty(), "open to group or others: {open:#?}");
+}
+
+/// A signed JSON call as `akid`; the status and the answer parsed as JSON.
+fn call_as(
+    b: &Broker,
+    akid: &str,
+    secret: &str,
+    action: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let body = body.to_string();
+    let (status, text) = exchange(
+        b.http,
+        &signed_request_as(b.http, action, body.as_bytes(), akid, secret),
+    );
+    let v = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, v)
+}
+
+/// `[quotas] stored_bytes_per_account`: an account whose queues hold its quota gets
+/// `RequestThrottled` (HTTP 403, retryable, naming the quota) on SendMessage; another account
+/// sends on; the hoarding account still receives and deletes, and once it frees space (here:
+/// deletes the queue) it sends again, no restart.
+#[test]
+fn an_account_past_its_stored_bytes_quota_is_throttled_and_others_are_not() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    const OTHER_AKID: &str = "AKIDOTHER";
+    const OTHER_SECRET: &str = "other-secret";
+    const QUOTA_BYTES: u64 = 4 << 20;
+    const BODY_BYTES: usize = 1_000_000;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let args = [
+        "--auth".to_string(),
+        "sigv4".into(),
+        "--access-keys".into(),
+        format!("{AKID}:{SECRET}:{ACCOUNT},{OTHER_AKID}:{OTHER_SECRET}:222222222222"),
+        "--quota-stored-bytes-per-account".into(),
+        QUOTA_BYTES.to_string(),
+    ];
+    let b = start(&tmp.path().join("d"), &as_strs(&args), None);
+    let create = |akid, secret, name: &str| {
+        let (status, v) = call_as(
+            &b,
+            akid,
+            secret,
+            "CreateQueue",
+            &serde_json::json!({"QueueName": name}),
+        );
+        assert_eq!(status, 200, "CreateQueue {name}: {v}");
+        v["QueueUrl"].as_str().expect("QueueUrl").to_string()
+    };
+    let send = |akid, secret, url: &str| {
+        let body = serde_json::json!({"QueueUrl": url, "MessageBody": "x".repeat(BODY_BYTES)});
+        call_as(&b, akid, secret, "SendMessage", &body)
+    };
+    // Past the quota's view interval (250 ms) between sends, each send sees what the last stored.
+    let pause = || std::thread::sleep(Duration::from_millis(300));
+    let hoard = create(AKID, SECRET, "hoard");
+    let mut sent = 0;
+    let refusal = loop {
+        let (status, v) = send(AKID, SECRET, &hoard);
+        if status != 200 {
+            break (status, v);
+        }
+        sent += 1;
+        assert!(
+            sent <= 8,
+            "{sent} MB stored under a {QUOTA_BYTES}-byte quota"
+        );
+        pause();
+    };
+    assert!(
+        sent >= 4,
+        "refused after {sent} MB, under the quota: {refusal:?}"
+    );
+    let (status, v) = refusal;
+    assert_eq!(status, 403, "{v}");
+    let kind = v["__type"].as_str().unwrap_or_default();
+    assert!(kind.ends_with("RequestThrottled"), "{v}");
+    let message = v["message"].as_str().unwrap_or_default();
+    assert!(message.contains("stored-bytes quota"), "{v}");
+    // Batches are refused too.
+    let batch =
+        serde_json::json!({"QueueUrl": hoard, "Entries": [{"Id": "a", "MessageBody": "small"}]});
+    let (status, v) = call_as(&b, AKID, SECRET, "SendMessageBatch", &batch);
+    assert_eq!(status, 403, "SendMessageBatch past the quota: {v}");
+    // The other account is not affected.
+    let other = create(OTHER_AKID, OTHER_SECRET, "mine");
+    let (status, v) = send(OTHER_AKID, OTHER_SECRET, &other);
+    assert_eq!(status, 200, "the other account sends: {v}");
+    // The hoarder drains: receive and delete go on.
+    let (status, v) = call_as(
+        &b,
+        AKID,
+        SECRET,
+        "ReceiveMessage",
+        &serde_json::json!({"QueueUrl": hoard, "MaxNumberOfMessages": 1}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let handle = v["Messages"][0]["ReceiptHandle"]
+        .as_str()
+        .expect("a message")
+        .to_string();
+    let (status, v) = call_as(
+        &b,
+        AKID,
+        SECRET,
+        "DeleteMessage",
+        &serde_json::json!({"QueueUrl": hoard, "ReceiptHandle": handle}),
+    );
+    assert_eq!(status, 200, "{v}");
+    // Space freed (the queue deleted): sends resume by themselves.
+    let (status, v) = call_as(
+        &b,
+        AKID,
+        SECRET,
+        "DeleteQueue",
+        &serde_json::json!({"QueueUrl": hoard}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let fresh = create(AKID, SECRET, "fresh");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        pause();
+        let (status, v) = send(AKID, SECRET, &fresh);
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still refused after the queue was deleted: {v}"
+        );
+    }
+    b.stop();
 }

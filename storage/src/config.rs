@@ -11,9 +11,14 @@ pub struct LogConfig {
     pub segment_age_ms_max: Option<u64>,
     /// One offset index entry per this many bytes of log (at a batch boundary).
     pub index_interval_bytes: u64,
-    /// Segment space is zero-filled ahead of the write position in chunks of this size, so that
+    /// Segment space is zero-filled ahead of the write position, at most this far, so that
     /// commits write into allocated, zeroed blocks (fdatasync into a growing file is 2–4× slower).
     pub prealloc_chunk_bytes: u64,
+    /// A new segment starts with this much zeroed space; the zero-ahead distance then grows with
+    /// the data (as far again as written, [`LogConfig::zero_ahead_bytes`]) up to
+    /// `prealloc_chunk_bytes`. Small, because a broker holds many partitions that never fill:
+    /// a whole chunk up front made an empty queue cost 8 MiB of disk (CONTRACT.md C8).
+    pub prealloc_initial_bytes: u64,
     /// Bytes staged but not yet written; appends wait (back-pressure) beyond it. It also bounds
     /// one commit's write, and so the region a torn write can damage.
     pub write_buffer_bytes_max: usize,
@@ -39,6 +44,10 @@ pub struct LogConfig {
 
 pub const MIB: u64 = 1024 * 1024;
 
+/// The zeroed space a new segment starts with: four blocks, room for a first few small
+/// batches before the first zero-ahead (which rides along with a commit).
+pub const PREALLOC_INITIAL_BYTES_DEFAULT: u64 = 4 * BLOCK_BYTES;
+
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
@@ -46,6 +55,7 @@ impl Default for LogConfig {
             segment_age_ms_max: Some(7 * 24 * 3600 * 1000),
             index_interval_bytes: 4096,
             prealloc_chunk_bytes: 64 * MIB,
+            prealloc_initial_bytes: PREALLOC_INITIAL_BYTES_DEFAULT,
             write_buffer_bytes_max: 8 * MIB as usize,
             batch_bytes_max: 4 * MIB as usize,
             coalesce_batch_bytes_max: 4 * 1024,
@@ -74,10 +84,33 @@ impl LogConfig {
         if self.index_interval_bytes == 0 || self.prealloc_chunk_bytes < BLOCK_BYTES {
             return bad("index_interval_bytes must be > 0 and prealloc_chunk_bytes >= 4 KiB");
         }
+        if self.prealloc_initial_bytes < BLOCK_BYTES {
+            return bad("prealloc_initial_bytes must be >= 4 KiB");
+        }
         if self.index_persist_entries == 0 {
             return bad("index_persist_entries must be > 0");
         }
         Ok(())
+    }
+
+    /// The zeroed space a new segment is created with (block-aligned, within the segment).
+    pub fn segment_initial_bytes(&self) -> u64 {
+        crate::fs::align_up(
+            self.prealloc_initial_bytes
+                .min(self.prealloc_chunk_bytes)
+                .min(self.segment_bytes_max),
+        )
+    }
+
+    /// How far ahead of `data_end` (the end of a segment's data) zeroed space should reach:
+    /// as far again as the data, within `[prealloc_initial_bytes, prealloc_chunk_bytes]`. The
+    /// space allocated thus grows geometrically, so an empty or small segment costs little
+    /// disk, a growing one is zeroed in O(log n) steps up to the chunk, and a full one keeps a
+    /// whole chunk ahead as before.
+    pub fn zero_ahead_bytes(&self, data_end: u64) -> u64 {
+        data_end
+            .max(self.prealloc_initial_bytes)
+            .min(self.prealloc_chunk_bytes)
     }
 
     /// The furthest a torn commit can reach past the durable end of the active segment: bytes

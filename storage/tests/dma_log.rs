@@ -326,3 +326,81 @@ fn injected_faults_on_real_files_keep_acknowledged_data() {
     });
     assert_eq!(end_after_open(tmp.path()).expect("recover"), 20);
 }
+
+/// Blocks the file system holds for `path` (`st_blocks`, 512-byte units), in bytes.
+fn allocated_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("stat").blocks() * 512
+}
+
+/// A new segment allocates a few blocks, not a chunk, and its zeroed space grows with its data
+/// geometrically (as far again as written), up to `prealloc_chunk_bytes` (CONTRACT.md C8: an
+/// empty queue costs kilobytes of disk). Measured as the file system's real blocks.
+#[test]
+fn a_segment_allocates_space_as_it_fills() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().to_path_buf();
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+    let config = LogConfig {
+        segment_bytes_max: 64 * MIB,
+        prealloc_chunk_bytes: 4 * MIB,
+        write_buffer_bytes_max: 4 * MIB as usize,
+        batch_bytes_max: MIB as usize,
+        ..LogConfig::default()
+    };
+    let initial = config.prealloc_initial_bytes;
+    assert!(
+        initial <= 16 * KIB,
+        "the initial allocation is a few blocks"
+    );
+    let seg = dir.join("p0").join("00000000000000000000.log");
+    let allocated = on_glommio(move || async move {
+        let fs = DmaFs::new(&dir).await.expect("fs");
+        let log = Log::open(fs, dir.join("p0"), config.clone())
+            .await
+            .expect("open");
+        let mut allocated = vec![(0u64, allocated_bytes(&seg))];
+        // 10 KiB batches one at a time (each its own commit), to 16 MiB of data.
+        let mut written = 0u64;
+        let mut tag = 0u64;
+        while written < 16 * MIB {
+            log.append_records(&batch_records(tag, 5))
+                .await
+                .expect("append");
+            tag += 1;
+            written = log.size_bytes();
+            if tag.is_power_of_two() || written >= 16 * MIB {
+                allocated.push((log.size_bytes(), allocated_bytes(&seg)));
+            }
+        }
+        drop(log);
+        // Recovery reads what is there and allocates nothing more.
+        let fs = DmaFs::new(&dir).await.expect("fs");
+        let log = Log::open(fs, dir.join("p0"), config).await.expect("reopen");
+        let size = log.size_bytes();
+        allocated.push((size, allocated_bytes(&seg)));
+        allocated
+    });
+    let (_, empty) = allocated[0];
+    assert!(
+        empty <= initial,
+        "an empty segment allocates {empty} bytes, more than {initial}"
+    );
+    for &(data, alloc) in &allocated[1..] {
+        assert!(alloc >= data, "{alloc} bytes allocated for {data} of data");
+        // Zeroed at most twice the reach ahead (as far again as the data, at least
+        // `initial`, at most a chunk), plus one zero-ahead step and a block of rounding.
+        let reach = data.max(initial).min(4 * MIB);
+        let bound = data + 2 * reach + 256 * KIB + 4 * KIB;
+        assert!(
+            alloc <= bound,
+            "{alloc} bytes allocated for {data} of data (bound {bound}): {allocated:?}"
+        );
+    }
+    let (data, alloc) = allocated[allocated.len() - 1];
+    assert!(
+        alloc >= data + 2 * MIB,
+        "a large segment keeps about a chunk zeroed ahead: {alloc} for {data}: {allocated:?}"
+    );
+}

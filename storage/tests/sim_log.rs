@@ -409,6 +409,7 @@ fn spawn_pausing_appenders<F: Fs>(
 fn overlapping_config(config: LogConfig) -> LogConfig {
     LogConfig {
         prealloc_chunk_bytes: config.segment_bytes_max,
+        prealloc_initial_bytes: config.segment_bytes_max,
         ..config
     }
 }

@@ -1,4 +1,4 @@
-//! Per-account quotas: requests and bytes per second, and queues. One tenant's burst must not
+//! Per-account quotas: requests and bytes per second, queues, and stored bytes. One tenant's burst must not
 //! take the broker from the others: past its rate an account gets `RequestThrottled` (SQS's
 //! retryable throttling error; the SDKs back off and retry), and the others are unaffected.
 //!
@@ -13,6 +13,9 @@ use std::collections::HashMap;
 
 /// Queues an account may hold, unless configured (`[quotas] queues_per_account`).
 pub const QUEUES_PER_ACCOUNT_DEFAULT: usize = 100_000;
+/// How stale a shard's view of every account's stored bytes may be, ms: an account may pass
+/// its stored-bytes quota by what it sends in this long (and one gathering's round trip).
+pub const STORED_BYTES_CHECK_INTERVAL_MS: u64 = 250;
 /// Accounts whose buckets one shard remembers; past it, full (idle) buckets are forgotten
 /// first, and a forgotten account starts again with a full bucket (never less than its due).
 pub const ACCOUNTS_TRACKED_MAX: usize = 10_000;
@@ -25,6 +28,11 @@ pub struct QuotaConfig {
     /// Request bytes per second (HTTP: the request body; QUIC: the request frame's body).
     pub bytes_per_s: Option<u64>,
     pub queues_per_account: usize,
+    /// Bytes one account's queue and topic logs may hold on disk (`sluice_log_size_bytes`
+    /// summed over its partitions: deleted messages count until compaction removes their
+    /// segment); past it, sends and produces get `RequestThrottled` (retryable) until
+    /// consumers drain, retention trims or queues are deleted.
+    pub stored_bytes_per_account: Option<u64>,
 }
 
 impl Default for QuotaConfig {
@@ -33,6 +41,7 @@ impl Default for QuotaConfig {
             requests_per_s: None,
             bytes_per_s: None,
             queues_per_account: QUEUES_PER_ACCOUNT_DEFAULT,
+            stored_bytes_per_account: None,
         }
     }
 }
@@ -148,6 +157,69 @@ impl RateLimiter {
     }
 }
 
+/// One shard's view of the bytes each account stores, over every shard: gathered at most
+/// every [`STORED_BYTES_CHECK_INTERVAL_MS`], when a send asks, by the shard that asks. No
+/// cross-core traffic without a quota, and at most one gathering per interval per shard with
+/// one. Time is an argument.
+#[derive(Debug)]
+pub struct StoredBytes {
+    quota_bytes: Option<u64>,
+    by_account: HashMap<String, u64>,
+    gathered_ms: Option<u64>,
+    gathering: bool,
+}
+
+impl StoredBytes {
+    pub fn new(config: &QuotaConfig) -> Self {
+        StoredBytes {
+            quota_bytes: config.stored_bytes_per_account,
+            by_account: HashMap::new(),
+            gathered_ms: None,
+            gathering: false,
+        }
+    }
+
+    /// Whether the view should be gathered again before `account`'s send is decided at
+    /// `now_ms` (and, if so, marks a gathering as started: the caller must `gathered` or
+    /// `gather_failed`).
+    pub fn start_gathering(&mut self, now_ms: u64) -> bool {
+        let fresh = self
+            .gathered_ms
+            .is_some_and(|at| now_ms >= at && now_ms - at < STORED_BYTES_CHECK_INTERVAL_MS);
+        if self.quota_bytes.is_none() || fresh || self.gathering {
+            return false;
+        }
+        self.gathering = true;
+        true
+    }
+
+    /// The sums of every shard, as of `now_ms`. At most one entry per account with data.
+    pub fn gathered(&mut self, by_account: HashMap<String, u64>, now_ms: u64) {
+        self.by_account = by_account;
+        self.gathered_ms = Some(now_ms);
+        self.gathering = false;
+    }
+
+    pub fn gather_failed(&mut self) {
+        self.gathering = false;
+    }
+
+    /// `Ok` while `account` stores less than its quota, else the retryable error naming it.
+    pub fn check(&self, account: &str) -> Result<(), ServiceError> {
+        let Some(quota_bytes) = self.quota_bytes else {
+            return Ok(());
+        };
+        let stored_bytes = self.by_account.get(account).copied().unwrap_or(0);
+        if stored_bytes >= quota_bytes {
+            return Err(ServiceError::StoredBytesQuota {
+                stored_bytes,
+                quota_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +233,33 @@ mod tests {
             },
             shards,
         )
+    }
+
+    #[test]
+    fn stored_bytes_are_checked_against_a_view_gathered_once_per_interval() {
+        let mut none = StoredBytes::new(&QuotaConfig::default());
+        assert!(!none.start_gathering(0), "no quota: nothing is gathered");
+        none.check("a").expect("no quota");
+        let mut s = StoredBytes::new(&QuotaConfig {
+            stored_bytes_per_account: Some(1_000),
+            ..QuotaConfig::default()
+        });
+        assert!(s.start_gathering(10));
+        assert!(!s.start_gathering(10), "one gathering at a time");
+        s.gathered(HashMap::from([("a".into(), 1_000), ("b".into(), 999)]), 10);
+        let e = s.check("a").expect_err("at the quota");
+        let info = e.info();
+        assert_eq!((info.code, info.http_status), ("RequestThrottled", 403));
+        assert!(info.retryable);
+        assert!(e.to_string().contains("stored-bytes quota"), "{e}");
+        s.check("b").expect("below the quota");
+        s.check("c").expect("nothing stored");
+        assert!(!s.start_gathering(10 + STORED_BYTES_CHECK_INTERVAL_MS - 1));
+        assert!(s.start_gathering(10 + STORED_BYTES_CHECK_INTERVAL_MS));
+        s.gather_failed();
+        assert!(s.start_gathering(10 + STORED_BYTES_CHECK_INTERVAL_MS));
+        s.gathered(HashMap::new(), 300);
+        s.check("a").expect("drained");
     }
 
     #[test]

@@ -38,6 +38,17 @@
 //! - connections per shard: [`CONNECTIONS_PER_SHARD_MAX`], beyond which new ones are refused;
 //! - idle connections close after `BrokerConfig::quic_idle_timeout_ms`.
 //!
+//! Before `HelloOk` a connection is unauthenticated, and costs only a small, stated bound
+//! (CONTRACT.md C9): at most [`UNAUTHENTICATED_CONNECTIONS_PER_SHARD_MAX`] per shard (handshakes
+//! in progress included; beyond, the oldest is closed for the new one, so that a flood cannot
+//! keep a client with credentials out: it authenticates in milliseconds); at
+//! most [`UNAUTHENTICATED_STREAMS_MAX`] stream and [`UNAUTHENTICATED_RECEIVE_WINDOW_BYTES`] of
+//! data the client may send (QUIC flow control: quinn buffers no more for it); and
+//! [`HELLO_TIMEOUT_MS`] from the first packet to `HelloOk`, or it is closed. Each therefore
+//! holds at most its QUIC state, the receive window and one decoder of a `Hello`-sized frame:
+//! with quinn's per-connection state of some tens of KiB, under ~50 MiB per shard in all.
+//! `HelloOk` lifts the stream and window limits to the ones above.
+//!
 //! Graceful shutdown: every stream stops reading (a pipelined stream is idle most of its life,
 //! so it must be ended, not awaited), answers what is in flight on it, finishes, and waits for
 //! the peer to acknowledge; meanwhile the endpoint refuses new connections and streams and
@@ -85,8 +96,17 @@ pub const STREAMS_PER_CONNECTION_MAX: u32 = 64;
 pub const STREAM_RECEIVE_WINDOW_BYTES: u32 = 2 * REQUEST_FRAME_BYTES_MAX as u32;
 /// Receive window of one connection (all its streams).
 pub const CONNECTION_RECEIVE_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
-/// Time a new connection has to open its first stream and send `Hello`.
+/// Time a new connection has, from its first packet, to complete the TLS handshake, open its
+/// first stream and be authenticated by `Hello`; then it is closed.
 pub const HELLO_TIMEOUT_MS: u64 = 10_000;
+/// Connections per shard not yet authenticated (in the handshake or before `HelloOk`); beyond,
+/// the oldest gives way to the new one: what an attacker without credentials can hold.
+pub const UNAUTHENTICATED_CONNECTIONS_PER_SHARD_MAX: usize = 256;
+/// Bidirectional streams a client may open before `HelloOk`: the one that carries `Hello`.
+pub const UNAUTHENTICATED_STREAMS_MAX: u32 = 1;
+/// Bytes a client may send before `HelloOk` (the connection's receive window until then): a
+/// `Hello` of the largest size the decoder takes, and as much pipelined behind it.
+pub const UNAUTHENTICATED_RECEIVE_WINDOW_BYTES: u32 = 2 * FRAME_BYTES_MIN as u32;
 /// How long shutdown lets in-flight streams finish (long polls are cut after this).
 pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
 /// After its last response, how long a stream waits for the peer to acknowledge it.
@@ -143,10 +163,11 @@ fn server_config(config: &BrokerConfig) -> Result<quinn::ServerConfig, String> {
         .map_err(|e| format!("quic_idle_timeout_ms: {e}"))?;
     transport
         .max_idle_timeout(Some(idle))
-        .max_concurrent_bidi_streams(VarInt::from_u32(STREAMS_PER_CONNECTION_MAX))
+        // Until `HelloOk` (`serve_connection` raises both once the client is authenticated).
+        .max_concurrent_bidi_streams(VarInt::from_u32(UNAUTHENTICATED_STREAMS_MAX))
+        .receive_window(VarInt::from_u32(UNAUTHENTICATED_RECEIVE_WINDOW_BYTES))
         .max_concurrent_uni_streams(VarInt::from_u32(0))
         .stream_receive_window(VarInt::from_u32(STREAM_RECEIVE_WINDOW_BYTES))
-        .receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW_BYTES))
         .mtu_discovery_config(Some(mtu_discovery()));
     server.transport_config(Arc::new(transport));
     Ok(server)
@@ -224,6 +245,8 @@ impl NativeFrontEnd {
             },
             shard,
             connections: Cell::new(0),
+            unauthenticated: RefCell::new(std::collections::VecDeque::new()),
+            unauthenticated_next: Cell::new(0),
         });
         for ep in std::iter::once(&endpoint).chain(direct.as_ref()) {
             glommio::spawn_local(accept_loop(ep.clone(), state.clone())).detach();
@@ -261,6 +284,61 @@ struct ShardState {
     info: ServerInfo,
     ctx_host: String,
     connections: Cell<usize>,
+    /// Connections in the handshake or before `HelloOk`, oldest first, each with the sender
+    /// that evicts it (dropping it ends the connection's wait).
+    unauthenticated: RefCell<std::collections::VecDeque<(u64, oneshot::Sender<()>)>>,
+    unauthenticated_next: Cell<u64>,
+}
+
+/// A connection counted as unauthenticated until dropped (at `HelloOk`, or when it ends).
+struct UnauthenticatedSlot {
+    state: Rc<ShardState>,
+    id: u64,
+    /// Resolves when the connection is evicted for a newer one.
+    evicted: futures::future::Shared<oneshot::Receiver<()>>,
+}
+
+impl UnauthenticatedSlot {
+    /// Takes a slot, evicting the oldest unauthenticated connection if all are taken.
+    fn take(state: &Rc<ShardState>) -> UnauthenticatedSlot {
+        let mut q = state.unauthenticated.borrow_mut();
+        if q.len() >= UNAUTHENTICATED_CONNECTIONS_PER_SHARD_MAX {
+            // Dropping the sender wakes the oldest one's task, which closes it.
+            drop(q.pop_front());
+            tracing::debug!(
+                shard = state.shard.id,
+                limit = UNAUTHENTICATED_CONNECTIONS_PER_SHARD_MAX,
+                "native QUIC API: unauthenticated connection limit reached, closing the oldest"
+            );
+        }
+        let id = state.unauthenticated_next.get();
+        state.unauthenticated_next.set(id + 1);
+        let (tx, rx) = oneshot::channel();
+        q.push_back((id, tx));
+        UnauthenticatedSlot {
+            state: state.clone(),
+            id,
+            evicted: rx.shared(),
+        }
+    }
+
+    /// Runs `f` unless the connection is evicted first (`None`).
+    async fn unless_evicted<F: Future>(&self, f: F) -> Option<F::Output> {
+        let f = std::pin::pin!(f);
+        match futures::future::select(f, self.evicted.clone()).await {
+            futures::future::Either::Left((v, _)) => Some(v),
+            futures::future::Either::Right(_) => None,
+        }
+    }
+}
+
+impl Drop for UnauthenticatedSlot {
+    fn drop(&mut self) {
+        let mut q = self.state.unauthenticated.borrow_mut();
+        if let Some(at) = q.iter().position(|(id, _)| *id == self.id) {
+            q.remove(at);
+        }
+    }
 }
 
 /// Counts a connection until dropped.
@@ -287,12 +365,24 @@ async fn accept_loop(endpoint: Rc<ShardEndpoint>, state: Rc<ShardState>) {
         }
         state.connections.set(state.connections.get() + 1);
         let slot = ConnectionSlot(state.clone());
+        let unauthenticated = UnauthenticatedSlot::take(&state);
         let tracker = endpoint.tracker();
         glommio::spawn_local(async move {
             let remote = incoming.remote_address();
-            match incoming.accept().await {
-                Ok(conn) => serve_connection(slot, conn, tracker).await,
-                Err(e) => tracing::debug!(%remote, error = %e, "native QUIC handshake failed"),
+            let started = std::time::Instant::now();
+            // The deadline runs from the first packet: a handshake left unfinished is dropped
+            // (quinn closes a connection whose handles are all gone).
+            let handshake = unauthenticated.unless_evicted(incoming.accept());
+            match within(HELLO_TIMEOUT_MS, handshake).await.flatten() {
+                Some(Ok(conn)) => {
+                    let left_ms =
+                        HELLO_TIMEOUT_MS.saturating_sub(started.elapsed().as_millis() as u64);
+                    serve_connection(slot, unauthenticated, conn, tracker, left_ms).await
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(%remote, error = %e, "native QUIC handshake failed")
+                }
+                None => tracing::debug!(%remote, "native QUIC handshake timed out or evicted"),
             }
         })
         .detach();
@@ -362,26 +452,36 @@ fn certificate_account(
         .find_map(|name| accounts.get(&name).cloned())
 }
 
-async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker: StreamTracker) {
+async fn serve_connection(
+    slot: ConnectionSlot,
+    unauthenticated: UnauthenticatedSlot,
+    conn: quinn::Connection,
+    tracker: StreamTracker,
+    hello_within_ms: u64,
+) {
     let state = slot.0.clone();
     // 1. The handshake on the first stream.
-    let first = within(HELLO_TIMEOUT_MS, async {
-        let (send, mut recv) = conn.accept_bi().await.ok()?;
-        let mut decoder = FrameDecoder::new(FRAME_BYTES_MIN);
-        loop {
-            let chunk = recv.read_chunk(READ_CHUNK_BYTES, true).await.ok()??;
-            let mut input: &[u8] = &chunk.bytes;
-            match decoder.decode(&mut input) {
-                Ok(Some(frame)) => {
-                    let rest = bytes::Bytes::copy_from_slice(input);
-                    return Some((send, recv, decoder, Ok(frame), rest));
+    let first = within(
+        hello_within_ms,
+        unauthenticated.unless_evicted(async {
+            let (send, mut recv) = conn.accept_bi().await.ok()?;
+            let mut decoder = FrameDecoder::new(FRAME_BYTES_MIN);
+            loop {
+                let chunk = recv.read_chunk(READ_CHUNK_BYTES, true).await.ok()??;
+                let mut input: &[u8] = &chunk.bytes;
+                match decoder.decode(&mut input) {
+                    Ok(Some(frame)) => {
+                        let rest = bytes::Bytes::copy_from_slice(input);
+                        return Some((send, recv, decoder, Ok(frame), rest));
+                    }
+                    Ok(None) => continue,
+                    Err(e) => return Some((send, recv, decoder, Err(e), bytes::Bytes::new())),
                 }
-                Ok(None) => continue,
-                Err(e) => return Some((send, recv, decoder, Err(e), bytes::Bytes::new())),
             }
-        }
-    })
+        }),
+    )
     .await
+    .flatten()
     .flatten();
     let Some((send, recv, mut decoder, first, rest)) = first else {
         conn.close(
@@ -453,6 +553,11 @@ async fn serve_connection(slot: ConnectionSlot, conn: quinn::Connection, tracker
         }
     };
     let account = ok.account_id.clone();
+    // Authenticated: the connection gets the streams and the window of one (the client learns
+    // of them by MAX_STREAMS and MAX_DATA frames).
+    conn.set_max_concurrent_bi_streams(VarInt::from_u32(STREAMS_PER_CONNECTION_MAX));
+    conn.set_receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW_BYTES));
+    drop(unauthenticated);
     let hello_ok = encode_response(0, &Response::HelloOk(ok)).expect("HelloOk is small");
     decoder.set_frame_bytes_max(REQUEST_FRAME_BYTES_MAX);
     let connection = Rc::new(Connection {

@@ -54,6 +54,8 @@ pub enum ShardRequest {
     MoveTask(move_task::MoveTaskOp),
     /// A metrics scrape: this shard's counters and partitions.
     Metrics,
+    /// The bytes this shard's queue and topic logs hold, per account (stored-bytes quota).
+    StoredBytes,
     /// Topics, topic partitions and consumer groups (`crate::stream`).
     Stream(crate::stream::StreamOp),
 }
@@ -95,6 +97,7 @@ pub enum ShardResponse {
     Applied(ServiceResult<()>),
     MoveTask(ServiceResult<move_task::MoveTaskReply>),
     Metrics(Box<crate::metrics::ShardSnapshot>),
+    StoredBytes(HashMap<String, u64>),
     Stream(crate::stream::StreamResult<crate::stream::StreamReply>),
 }
 
@@ -122,6 +125,8 @@ pub struct Shard {
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardResponse>>>,
     next_request: Cell<u64>,
     meta_log: RefCell<Option<Rc<Log<DmaFs>>>>,
+    /// Every account's stored bytes, as gathered from all shards (stored-bytes quota).
+    stored: RefCell<crate::auth::quota::StoredBytes>,
     /// This shard's share of every account's request and byte rates.
     rates: RefCell<crate::auth::quota::RateLimiter>,
     /// Free space on the data disk: sends stop under the reserve.
@@ -190,6 +195,7 @@ impl Shard {
             fs,
             catalog: RefCell::new(Catalog::new(config.quotas.queues_per_account)),
             disk: crate::disk::DiskGuard::new(config.data_dir.clone(), config.disk_free_bytes_min),
+            stored: RefCell::new(crate::auth::quota::StoredBytes::new(&config.quotas)),
             rates: RefCell::new(crate::auth::quota::RateLimiter::new(
                 &config.quotas,
                 config.shards,
@@ -390,6 +396,7 @@ impl Shard {
                     .collect();
                 ShardResponse::Metrics(Box::new(crate::metrics::local_snapshot(self.id, parts)))
             }
+            ShardRequest::StoredBytes => ShardResponse::StoredBytes(self.local_stored_bytes()),
         }
     }
 
@@ -743,6 +750,51 @@ impl Shard {
             .admit(account, bytes, runtime::now_ms())
     }
 
+    /// The bytes the logs of this shard's queue and topic partitions hold, per account.
+    fn local_stored_bytes(&self) -> HashMap<String, u64> {
+        let mut by_account: HashMap<String, u64> = HashMap::new();
+        let catalog = self.catalog.borrow();
+        for ((queue_id, _), actor) in self.partitions.borrow().iter() {
+            if let Some(q) = catalog.get(*queue_id) {
+                *by_account.entry(q.tenant.clone()).or_default() += actor.log().size_bytes();
+            }
+        }
+        self.streams.add_stored_bytes(&mut by_account);
+        by_account
+    }
+
+    /// `Ok` while `account` stores less than its stored-bytes quota (CONTRACT.md C8), else
+    /// `RequestThrottled`. Every call site adds data. With a quota, the view is gathered from
+    /// every shard at most every [`crate::auth::quota::STORED_BYTES_CHECK_INTERVAL_MS`]; the
+    /// send that finds it stale waits for one round trip over the mesh, the others meanwhile
+    /// use the view they have.
+    pub async fn check_stored_bytes(&self, account: &str) -> ServiceResult<()> {
+        let now = runtime::now_ms();
+        if self.stored.borrow_mut().start_gathering(now) {
+            let timeout =
+                std::time::Duration::from_millis(crate::metrics::SHARD_SNAPSHOT_TIMEOUT_MS);
+            let asks = (0..self.shards).map(|s| async move {
+                let ask = Box::pin(self.request(s, ShardRequest::StoredBytes));
+                match futures::future::select(ask, Box::pin(glommio::timer::sleep(timeout))).await {
+                    futures::future::Either::Left((ShardResponse::StoredBytes(m), _)) => Some(m),
+                    _ => None,
+                }
+            });
+            let answers = futures::future::join_all(asks).await;
+            if answers.iter().all(Option::is_some) {
+                let mut sum: HashMap<String, u64> = HashMap::new();
+                for (account, bytes) in answers.into_iter().flatten().flatten() {
+                    *sum.entry(account).or_default() += bytes;
+                }
+                self.stored.borrow_mut().gathered(sum, now);
+            } else {
+                // A shard that does not answer (stopping, overloaded): keep the last view.
+                self.stored.borrow_mut().gather_failed();
+            }
+        }
+        self.stored.borrow().check(account)
+    }
+
     pub fn queue(&self, tenant: &str, name: &str) -> ServiceResult<Arc<QueueMeta>> {
         self.check_ready()?;
         self.catalog.borrow().lookup(tenant, name)
@@ -911,6 +963,7 @@ impl Shard {
     pub async fn send(&self, q: &QueueMeta, req: SendRequest) -> ServiceResult<SentReply> {
         self.check_ready()?;
         self.disk.check(runtime::now_ms())?;
+        self.check_stored_bytes(&q.tenant).await?;
         let p = self.send_partition(q, req.group_id.as_deref());
         match self.execute_on(q, p, Command::Send(req)).await? {
             Reply::Sent(s) => Ok(s),
@@ -930,6 +983,7 @@ impl Shard {
         self.check_ready()?;
         validate_batch_entries(&entries)?;
         self.disk.check(runtime::now_ms())?;
+        self.check_stored_bytes(&q.tenant).await?;
         let mut by_partition: BTreeMap<u32, Vec<(usize, BatchEntry)>> = BTreeMap::new();
         let standard_p = self.send_partition(q, None);
         for (i, e) in entries.into_iter().enumerate() {

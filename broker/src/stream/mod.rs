@@ -107,6 +107,9 @@ impl From<ServiceError> for StreamError {
         match e {
             ServiceError::Unavailable(s) => StreamError::Unavailable(s.into()),
             ServiceError::Throttled(s) => StreamError::Throttled(s),
+            ServiceError::StoredBytesQuota { .. } => StreamError::Throttled(
+                "this account's stored-bytes quota is used up; retry with back-off",
+            ),
             e @ ServiceError::DiskFull { .. } => StreamError::Unavailable(e.to_string()),
             other => StreamError::Internal(other.to_string()),
         }
@@ -282,6 +285,18 @@ pub struct ShardStreams {
     /// Shard 0 only.
     coordinator: RefCell<Option<Rc<coordinator::Coordinator>>>,
     round_robin: Cell<u64>,
+}
+
+impl ShardStreams {
+    /// Adds the bytes this shard's topic partition logs hold to their accounts' sums.
+    pub(crate) fn add_stored_bytes(&self, by_account: &mut HashMap<String, u64>) {
+        let catalog = self.catalog.borrow();
+        for ((topic_id, _), tp) in self.partitions.borrow().iter() {
+            if let Some(t) = catalog.get(*topic_id) {
+                *by_account.entry(t.tenant.clone()).or_default() += tp.size_bytes();
+            }
+        }
+    }
 }
 
 /// Group names and topic names inside the coordinator carry their tenant: `tenant/name`.
@@ -669,6 +684,7 @@ impl Shard {
     ) -> StreamResult<Produced> {
         self.check_stream_ready()?;
         self.disk.check(runtime::now_ms())?;
+        self.check_stored_bytes(&t.tenant).await?;
         let p = match partition {
             Some(p) => {
                 Self::check_partition(t, p)?;

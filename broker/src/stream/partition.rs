@@ -70,6 +70,11 @@ impl TopicPartition {
         Ok(tp)
     }
 
+    /// The bytes this partition's log holds (its segments).
+    pub fn size_bytes(&self) -> u64 {
+        self.log.size_bytes()
+    }
+
     /// Appends a producer's batch as it is (verified by the log: checksum and record
     /// structure); resolves after its fdatasync, with the offsets it got.
     pub async fn produce(&self, batch: Vec<u8>) -> StreamResult<AppendInfo> {

@@ -461,15 +461,18 @@ impl<F: Fs> Log<F> {
                 None => (size, s.tail.clone()),
             };
             let data_end = align_up(start + chunk.len as u64);
-            // Zero-ahead: keep about `prealloc_chunk_bytes` of zeroed space past the data, so
-            // that commits overwrite allocated blocks (their flush need not journal an
-            // extension). The zeros go out in steps, plain writes concurrent with this commit's
+            // Zero-ahead: keep zeroed space past the data — as far again as the data, between
+            // `prealloc_initial_bytes` and `prealloc_chunk_bytes` (`LogConfig::zero_ahead_bytes`)
+            // — so that commits overwrite allocated blocks (their flush need not journal an
+            // extension). Once below that reach, zeroing runs to twice it, so a growing segment
+            // is zeroed in a few steps rather than a small one per commit. The zeros go out in steps, plain writes concurrent with this commit's
             // durable data write — never as a separate stall of a whole chunk plus its own sync.
             // They need no sync of their own: the first durable write into a step makes its
             // allocation durable with it, as O_DSYNC does for whatever metadata reading the
             // data back needs. Only a commit with none beside it zeroes; the range is claimed
             // now, and no commit writes data into it until it lands (`start_commit`).
-            let want_until = (data_end + self.config.prealloc_chunk_bytes).min(seg_max);
+            let ahead = self.config.zero_ahead_bytes(data_end);
+            let want_until = (data_end + ahead).min(seg_max);
             // A large commit skips it: its flush's extension cost is spread over many bytes,
             // while zeroing ahead of it would double the bytes written (measured, 512 KiB
             // commits: 377-395 MB/s with zero-ahead, 484-575 MB/s without; fio 1.0-1.35 GB/s).
@@ -478,7 +481,7 @@ impl<F: Fs> Log<F> {
                 .then(|| {
                     let from = s.zeroed_until.max(data_end);
                     let step = ZERO_AHEAD_STEP_BYTES.max(data_end - align_down(start));
-                    (from, (from + step).min(seg_max))
+                    (from, (from + step).min(data_end + 2 * ahead).min(seg_max))
                 })
                 .filter(|(from, to)| from < to);
             if let Some((from, to)) = zero {

@@ -103,7 +103,9 @@ pub(super) fn is_gap(bytes: &[u8], pos: u64) -> bool {
 }
 
 impl<F: Fs> Log<F> {
-    /// Creates an empty segment durably: file, zero-filled first chunk, directory entry.
+    /// Creates an empty segment durably: file, zero-filled first space (small:
+    /// [`crate::LogConfig::segment_initial_bytes`]; commits zero further ahead as data comes), directory
+    /// entry.
     pub(super) async fn create_segment(&self, base: u64) -> Result<()> {
         let path = self.path(base, "log");
         let file = self
@@ -111,11 +113,7 @@ impl<F: Fs> Log<F> {
             .open(&path, true)
             .await
             .map_err(|e| StorageError::io("create", &path, e))?;
-        let zeroed = align_up(
-            self.config
-                .prealloc_chunk_bytes
-                .min(self.config.segment_bytes_max),
-        );
+        let zeroed = self.config.segment_initial_bytes();
         zero_fill(&file, 0, zeroed)
             .await
             .map_err(|e| StorageError::io("zero_fill", &path, e))?;

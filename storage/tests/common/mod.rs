@@ -36,6 +36,8 @@ pub fn small_config() -> LogConfig {
         segment_age_ms_max: None,
         index_interval_bytes: 512,
         prealloc_chunk_bytes: 16 * 1024,
+        // Segments start one block zeroed and grow (zero-ahead) as data comes.
+        prealloc_initial_bytes: 4 * 1024,
         write_buffer_bytes_max: 32 * 1024,
         batch_bytes_max: 16 * 1024,
         // Batches of the tests are up to ~5 KiB: both sides of this happen in one commit.

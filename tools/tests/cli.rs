@@ -34,6 +34,7 @@ impl Broker {
         c.http_addr = "127.0.0.1:0".parse().expect("addr");
         c.quic_addr = "127.0.0.1:0".parse().expect("addr");
         c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        c.kafka_addr = None;
         let b = server::start(c).expect("start");
         b.wait_ready().expect("ready");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -958,6 +959,7 @@ fn credentials_reach_a_broker_that_requires_them() {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     c.auth = sluice_broker::auth::AuthConfig {
         mode: sluice_broker::auth::AuthMode::SigV4,
         keys: sluice_broker::auth::parse_keys("AKIDCLI:cli-secret:123456789012").expect("keys"),

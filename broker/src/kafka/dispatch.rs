@@ -56,8 +56,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 4),
     (ApiKey::SyncGroup, 0, 5),
-    // v0 would carry raw SASL tokens outside Kafka frames; clients use v1 + SaslAuthenticate.
-    (ApiKey::SaslHandshake, 1, 1),
+    // v0: the PLAIN message follows in a bare frame (librdkafka 2.0 needs v0 advertised).
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 5),
@@ -244,6 +244,15 @@ pub async fn handle(conn: &mut Conn, frame: Bytes) -> Outcome {
         },
         Err(code) => Outcome::answer(error_answer(api, version, correlation_id, code)),
     }
+}
+
+/// The largest bare PLAIN message taken after a SaslHandshake v0.
+pub const SASL_PLAIN_BYTES_MAX: usize = 1024;
+
+/// The bare PLAIN message after a SaslHandshake v0: true if it authenticated.
+pub fn sasl_raw(conn: &mut Conn, token: &[u8]) -> bool {
+    conn.sasl_raw_next = false;
+    handlers::sasl_plain(conn, token).is_ok()
 }
 
 /// Decodes a request body at its version (the caller answers `INVALID_REQUEST` on failure).

@@ -1027,13 +1027,14 @@ async fn init_producer_id(
 
 async fn sasl_handshake(
     conn: &mut Conn,
-    _version: i16,
+    version: i16,
     req: SaslHandshakeRequest,
 ) -> Result<SaslHandshakeResponse, i16> {
     let mut r = SaslHandshakeResponse::default();
     r.mechanisms = vec![s("PLAIN")];
     if req.mechanism.as_str() == "PLAIN" {
         conn.sasl_plain = true;
+        conn.sasl_raw_next = version == 0;
     } else {
         r.error_code = code::UNSUPPORTED_SASL_MECHANISM;
     }
@@ -1042,6 +1043,28 @@ async fn sasl_handshake(
 
 /// SASL/PLAIN (RFC 4616: `authzid NUL user NUL password`): the user is an access key id, the
 /// password its secret; the key's account is the connection's from then on.
+pub fn sasl_plain(conn: &mut Conn, message: &[u8]) -> Result<(), &'static str> {
+    conn.sasl_plain = false;
+    let mut parts = message.split(|b| *b == 0);
+    let (_authzid, user, password) = (parts.next(), parts.next(), parts.next());
+    let token = match (user, password, parts.next()) {
+        (Some(u), Some(p), None) => std::str::from_utf8(u)
+            .ok()
+            .zip(std::str::from_utf8(p).ok())
+            .map(|(u, p)| format!("{u}:{p}")),
+        _ => None,
+    };
+    let token = token.ok_or("malformed PLAIN message")?;
+    let account = conn
+        .shard
+        .config
+        .auth
+        .authenticate_token(Some(&token))
+        .map_err(|_| "invalid access key or secret")?;
+    conn.account = Some(account);
+    Ok(())
+}
+
 fn sasl_authenticate(conn: &mut Conn, req: SaslAuthenticateRequest) -> SaslAuthenticateResponse {
     let mut r = SaslAuthenticateResponse::default();
     if !conn.sasl_plain {
@@ -1049,30 +1072,9 @@ fn sasl_authenticate(conn: &mut Conn, req: SaslAuthenticateRequest) -> SaslAuthe
         r.error_message = Some(s("SaslHandshake with PLAIN first"));
         return r;
     }
-    let mut parts = req.auth_bytes.split(|b| *b == 0);
-    let (_authzid, user, password) = (parts.next(), parts.next(), parts.next());
-    let token = match (user, password) {
-        (Some(u), Some(p)) => std::str::from_utf8(u)
-            .ok()
-            .zip(std::str::from_utf8(p).ok())
-            .map(|(u, p)| format!("{u}:{p}")),
-        _ => None,
-    };
-    match token {
-        Some(t) => match conn.shard.config.auth.authenticate_token(Some(&t)) {
-            Ok(account) => {
-                conn.account = Some(account);
-                conn.sasl_plain = false;
-            }
-            Err(_) => {
-                r.error_code = code::SASL_AUTHENTICATION_FAILED;
-                r.error_message = Some(s("invalid access key or secret"));
-            }
-        },
-        None => {
-            r.error_code = code::SASL_AUTHENTICATION_FAILED;
-            r.error_message = Some(s("malformed PLAIN message"));
-        }
+    if let Err(m) = sasl_plain(conn, &req.auth_bytes) {
+        r.error_code = code::SASL_AUTHENTICATION_FAILED;
+        r.error_message = Some(s(m));
     }
     r
 }

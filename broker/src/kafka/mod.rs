@@ -55,6 +55,9 @@ pub(crate) struct Conn {
     pub account: Option<String>,
     /// A SaslHandshake chose PLAIN; the next SaslAuthenticate carries the credentials.
     pub sasl_plain: bool,
+    /// A SaslHandshake v0 chose PLAIN: the next frame is the bare PLAIN message (no Kafka
+    /// header), answered by an empty frame (Kafka's flow before KIP-152).
+    pub sasl_raw_next: bool,
     /// The address clients are told to connect to (metadata, coordinator).
     pub advertised: (String, i32),
 }
@@ -155,6 +158,7 @@ async fn serve_connection(
         shard,
         account: None,
         sasl_plain: false,
+        sasl_raw_next: false,
     };
     let mut len = [0u8; 4];
     loop {
@@ -167,6 +171,15 @@ async fn serve_connection(
         let Ok(size) = usize::try_from(size) else {
             return Err(std::io::Error::other("negative frame size"));
         };
+        if conn.sasl_raw_next && size <= dispatch::SASL_PLAIN_BYTES_MAX {
+            let mut token = vec![0u8; size];
+            stream.read_exact(&mut token).await?;
+            if !dispatch::sasl_raw(&mut conn, &token) {
+                return Ok(());
+            }
+            write_frame(&mut stream, &[]).await?;
+            continue;
+        }
         if size < FRAME_PREFIX_BYTES {
             // Not even a correlation id to answer with: nothing a client could match.
             return Err(std::io::Error::other("frame shorter than a request header"));

@@ -150,3 +150,83 @@ def test_a_wrong_password_is_refused_and_tenants_do_not_see_each_other(broker, t
     assert topic not in other.list_topics(timeout=10).topics
     mine = AdminClient(broker.confluent())
     assert topic in mine.list_topics(timeout=10).topics
+
+
+def test_kafka_python_group_of_two_splits_then_one_takes_all(broker, topic, group):
+    import threading
+
+    from kafka import KafkaConsumer, KafkaProducer
+
+    create_topic(broker, topic, 4)
+    prod = KafkaProducer(**broker.kafka_python(acks="all"))
+    for i in range(100):
+        prod.send(topic, key=f"k{i % 10}".encode(), value=f"v{i}".encode())
+    prod.flush()
+    prod.close()
+    seen = {}
+    lock = threading.Lock()
+    stop = {"b": threading.Event(), "a": threading.Event()}
+    assignments = {}
+
+    def run(name):
+        c = KafkaConsumer(topic, **broker.kafka_python(
+            group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+            session_timeout_ms=6000, heartbeat_interval_ms=500))
+        while not stop[name].is_set():
+            for recs in c.poll(timeout_ms=200).values():
+                with lock:
+                    for r in recs:
+                        seen[(r.partition, r.offset)] = r.value
+            c.commit()
+            assignments[name] = {tp.partition for tp in c.assignment()}
+        c.close()
+
+    threads = {n: threading.Thread(target=run, args=(n,)) for n in ("a", "b")}
+    for t in threads.values():
+        t.start()
+    end = time.time() + 45
+    while time.time() < end:
+        a, b = assignments.get("a", set()), assignments.get("b", set())
+        if a and b and a | b == {0, 1, 2, 3} and not a & b and len(seen) == 100:
+            break
+        time.sleep(0.2)
+    a, b = assignments.get("a", set()), assignments.get("b", set())
+    assert a and b and a | b == {0, 1, 2, 3} and not a & b, (a, b)
+    stop["b"].set()
+    threads["b"].join(20)
+    end = time.time() + 30
+    while time.time() < end and assignments.get("a") != {0, 1, 2, 3}:
+        time.sleep(0.2)
+    assert assignments.get("a") == {0, 1, 2, 3}
+    stop["a"].set()
+    threads["a"].join(20)
+    assert sorted(seen.values()) == sorted(f"v{i}".encode() for i in range(100))
+
+
+def test_a_queue_reads_as_a_stream_for_kafka_consumers(broker):
+    import uuid
+
+    import boto3
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from conftest import ACCESS_KEY, SECRET_KEY
+
+    sqs = boto3.client(
+        "sqs", endpoint_url=f"http://127.0.0.1:{broker.ports[0]}", region_name="us-east-1",
+        aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+    name = "q-" + uuid.uuid4().hex[:12]
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    for i in range(6):
+        sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
+    # A receive and delete leaves engine records between the messages: still read past.
+    r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=r["Messages"][0]["ReceiptHandle"])
+    for i in range(6, 8):
+        sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
+    stream = f"queue:{name}"
+    c = Consumer(broker.confluent(**{"group.id": "qg-" + name, "enable.auto.commit": False}))
+    parts = c.list_topics(stream, timeout=10).topics[stream].partitions
+    assert len(parts) >= 1
+    c.assign([TopicPartition(stream, p, OFFSET_BEGINNING) for p in parts])
+    got = consume_all(c, 8)
+    assert sorted(m.value() for m in got) == sorted(f"m{i}".encode() for i in range(8))
+    c.close()

@@ -588,6 +588,30 @@ mod tests {
         assert_eq!(r.quic, default.quic);
         assert_eq!(r.metrics, default.metrics);
         assert_eq!(r.quotas, default.quotas);
+        assert_eq!(r.kafka, default.kafka);
+        assert_eq!(r.kafka.addr, Some("127.0.0.1:9092".parse().unwrap()));
+    }
+
+    #[test]
+    fn kafka_can_be_moved_or_turned_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let off = Settings::parse("[kafka]\nenabled = false\n", "f")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(off.kafka_addr, None);
+        let moved = Settings::parse("[kafka]\naddr = \"127.0.0.1:0\"\n", "f")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(moved.kafka_addr, Some("127.0.0.1:0".parse().unwrap()));
+        let default = Settings::default()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(default.kafka_addr, Some("127.0.0.1:9092".parse().unwrap()));
     }
 
     #[test]

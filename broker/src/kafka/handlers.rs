@@ -214,7 +214,7 @@ async fn produce(
     _version: i16,
     req: ProduceRequest,
 ) -> Result<ProduceResponse, i16> {
-    if !matches!(req.acks, -1 | 0 | 1) {
+    if !(-1..=1).contains(&req.acks) {
         return Err(code::INVALID_REQUIRED_ACKS);
     }
     if req.transactional_id.is_some() {
@@ -880,8 +880,9 @@ async fn offset_commit(
 ) -> Result<OffsetCommitResponse, i16> {
     let mut resp = OffsetCommitResponse::default();
     let mut offsets = Vec::new();
-    // Per partition: a code found before the commit, or `None` (the commit's own code).
-    let mut early: Vec<(String, Vec<(i32, Option<i16>)>)> = Vec::new();
+    // Per topic and partition: a code found before the commit, or `None` (the commit's own).
+    type Early = Vec<(i32, Option<i16>)>;
+    let mut early: Vec<(String, Early)> = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
         let partitions = conn.partitions_of(&name);

@@ -167,10 +167,11 @@ impl KafkaGroups {
         } else {
             r.member_id
         };
-        let rebalance_timeout_ms = r.rebalance_timeout_ms.clamp(
-            r.session_timeout_ms.min(KAFKA_REBALANCE_TIMEOUT_MS_MAX),
-            KAFKA_REBALANCE_TIMEOUT_MS_MAX,
-        );
+        // JoinGroup v0 has no rebalance timeout: the session timeout stands for it.
+        let rebalance_timeout_ms = match r.rebalance_timeout_ms {
+            0 => r.session_timeout_ms,
+            t => t.min(KAFKA_REBALANCE_TIMEOUT_MS_MAX),
+        };
         g.members.insert(
             member_id.clone(),
             Member {

@@ -4,6 +4,7 @@ access keys), a temporary data dir; fresh topic and group names per test. `Broke
 stops it (SIGTERM) and starts it again on the same data dir and ports."""
 
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -89,6 +90,11 @@ class Broker:
             self.proc.wait()
         self.log.close()
 
+    def remove(self):
+        """Stops the broker and deletes its data dir (the suite leaves nothing in /tmp)."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def restart(self):
         self.stop()
         self.start()
@@ -135,7 +141,7 @@ class Broker:
 def broker():
     b = Broker()
     yield b
-    b.stop()
+    b.remove()
 
 
 @pytest.fixture

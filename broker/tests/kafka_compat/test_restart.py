@@ -55,4 +55,4 @@ def test_a_group_resumes_from_committed_offsets_after_a_restart(topic, group):
         assert c.poll(1.0) is None
         c.close()
     finally:
-        b.stop()
+        b.remove()

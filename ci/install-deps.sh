@@ -4,6 +4,8 @@ set -euo pipefail
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# The Kafka compatibility suite (broker/tests/kafka_compat) drives kcat (librdkafka).
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -14,11 +16,15 @@ rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup compon
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy
 
 # The SQS compatibility suite (broker/tests/sqs_compat): boto3, the AWS CLI and pytest from PyPI
-# in a venv under target/ (kept out of git, rebuilt when missing).
+# in a venv under target/ (kept out of git, rebuilt when missing); the Kafka one
+# (broker/tests/kafka_compat): kafka-python and confluent-kafka (wheels bundle librdkafka).
 cd "$(dirname "$0")/.."
 VENV=target/py-venv
 if ! "$VENV/bin/python" -c 'import boto3, botocore, pytest' >/dev/null 2>&1 || [ ! -x "$VENV/bin/aws" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --upgrade pip
   "$VENV/bin/pip" install --quiet boto3 awscli pytest
+fi
+if ! "$VENV/bin/python" -c 'import kafka, confluent_kafka' >/dev/null 2>&1; then
+  "$VENV/bin/pip" install --quiet kafka-python confluent-kafka
 fi

@@ -31,4 +31,12 @@ PYTHONDONTWRITEBYTECODE=1 target/py-venv/bin/python -m pytest -q -p no:cacheprov
 if [ "$rc" -eq 5 ]; then
   echo "SQS compatibility suite: pytest collected no tests (exit 5) -- failing" >&2
 fi
+[ "$rc" -eq 0 ] || exit "$rc"
+
+echo "== Kafka compatibility suite (real sluiced; kcat, confluent-kafka, kafka-python, raw frames)"
+PYTHONDONTWRITEBYTECODE=1 target/py-venv/bin/python -m pytest -q -p no:cacheprovider \
+  -W ignore::DeprecationWarning broker/tests/kafka_compat || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "Kafka compatibility suite: pytest collected no tests (exit 5) -- failing" >&2
+fi
 exit "$rc"

@@ -51,6 +51,12 @@ pub struct BrokerConfig {
     /// A QUIC connection with no traffic for this long is closed (the SDK sends keep-alives).
     pub quic_idle_timeout_ms: u64,
     pub metrics_addr: SocketAddr,
+    /// The Kafka protocol listener (`crate::kafka`), on every shard; `None`: off. Port 0: a
+    /// free port picked at start and written back here.
+    pub kafka_addr: Option<SocketAddr>,
+    /// The host Kafka clients are told to connect to (metadata, coordinator); `None`: the
+    /// listener's IP (127.0.0.1 when it listens on every address).
+    pub kafka_advertised_host: Option<String>,
     /// Who may call: SigV4 for the HTTP API and `AKID:SECRET` tokens for the native protocol,
     /// from the same access keys. The embedded default accepts everyone (and says so loudly).
     pub auth: AuthConfig,
@@ -190,6 +196,8 @@ impl BrokerConfig {
             quic_shard_addrs: Vec::new(),
             quic_idle_timeout_ms: QUIC_IDLE_TIMEOUT_MS_DEFAULT,
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
+            kafka_addr: Some("127.0.0.1:9092".parse().expect("literal")),
+            kafka_advertised_host: None,
             auth: AuthConfig::open(),
             quotas: Default::default(),
             disk_free_bytes_min: crate::disk::DISK_FREE_BYTES_MIN_DEFAULT,

@@ -67,6 +67,27 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     #[serde(default, skip_serializing_if = "QuotaSettings::is_empty")]
     pub quotas: QuotaSettings,
+    #[serde(default, skip_serializing_if = "KafkaSettings::is_empty")]
+    pub kafka: KafkaSettings,
+}
+
+/// `[kafka]`: the Kafka protocol listener (`crate::kafka`) on Sluice's topics.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr: Option<SocketAddr>,
+    /// The host clients are told to connect to; unset: the listener's IP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertised_host: Option<String>,
+}
+
+impl KafkaSettings {
+    fn is_empty(&self) -> bool {
+        *self == KafkaSettings::default()
+    }
 }
 
 /// `[quotas]`: what each account may do, on both front ends (unset: unlimited rates).
@@ -284,6 +305,11 @@ impl Settings {
                 addr: self.metrics.addr.or(below.metrics.addr),
                 queue_labels: self.metrics.queue_labels.or(below.metrics.queue_labels),
             },
+            kafka: KafkaSettings {
+                enabled: self.kafka.enabled.or(below.kafka.enabled),
+                addr: self.kafka.addr.or(below.kafka.addr),
+                advertised_host: self.kafka.advertised_host.or(below.kafka.advertised_host),
+            },
             quotas: QuotaSettings {
                 requests_per_s: self.quotas.requests_per_s.or(below.quotas.requests_per_s),
                 bytes_per_s: self.quotas.bytes_per_s.or(below.quotas.bytes_per_s),
@@ -334,6 +360,11 @@ impl Settings {
             metrics: MetricsSettings {
                 addr: Some("127.0.0.1:9400".parse().expect("literal")),
                 queue_labels: Some(true),
+            },
+            kafka: KafkaSettings {
+                enabled: Some(true),
+                addr: Some("127.0.0.1:9092".parse().expect("literal")),
+                advertised_host: None,
             },
             quotas: QuotaSettings {
                 requests_per_s: None,
@@ -520,6 +551,11 @@ impl Settings {
             _ => Some(self.quic.shard_port_base.unwrap_or(0)),
         };
         c.metrics_addr = self.metrics.addr.or(d.metrics.addr).expect("default");
+        c.kafka_addr = match self.kafka.enabled {
+            Some(false) => None,
+            _ => Some(self.kafka.addr.or(d.kafka.addr).expect("default")),
+        };
+        c.kafka_advertised_host = self.kafka.advertised_host.clone();
         c.quotas = crate::auth::quota::QuotaConfig {
             requests_per_s: self.quotas.requests_per_s,
             bytes_per_s: self.quotas.bytes_per_s,
@@ -564,6 +600,30 @@ mod tests {
         assert_eq!(r.quic, default.quic);
         assert_eq!(r.metrics, default.metrics);
         assert_eq!(r.quotas, default.quotas);
+        assert_eq!(r.kafka, default.kafka);
+        assert_eq!(r.kafka.addr, Some("127.0.0.1:9092".parse().unwrap()));
+    }
+
+    #[test]
+    fn kafka_can_be_moved_or_turned_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let off = Settings::parse("[kafka]\nenabled = false\n", "f")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(off.kafka_addr, None);
+        let moved = Settings::parse("[kafka]\naddr = \"127.0.0.1:0\"\n", "f")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(moved.kafka_addr, Some("127.0.0.1:0".parse().unwrap()));
+        let default = Settings::default()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert_eq!(default.kafka_addr, Some("127.0.0.1:9092".parse().unwrap()));
     }
 
     #[test]

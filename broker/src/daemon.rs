@@ -90,6 +90,15 @@ pub struct DaemonArgs {
     /// Close QUIC connections idle for this long [default: 60000].
     #[arg(long, env = "SLUICE_QUIC_IDLE_TIMEOUT_MS")]
     pub quic_idle_timeout_ms: Option<u64>,
+    /// The Kafka protocol listener [default: 127.0.0.1:9092].
+    #[arg(long, env = "SLUICE_KAFKA_ADDR")]
+    pub kafka_addr: Option<SocketAddr>,
+    /// Do not serve the Kafka protocol (overrides `kafka.enabled` in the file).
+    #[arg(long, env = "SLUICE_NO_KAFKA")]
+    pub no_kafka: bool,
+    /// The host Kafka clients are told to connect to [default: the listener's IP].
+    #[arg(long, env = "SLUICE_KAFKA_ADVERTISED_HOST")]
+    pub kafka_advertised_host: Option<String>,
     /// Metrics and health [default: 127.0.0.1:9400].
     #[arg(long, env = "SLUICE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
@@ -156,6 +165,9 @@ impl DaemonArgs {
         s.quic.client_ca = self.quic_client_ca.clone();
         s.quic.idle_timeout_ms = self.quic_idle_timeout_ms;
         s.metrics.addr = self.metrics_addr;
+        s.kafka.enabled = self.no_kafka.then_some(false);
+        s.kafka.addr = self.kafka_addr;
+        s.kafka.advertised_host = self.kafka_advertised_host.clone();
         s.quotas.requests_per_s = self.quota_requests_per_s;
         s.quotas.bytes_per_s = self.quota_bytes_per_s;
         s.quotas.queues_per_account = self.quota_queues_per_account;
@@ -309,6 +321,7 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
         quic = %broker.config.quic_addr,
         quic_enabled = broker.config.quic_enabled,
         metrics = %broker.config.metrics_addr,
+        kafka = ?broker.config.kafka_addr,
         "ready"
     );
     let sig = wait_for_signal(&signals);

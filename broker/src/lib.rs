@@ -13,6 +13,7 @@ pub mod disk;
 pub mod engine;
 pub mod error;
 pub mod http;
+pub mod kafka;
 pub mod metadata;
 pub mod metrics;
 pub mod native;

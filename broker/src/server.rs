@@ -31,6 +31,8 @@ pub struct BrokerHandle {
     quic_port_reservation: std::sync::Mutex<Vec<std::net::UdpSocket>>,
     /// Holds the HTTP API's port the same way (`crate::http::reserve_port`).
     http_port_reservation: std::sync::Mutex<Option<socket2::Socket>>,
+    /// And the Kafka listener's.
+    kafka_port_reservation: std::sync::Mutex<Option<socket2::Socket>>,
     pub config: Arc<BrokerConfig>,
 }
 
@@ -72,12 +74,21 @@ impl BrokerHandle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        self.kafka_port_reservation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         Ok(())
     }
 
     /// The address the SQS HTTP API listens on (the real port when configured as 0).
     pub fn http_addr(&self) -> std::net::SocketAddr {
         self.config.http_addr
+    }
+
+    /// The address the Kafka protocol listens on, if on (the real port when configured as 0).
+    pub fn kafka_addr(&self) -> Option<std::net::SocketAddr> {
+        self.config.kafka_addr
     }
 
     /// The address the native QUIC protocol listens on (the real port when configured as 0).
@@ -162,6 +173,16 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
     }
     let (http_socket, http_addr) = crate::http::reserve_port(config.http_addr)?;
     config.http_addr = http_addr;
+    let kafka_socket = match config.kafka_addr {
+        Some(addr) => {
+            let (socket, bound) = crate::http::reserve_port(addr).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("Kafka listener (not the HTTP API): {e}"))
+            })?;
+            config.kafka_addr = Some(bound);
+            Some(socket)
+        }
+        None => None,
+    };
     let started = std::time::Instant::now();
     // Bound before the shards start, so that port 0 is resolved in the shared config.
     let mut metrics_listener = crate::metrics::serve::bind(config.metrics_addr);
@@ -227,6 +248,7 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                 // SO_REUSEPORT group (or, with the port probe, fail to start).
                 let http = glommio::spawn_local(crate::http::serve(shard.clone()));
                 let native = crate::native::NativeFrontEnd::start(shard.clone());
+                let kafka = crate::kafka::KafkaFrontEnd::start(shard.clone());
                 let metrics = metrics_listener.map(|l| {
                     let serve = crate::metrics::serve::serve(shard.clone(), l, readiness.clone());
                     glommio::spawn_local(serve)
@@ -251,6 +273,9 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                 if let Some(native) = native {
                     native.shutdown().await;
                 }
+                if let Some(kafka) = kafka {
+                    kafka.shutdown().await;
+                }
                 shard.shutdown().await;
                 tracing::info!(shard = id, "shard stopped");
             })
@@ -267,6 +292,7 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         ready: std::sync::Mutex::new(ready),
         quic_port_reservation: std::sync::Mutex::new(quic_port_reservation),
         http_port_reservation: std::sync::Mutex::new(Some(http_socket)),
+        kafka_port_reservation: std::sync::Mutex::new(kafka_socket),
         config,
     })
 }

@@ -104,6 +104,7 @@ fn config(data: &Path) -> BrokerConfig {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     c.disk_free_bytes_min = RESERVE_BYTES;
     c
 }

@@ -122,6 +122,7 @@ fn start_env(data: &Path, args: &[&str], nofile: Option<&str>, env: &[(&str, &st
             "--metrics-addr",
             "127.0.0.1:0",
             "--no-quic",
+            "--no-kafka",
         ])
         .args(args)
         .stdin(Stdio::null())

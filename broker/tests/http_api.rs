@@ -795,6 +795,7 @@ fn a_taken_http_port_fails_the_start_instead_of_serving_without_the_api() {
     c.http_addr = taken;
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     let e = match server::start(c) {
         Ok(b) => {
             b.shutdown();
@@ -834,6 +835,7 @@ fn a_second_broker_on_the_same_ports_fails_the_start() {
         c.quic_addr = quic;
         c.quic_shard_port_base = None;
         c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        c.kafka_addr = None;
         c
     };
     let (http, quic) = (free_tcp(), free_udp());

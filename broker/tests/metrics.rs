@@ -18,6 +18,7 @@ fn start(dir: &std::path::Path) -> (BrokerHandle, SocketAddr, SocketAddr) {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_enabled = false;
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
     let (http, metrics) = (b.config.http_addr, b.config.metrics_addr);

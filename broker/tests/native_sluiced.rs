@@ -42,6 +42,7 @@ impl Sluiced {
             .arg(format!("127.0.0.1:{quic_port}"))
             .arg("--metrics-addr")
             .arg(format!("127.0.0.1:{}", free_tcp_port()))
+            .arg("--no-kafka")
             .env("SLUICE_AUTH", "none")
             .stdout(Stdio::null())
             .stderr(Stdio::null())

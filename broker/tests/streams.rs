@@ -24,6 +24,7 @@ fn start(dir: &Path) -> BrokerHandle {
     c.quic_enabled = false;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
     b

@@ -43,6 +43,7 @@ pub fn run(dir: &std::path::Path, workers: usize, seconds: f64) -> Vec<PathResul
     c.http_addr = format!("127.0.0.1:{http_port}").parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     let broker = sluice_broker::server::start(c).expect("start broker");
     broker.wait_ready().expect("ready");
     let quic = broker.quic_addr();

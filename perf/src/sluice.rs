@@ -59,6 +59,7 @@ impl InProcess {
         c.http_addr = "127.0.0.1:0".parse().expect("literal");
         c.quic_addr = "127.0.0.1:0".parse().expect("literal");
         c.metrics_addr = "127.0.0.1:0".parse().expect("literal");
+        c.kafka_addr = None;
         let broker = sluice_broker::server::start(c).map_err(|e| format!("start broker: {e}"))?;
         broker.wait_ready()?;
         let endpoints = Endpoints {

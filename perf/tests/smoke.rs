@@ -304,6 +304,7 @@ fn an_external_broker_is_named_as_such() {
     c.http_addr = "127.0.0.1:0".parse().expect("literal");
     c.quic_addr = "127.0.0.1:0".parse().expect("literal");
     c.metrics_addr = "127.0.0.1:0".parse().expect("literal");
+    c.kafka_addr = None;
     let broker = sluice_broker::server::start(c).expect("start broker");
     broker.wait_ready().expect("ready");
     let addr = broker.quic_addr().to_string();

@@ -40,6 +40,7 @@ fn broker() -> &'static Broker {
         c.http_addr = "127.0.0.1:0".parse().expect("addr");
         c.quic_addr = "127.0.0.1:0".parse().expect("addr");
         c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        c.kafka_addr = None;
         let handle = sluice_broker::server::start(c).expect("start");
         handle.wait_ready().expect("ready");
         let addr = handle.quic_addr();
@@ -707,6 +708,7 @@ fn graceful_shutdown_ends_idle_streams_and_clients_get_typed_errors() {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     let handle = sluice_broker::server::start(c).expect("start");
     handle.wait_ready().expect("ready");
     let addr = handle.quic_addr();
@@ -941,6 +943,7 @@ fn one_shard_broker(data: &std::path::Path, tweak: impl FnOnce(&mut BrokerConfig
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     tweak(&mut c);
     let handle = sluice_broker::server::start(c).expect("start");
     handle.wait_ready().expect("ready");

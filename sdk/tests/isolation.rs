@@ -56,6 +56,7 @@ fn start_broker(
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     c.auth = AuthConfig {
         mode: AuthMode::SigV4,
         keys: parse_keys(keys).expect("keys"),

@@ -57,6 +57,7 @@ impl TestBroker {
         c.http_addr = "127.0.0.1:0".parse().expect("addr");
         c.quic_addr = "127.0.0.1:0".parse().expect("addr");
         c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        c.kafka_addr = None;
         let handle = sluice_broker::server::start(c).expect("start");
         handle.wait_ready().expect("ready");
         TestBroker {
@@ -101,6 +102,7 @@ fn producer_and_group_consumers_over_quic() {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     let handle = sluice_broker::server::start(c).expect("start");
     handle.wait_ready().expect("ready");
     let addr = handle.quic_addr();

@@ -229,6 +229,25 @@ pub enum TopicCmd {
     Describe { name: String },
     /// Delete a topic and its data.
     Delete { name: String },
+    /// Produce records: the VALUES given, else one record per non-empty line of --file or
+    /// stdin (as `kcat -P` does). Acknowledged once durable (fsync). Keyed records go to
+    /// `xxh3(key) % partitions`, keyless ones round robin, unless --partition.
+    Produce {
+        topic: String,
+        values: Vec<String>,
+        /// The key of every record.
+        #[arg(long, conflicts_with = "key_separator")]
+        key: Option<String>,
+        /// Split each record at the first SEP into key and value (`kcat -K`).
+        #[arg(long, value_name = "SEP")]
+        key_separator: Option<String>,
+        /// Read records from this file (`-` for stdin), one per non-empty line.
+        #[arg(long, conflicts_with = "values")]
+        file: Option<PathBuf>,
+        /// Every record to this partition.
+        #[arg(long)]
+        partition: Option<u32>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

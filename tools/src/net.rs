@@ -380,7 +380,7 @@ async fn redrive(client: &Client, c: RedriveCmd) -> Result<(Value, i32), CliErro
     }
 }
 
-fn read_input(file: Option<&std::path::Path>) -> Result<String, CliError> {
+pub(crate) fn read_input(file: Option<&std::path::Path>) -> Result<String, CliError> {
     let mut buf = Vec::new();
     let what = match file {
         Some(p) if p.as_os_str() != "-" => {

@@ -1,4 +1,4 @@
-//! The stream commands: `topic create|list|describe|delete`, `group list|describe` and `tail`,
+//! The stream commands: `topic create|list|describe|delete|produce`, `group list|describe` and `tail`,
 //! over the SDK's stream calls (native protocol over QUIC).
 
 use crate::output::{exit, CliError, Format};
@@ -78,7 +78,89 @@ pub async fn topic(client: &Client, c: TopicCmd) -> Result<Value, CliError> {
             client.delete_topic(&name).await?;
             Ok(json!({"name": name, "result": "deleted"}))
         }
+        TopicCmd::Produce {
+            topic,
+            values,
+            key,
+            key_separator,
+            file,
+            partition,
+        } => produce(client, topic, values, key, key_separator, file, partition).await,
     }
+}
+
+/// `topic produce`: records from the arguments or from lines of input; one line of output
+/// per partition written (its first and last offset).
+async fn produce(
+    client: &Client,
+    topic: String,
+    values: Vec<String>,
+    key: Option<String>,
+    key_separator: Option<String>,
+    file: Option<std::path::PathBuf>,
+    partition: Option<u32>,
+) -> Result<Value, CliError> {
+    let lines: Vec<String> = if values.is_empty() {
+        crate::net::read_input(file.as_deref())?
+            .lines()
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    } else {
+        values
+    };
+    if lines.is_empty() {
+        return Err(CliError::usage("no records to produce"));
+    }
+    let records: Vec<(Option<String>, String)> = lines
+        .into_iter()
+        .map(|l| match (&key, &key_separator) {
+            (Some(k), _) => (Some(k.clone()), l),
+            (None, Some(sep)) => match l.split_once(sep.as_str()) {
+                Some((k, v)) => (Some(k.to_string()), v.to_string()),
+                None => (None, l),
+            },
+            (None, None) => (None, l),
+        })
+        .collect();
+    let n = records.len();
+    let written = match partition {
+        Some(p) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            let recs: Vec<sluice_wire::batch::Record> = records
+                .into_iter()
+                .map(|(k, v)| sluice_wire::batch::Record {
+                    timestamp_ms: now,
+                    key: k.map(String::into_bytes),
+                    value: v.into_bytes(),
+                    headers: Vec::new(),
+                })
+                .collect();
+            let bytes = sluice_wire::batch::encode(&recs).expect("at least one record");
+            let r = client.produce_batch(&topic, Some(p), bytes).await?;
+            vec![(r.partition, r.base_offset, r.last_offset)]
+        }
+        None => {
+            let mut producer = client.topic_producer(&topic).await?;
+            for (k, v) in &records {
+                producer
+                    .send(k.as_deref().map(str::as_bytes), v.as_bytes())
+                    .await?;
+            }
+            producer.flush().await?
+        }
+    };
+    Ok(json!({
+        "topic": topic,
+        "records": n,
+        "partitions": written
+            .into_iter()
+            .map(|(p, first, last)| json!({"partition": p, "first_offset": first, "last_offset": last}))
+            .collect::<Vec<_>>(),
+    }))
 }
 
 pub async fn group(client: &Client, c: GroupCmd) -> Result<Value, CliError> {

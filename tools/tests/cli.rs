@@ -34,6 +34,7 @@ impl Broker {
         c.http_addr = "127.0.0.1:0".parse().expect("addr");
         c.quic_addr = "127.0.0.1:0".parse().expect("addr");
         c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        c.kafka_addr = None;
         let b = server::start(c).expect("start");
         b.wait_ready().expect("ready");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -958,6 +959,7 @@ fn credentials_reach_a_broker_that_requires_them() {
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+    c.kafka_addr = None;
     c.auth = sluice_broker::auth::AuthConfig {
         mode: sluice_broker::auth::AuthMode::SigV4,
         keys: sluice_broker::auth::parse_keys("AKIDCLI:cli-secret:123456789012").expect("keys"),
@@ -1117,4 +1119,60 @@ fn serve_runs_a_broker_from_a_config_file() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn topic_produce_writes_what_tail_reads() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let b = Broker::start(tmp.path());
+    b.json(&["topic", "create", "clicks", "--partitions", "2"]);
+    let r = b.json(&["topic", "produce", "clicks", "x", "y", "--key", "k"]);
+    assert_eq!(r["records"], 2);
+    let parts = r["partitions"].as_array().expect("partitions");
+    assert_eq!(parts.len(), 1, "one key, one partition: {r}");
+    assert_eq!(parts[0]["first_offset"], 0);
+    assert_eq!(parts[0]["last_offset"], 1);
+    // Lines of stdin, `key:value` split as kcat -K: does; a line without it has no key.
+    let mut args = b.flags();
+    args.extend(
+        [
+            "--output",
+            "json",
+            "topic",
+            "produce",
+            "clicks",
+            "--key-separator",
+            ":",
+        ]
+        .map(String::from),
+    );
+    let out = sluice(&args, Some("u1:a\nu2:b\n\nplain\n"));
+    assert_eq!(ok_json(&out, &["topic produce stdin"])["records"], 3);
+    let r = b.json(&["topic", "produce", "clicks", "--partition", "1", "p"]);
+    assert_eq!(r["partitions"][0]["partition"], 1);
+    let all = tail_json(&b, &["clicks"]);
+    let mut pairs: Vec<(String, String)> = all
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap_or("-").to_string(),
+                r["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    let want: Vec<(String, String)> = [
+        ("-", "p"),
+        ("-", "plain"),
+        ("k", "x"),
+        ("k", "y"),
+        ("u1", "a"),
+        ("u2", "b"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(pairs, want);
+    let out = b.run(&["--output", "json", "topic", "produce", "nope", "v"]);
+    assert_eq!(out.status.code(), Some(1), "unknown topic: broker error");
 }

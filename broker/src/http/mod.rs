@@ -211,8 +211,9 @@ fn reuseport_socket(addr: std::net::SocketAddr) -> std::io::Result<socket2::Sock
     Ok(socket)
 }
 
-/// Binds `addr` with SO_REUSEPORT so that every shard can listen on it.
-fn bind(addr: std::net::SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
+/// Binds `addr` with SO_REUSEPORT so that every shard can listen on it (the Kafka listener
+/// too).
+pub(crate) fn bind(addr: std::net::SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
     let socket = reuseport_socket(addr)?;
     // Accepted connections inherit it.
     socket.set_nodelay(true)?;

@@ -22,6 +22,10 @@ impl From<StreamError> for Failure {
             StreamError::NotAssigned(_) => ErrorCode::PartitionNotAssigned,
             StreamError::LimitExceeded(_) => ErrorCode::OverLimit,
             StreamError::Throttled(_) => ErrorCode::RequestThrottled,
+            // Only the Kafka front end sends idempotent producers' batches.
+            StreamError::OutOfOrderSequence(_) | StreamError::ProducerFenced(_) => {
+                ErrorCode::InvalidParameterValue
+            }
             StreamError::Unavailable(_) => ErrorCode::ServiceUnavailable,
             StreamError::Internal(_) => {
                 tracing::error!(error = %e, "internal error answering a stream request");

@@ -2,8 +2,10 @@
 //! (`<data>/groups/`, replayed at start) and the session-expiry timer.
 
 use super::group::{Assignment, GroupRecord, Groups, TopicPartition};
+use super::kafka_group::{self, JoinRequest, JoinResult, KafkaGroups, Poll};
 use super::{StreamError, StreamResult};
-use crate::runtime;
+use crate::runtime::{self, Event};
+use bytes::Bytes;
 use sluice_storage::fs::DmaFs;
 use sluice_storage::{BatchBuilder, Log};
 use std::cell::{Cell, RefCell};
@@ -32,7 +34,15 @@ pub struct Coordinator {
     records_since_snapshot: Cell<usize>,
     snapshot_every: usize,
     snapshotting: Cell<bool>,
+    /// Kafka groups' membership (their offsets go to the same log).
+    kafka: RefCell<KafkaGroups>,
+    /// Notified whenever a Kafka group may have moved on: parked joins and syncs look again.
+    kafka_changed: Event,
 }
+
+/// A parked Kafka join or sync looks at its group at least this often (the expiry timer and
+/// every change also wake it).
+const KAFKA_POLL_MS: u64 = 100;
 
 /// The groups log: small segments, so that restated history can be deleted soon.
 fn groups_log_config() -> sluice_storage::LogConfig {
@@ -90,6 +100,8 @@ impl Coordinator {
             records_since_snapshot: Cell::new(n),
             snapshot_every: snapshot_every.max(1),
             snapshotting: Cell::new(false),
+            kafka: RefCell::new(KafkaGroups::default()),
+            kafka_changed: Event::default(),
         });
         let weak = Rc::downgrade(&c);
         runtime::spawn(async move {
@@ -100,6 +112,9 @@ impl Coordinator {
                     break;
                 }
                 let expired = c.groups.borrow_mut().tick(runtime::now_ms(), &*partitions);
+                if c.kafka.borrow_mut().tick(runtime::now_ms()) {
+                    c.kafka_changed.notify();
+                }
                 if expired > 0 {
                     tracing::info!(
                         expired,
@@ -184,6 +199,12 @@ impl Coordinator {
             .groups
             .borrow_mut()
             .plan_commit(now, group, member_id, generation, offsets)?;
+        self.stage_commit(now, records).await
+    }
+
+    /// Stages commit records, applies them (no await in between), waits for the fdatasync,
+    /// and restates the log when it is due.
+    async fn stage_commit(&self, now: u64, records: Vec<GroupRecord>) -> StreamResult<()> {
         let mut b = BatchBuilder::new();
         for r in &records {
             b.push_parts(now as i64, None, &r.encode(), std::iter::empty());
@@ -209,6 +230,113 @@ impl Coordinator {
             }
         }
         Ok(())
+    }
+
+    /// A Kafka JoinGroup: parks until the next generation is formed (every known member joined
+    /// again, or the rebalance timeout passed). `Err` holds Kafka's error code.
+    pub async fn kafka_join(&self, group: &str, r: JoinRequest) -> Result<JoinResult, i16> {
+        let started = runtime::now_ms();
+        let before = self.kafka.borrow().state(group).map_or(0, |s| s.1);
+        let member = self.kafka.borrow_mut().join(started, group, r)?;
+        self.kafka_changed.notify();
+        loop {
+            let now = runtime::now_ms();
+            let polled = self
+                .kafka
+                .borrow_mut()
+                .poll_join(now, group, &member, before);
+            match polled {
+                Poll::Ready(j) => {
+                    self.kafka_changed.notify();
+                    if j.leader == member {
+                        tracing::info!(%group, generation = j.generation, members = j.members.len(), "Kafka consumer group rebalanced");
+                    }
+                    return Ok(j);
+                }
+                Poll::Failed(c) => return Err(c),
+                Poll::Pending => {}
+            }
+            if self.closed.get()
+                || now > started + kafka_group::KAFKA_REBALANCE_TIMEOUT_MS_MAX + KAFKA_POLL_MS
+            {
+                return Err(kafka_group::code::REBALANCE_IN_PROGRESS);
+            }
+            self.kafka_changed.listen_until(now + KAFKA_POLL_MS).await;
+        }
+    }
+
+    /// A Kafka SyncGroup: the leader's assignment is taken; every member parks until its own
+    /// is there. Returns the protocol name and the member's assignment.
+    pub async fn kafka_sync(
+        &self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Result<(String, Bytes), i16> {
+        let started = runtime::now_ms();
+        self.kafka
+            .borrow_mut()
+            .sync(started, group, member, generation, assignments)?;
+        self.kafka_changed.notify();
+        loop {
+            let now = runtime::now_ms();
+            match self.kafka.borrow().poll_sync(group, member, generation) {
+                Poll::Ready(a) => return Ok(a),
+                Poll::Failed(c) => return Err(c),
+                Poll::Pending => {}
+            }
+            if self.closed.get()
+                || now > started + kafka_group::KAFKA_SESSION_TIMEOUT_MS_MAX + KAFKA_POLL_MS
+            {
+                return Err(kafka_group::code::REBALANCE_IN_PROGRESS);
+            }
+            self.kafka_changed.listen_until(now + KAFKA_POLL_MS).await;
+        }
+    }
+
+    pub fn kafka_heartbeat(&self, group: &str, member: &str, generation: i32) -> Result<(), i16> {
+        self.kafka
+            .borrow_mut()
+            .heartbeat(runtime::now_ms(), group, member, generation)
+    }
+
+    pub fn kafka_leave(&self, group: &str, member: &str) -> Result<(), i16> {
+        let r = self
+            .kafka
+            .borrow_mut()
+            .leave(runtime::now_ms(), group, member);
+        self.kafka_changed.notify();
+        r
+    }
+
+    /// A Kafka OffsetCommit: membership checked by the Kafka group, then durable like any
+    /// commit. The outer error is the log's, the inner Kafka's code.
+    pub async fn kafka_commit(
+        &self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        offsets: &[(TopicPartition, u64)],
+    ) -> StreamResult<Result<(), i16>> {
+        if let Err(c) =
+            self.kafka
+                .borrow_mut()
+                .commit_check(runtime::now_ms(), group, member, generation)
+        {
+            return Ok(Err(c));
+        }
+        if offsets.is_empty() {
+            return Ok(Ok(()));
+        }
+        self.log.wait_for_space(offsets.len() * 256 + 4096).await?;
+        let now = runtime::now_ms();
+        let records = self
+            .groups
+            .borrow()
+            .plan_commit_checked(now, group, offsets)?;
+        self.stage_commit(now, records).await?;
+        Ok(Ok(()))
     }
 
     /// Restates every committed offset at the end of the log — staged with no await in

@@ -306,6 +306,35 @@ impl Groups {
         Ok(out)
     }
 
+    /// The records of a commit whose membership was checked elsewhere (a Kafka group:
+    /// `kafka_group.rs`). They carry generation 0, so they never raise the generation of a
+    /// native group of the same name.
+    pub fn plan_commit_checked(
+        &self,
+        now_ms: u64,
+        group: &str,
+        offsets: &[(TopicPartition, u64)],
+    ) -> StreamResult<Vec<GroupRecord>> {
+        if offsets.len() > COMMITS_PER_REQUEST_MAX {
+            return Err(StreamError::LimitExceeded("offsets per commit"));
+        }
+        if !self.groups.contains_key(group) && self.groups.len() >= GROUPS_MAX {
+            return Err(StreamError::LimitExceeded("consumer groups"));
+        }
+        Ok(offsets
+            .iter()
+            .map(|((topic, partition), offset)| GroupRecord::Commit {
+                v: GROUP_RECORD_VERSION,
+                group: group.to_string(),
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                generation: 0,
+                at_ms: now_ms,
+            })
+            .collect())
+    }
+
     /// Every committed offset as commit records (with its group's generation): replaying them
     /// alone rebuilds the committed state.
     pub fn restatement(&self, now_ms: u64) -> Vec<GroupRecord> {

@@ -8,6 +8,7 @@
 //! | `group.rs` | consumer groups as a sans-I/O state machine: members, generations, assignment, commits |
 //! | `queue_view.rs` | a queue partition's messages read as a stream, without touching leases |
 //! | `coordinator.rs` | the group coordinator on shard 0: the groups log and session expiry |
+//! | `kafka_group.rs` | Kafka's group membership (client-side assignment) as a sans-I/O state machine on shard 0 |
 //! | `mod.rs` | errors, mesh messages, and the service API on [`Shard`] the front ends call |
 //!
 //! Placement follows queues: partition `p` of topic `t` lives on shard `(t + p) % shards`.
@@ -19,11 +20,13 @@
 pub mod catalog;
 pub mod coordinator;
 pub mod group;
+pub mod kafka_group;
 pub mod partition;
 pub mod queue_view;
 
 pub use catalog::{TopicCatalog, TopicConfig, TopicMeta};
 pub use group::{Assignment, GroupDescription, TopicPartition};
+pub use partition::ProducerBatch;
 
 use crate::error::ServiceError;
 use crate::metadata::{MetaRecord, META_FORMAT_VERSION};
@@ -71,6 +74,12 @@ pub enum StreamError {
     LimitExceeded(&'static str),
     #[error("throttled: {0}")]
     Throttled(&'static str),
+    /// An idempotent producer's batch does not follow its previous one.
+    #[error("out of order sequence: {0}")]
+    OutOfOrderSequence(String),
+    /// An idempotent producer with an older epoch than one already seen.
+    #[error("producer fenced: {0}")]
+    ProducerFenced(String),
     #[error("unavailable: {0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
@@ -204,6 +213,8 @@ pub enum StreamOp {
         topic_id: u64,
         partition: u32,
         batch: Vec<u8>,
+        /// Set for an idempotent producer's batch (`TopicPartition::produce_idempotent`).
+        producer: Option<ProducerBatch>,
     },
     Fetch {
         topic_id: u64,
@@ -252,6 +263,8 @@ pub enum StreamOp {
     },
     /// Every group's qualified name (all tenants; the caller filters).
     ListGroups,
+    /// Kafka's group membership (`kafka_group`), on shard 0.
+    KafkaGroup(KafkaGroupOp),
     /// Read a queue partition's messages as a stream (`queue_view`).
     FetchQueue {
         queue_id: u64,
@@ -261,6 +274,44 @@ pub enum StreamOp {
         max_records: u32,
         deadline_ms: u64,
     },
+}
+
+/// Kafka group requests, by qualified group name (`tenant/group`).
+#[derive(Debug)]
+pub enum KafkaGroupOp {
+    Join {
+        group: String,
+        request: kafka_group::JoinRequest,
+    },
+    Sync {
+        group: String,
+        member: String,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    },
+    Heartbeat {
+        group: String,
+        member: String,
+        generation: i32,
+    },
+    Leave {
+        group: String,
+        member: String,
+    },
+    Commit {
+        group: String,
+        member: String,
+        generation: i32,
+        offsets: Vec<(TopicPartition, u64)>,
+    },
+}
+
+/// What a Kafka group request got: Kafka's error code on refusal.
+#[derive(Debug)]
+pub enum KafkaGroupReply {
+    Joined(Result<kafka_group::JoinResult, i16>),
+    Synced(Result<(String, Bytes), i16>),
+    Done(Result<(), i16>),
 }
 
 #[derive(Debug)]
@@ -275,6 +326,7 @@ pub enum StreamReply {
     Described(Option<GroupDescription>),
     Groups(Vec<String>),
     QueueFetched(queue_view::QueueFetch),
+    KafkaGroup(KafkaGroupReply),
 }
 
 /// A shard's stream state.
@@ -501,11 +553,14 @@ impl Shard {
                 topic_id,
                 partition,
                 batch,
-            } => Ok(StreamReply::Produced(
-                self.local_partition(topic_id, partition)?
-                    .produce(batch)
-                    .await?,
-            )),
+                producer,
+            } => {
+                let tp = self.local_partition(topic_id, partition)?;
+                Ok(StreamReply::Produced(match producer {
+                    Some(p) => tp.produce_idempotent(batch, p).await?,
+                    None => tp.produce(batch).await?,
+                }))
+            }
             StreamOp::Fetch {
                 topic_id,
                 partition,
@@ -595,6 +650,39 @@ impl Shard {
                 Ok(StreamReply::Described(self.coordinator()?.describe(&group)))
             }
             StreamOp::ListGroups => Ok(StreamReply::Groups(self.coordinator()?.list())),
+            StreamOp::KafkaGroup(op) => {
+                let c = self.coordinator()?;
+                Ok(StreamReply::KafkaGroup(match op {
+                    KafkaGroupOp::Join { group, request } => {
+                        KafkaGroupReply::Joined(c.kafka_join(&group, request).await)
+                    }
+                    KafkaGroupOp::Sync {
+                        group,
+                        member,
+                        generation,
+                        assignments,
+                    } => KafkaGroupReply::Synced(
+                        c.kafka_sync(&group, &member, generation, assignments).await,
+                    ),
+                    KafkaGroupOp::Heartbeat {
+                        group,
+                        member,
+                        generation,
+                    } => KafkaGroupReply::Done(c.kafka_heartbeat(&group, &member, generation)),
+                    KafkaGroupOp::Leave { group, member } => {
+                        KafkaGroupReply::Done(c.kafka_leave(&group, &member))
+                    }
+                    KafkaGroupOp::Commit {
+                        group,
+                        member,
+                        generation,
+                        offsets,
+                    } => KafkaGroupReply::Done(
+                        c.kafka_commit(&group, &member, generation, &offsets)
+                            .await?,
+                    ),
+                }))
+            }
         }
     }
 
@@ -682,6 +770,18 @@ impl Shard {
         partition: Option<u32>,
         batch: Vec<u8>,
     ) -> StreamResult<Produced> {
+        self.produce_as(t, partition, batch, None).await
+    }
+
+    /// [`Shard::produce`], for an idempotent producer when `producer` is set: a retried batch
+    /// is stored once (`partition::TopicPartition::produce_idempotent`).
+    pub async fn produce_as(
+        &self,
+        t: &TopicMeta,
+        partition: Option<u32>,
+        batch: Vec<u8>,
+        producer: Option<ProducerBatch>,
+    ) -> StreamResult<Produced> {
         self.check_stream_ready()?;
         self.disk.check(runtime::now_ms())?;
         self.check_stored_bytes(&t.tenant).await?;
@@ -712,6 +812,7 @@ impl Shard {
             topic_id: t.id,
             partition: p,
             batch,
+            producer,
         };
         match self.stream_request(self.owner(t.id, p), op).await? {
             StreamReply::Produced(i) => Ok(Produced {
@@ -927,6 +1028,63 @@ impl Shard {
                 }
                 d
             })),
+            other => Err(StreamError::Internal(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// A Kafka group request (group names unqualified; topics in commits too), on shard 0.
+    pub async fn kafka_group(
+        &self,
+        tenant: &str,
+        op: KafkaGroupOp,
+    ) -> StreamResult<KafkaGroupReply> {
+        let q = |g: &str| Self::group_key(tenant, g);
+        let op = match op {
+            KafkaGroupOp::Join { group, request } => KafkaGroupOp::Join {
+                group: q(&group)?,
+                request,
+            },
+            KafkaGroupOp::Sync {
+                group,
+                member,
+                generation,
+                assignments,
+            } => KafkaGroupOp::Sync {
+                group: q(&group)?,
+                member,
+                generation,
+                assignments,
+            },
+            KafkaGroupOp::Heartbeat {
+                group,
+                member,
+                generation,
+            } => KafkaGroupOp::Heartbeat {
+                group: q(&group)?,
+                member,
+                generation,
+            },
+            KafkaGroupOp::Leave { group, member } => KafkaGroupOp::Leave {
+                group: q(&group)?,
+                member,
+            },
+            KafkaGroupOp::Commit {
+                group,
+                member,
+                generation,
+                offsets,
+            } => KafkaGroupOp::Commit {
+                group: q(&group)?,
+                member,
+                generation,
+                offsets: offsets
+                    .into_iter()
+                    .map(|((t, p), o)| ((qualify(tenant, &t), p), o))
+                    .collect(),
+            },
+        };
+        match self.group_request(StreamOp::KafkaGroup(op)).await? {
+            StreamReply::KafkaGroup(r) => Ok(r),
             other => Err(StreamError::Internal(format!("unexpected {other:?}"))),
         }
     }

@@ -5,7 +5,8 @@ use super::{FetchReply, StreamError, StreamResult};
 use crate::runtime::{self, Event};
 use sluice_storage::fs::DmaFs;
 use sluice_storage::{AppendInfo, BatchView, Log, LogConfig};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
@@ -14,6 +15,30 @@ use std::time::Duration;
 pub const FETCH_WAITERS_PER_PARTITION_MAX: usize = 10_000;
 /// Retention looks at each partition this often.
 pub const RETENTION_INTERVAL_MS: u64 = 500;
+/// Idempotent producers remembered per partition; beyond it the least recently seen is
+/// forgotten (its next batch is taken as a new producer's).
+pub const PRODUCERS_PER_PARTITION_MAX: usize = 1_000;
+/// Batches remembered per producer to answer a retry with its first offsets (Kafka's
+/// `max.in.flight.requests.per.connection` is at most 5 with idempotence).
+pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
+
+/// An idempotent producer's batch: who sent it and its sequence numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub first_sequence: i32,
+    pub last_sequence: i32,
+}
+
+/// What the partition remembers of one producer (memory only: see `produce_idempotent`).
+#[derive(Debug, Clone)]
+struct ProducerState {
+    epoch: i16,
+    last_seen_ms: u64,
+    /// (first sequence, last sequence, where it went), newest last.
+    batches: VecDeque<(i32, i32, AppendInfo)>,
+}
 
 pub struct TopicPartition {
     pub topic_id: u64,
@@ -23,6 +48,7 @@ pub struct TopicPartition {
     appended: Event,
     waiters: Cell<usize>,
     closed: Rc<Cell<bool>>,
+    producers: RefCell<HashMap<i64, ProducerState>>,
 }
 
 impl TopicPartition {
@@ -43,6 +69,7 @@ impl TopicPartition {
             appended: Event::default(),
             waiters: Cell::new(0),
             closed: closed.clone(),
+            producers: RefCell::new(HashMap::new()),
         });
         if log.config().retention_ms.is_some() || log.config().retention_bytes.is_some() {
             runtime::spawn(async move {
@@ -90,6 +117,78 @@ impl TopicPartition {
         }
         let info = self.log.append(batch).await?;
         self.appended.notify();
+        Ok(info)
+    }
+
+    /// Appends a batch from an idempotent producer at most once: a retry of one of its last
+    /// [`PRODUCER_BATCHES_REMEMBERED`] batches gets the offsets the first one got, a gap in
+    /// the sequence is refused, a stale epoch is fenced. The state is memory only: after a
+    /// restart (or once a producer is forgotten) its next batch is accepted whatever its
+    /// sequence, so a retry that crosses a restart may be stored twice (ARCHITECTURE.md).
+    /// Batches of one producer on one partition must not overlap in time (the Kafka front
+    /// end answers one request of a connection at a time, as Kafka does).
+    pub async fn produce_idempotent(
+        &self,
+        batch: Vec<u8>,
+        producer: ProducerBatch,
+    ) -> StreamResult<AppendInfo> {
+        let now = runtime::now_ms();
+        {
+            let producers = self.producers.borrow();
+            if let Some(st) = producers.get(&producer.producer_id) {
+                if producer.epoch < st.epoch {
+                    return Err(StreamError::ProducerFenced(format!(
+                        "epoch {} is older than {}",
+                        producer.epoch, st.epoch
+                    )));
+                }
+                if producer.epoch == st.epoch {
+                    if let Some((_, _, info)) = st.batches.iter().find(|(f, l, _)| {
+                        *f == producer.first_sequence && *l == producer.last_sequence
+                    }) {
+                        return Ok(*info);
+                    }
+                    let last = st.batches.back().map_or(-1, |(_, l, _)| *l);
+                    if producer.first_sequence != last.wrapping_add(1) & i32::MAX {
+                        return Err(StreamError::OutOfOrderSequence(format!(
+                            "expected sequence {}, got {}",
+                            last.wrapping_add(1) & i32::MAX,
+                            producer.first_sequence
+                        )));
+                    }
+                }
+            }
+        }
+        let info = self.produce(batch).await?;
+        let mut producers = self.producers.borrow_mut();
+        if !producers.contains_key(&producer.producer_id)
+            && producers.len() >= PRODUCERS_PER_PARTITION_MAX
+        {
+            let oldest = producers
+                .iter()
+                .min_by_key(|(_, s)| s.last_seen_ms)
+                .map(|(id, _)| *id);
+            if let Some(id) = oldest {
+                producers.remove(&id);
+            }
+        }
+        let st = producers
+            .entry(producer.producer_id)
+            .or_insert_with(|| ProducerState {
+                epoch: producer.epoch,
+                last_seen_ms: now,
+                batches: VecDeque::new(),
+            });
+        if st.epoch != producer.epoch {
+            st.epoch = producer.epoch;
+            st.batches.clear();
+        }
+        st.last_seen_ms = now;
+        st.batches
+            .push_back((producer.first_sequence, producer.last_sequence, info));
+        while st.batches.len() > PRODUCER_BATCHES_REMEMBERED {
+            st.batches.pop_front();
+        }
         Ok(info)
     }
 

@@ -60,6 +60,7 @@ def endpoint():
             "--http-addr", f"127.0.0.1:{port}",
             "--quic-addr", f"127.0.0.1:{_free_port()}",
             "--metrics-addr", f"127.0.0.1:{_free_port()}",
+            "--no-kafka",
         ],
         env=env,
         stdout=log,

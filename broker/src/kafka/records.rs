@@ -1,0 +1,266 @@
+//! Kafka v2 record batches to and from Sluice's records. Produced batches are decoded (the
+//! codec checks their CRC32C) and the records stored in Sluice's own batch format; fetched
+//! batches are encoded from the stored records with the log's offsets and timestamps.
+
+use super::dispatch::code;
+use crate::stream::{ProducerBatch, StreamError};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record as KRecord, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    TimestampType,
+};
+use sluice_storage::{BatchView, Record};
+
+/// Records in one produced partition's data (Sluice's batches stop at 2^20 records).
+pub const PRODUCE_RECORDS_MAX: usize = 1 << 20;
+
+/// Byte offsets in a v2 batch header (Kafka's `DefaultRecordBatch`).
+const MAGIC_AT: usize = 16;
+const ATTRIBUTES_AT: usize = 21;
+const BATCH_HEADER_BYTES: usize = 61;
+
+/// A produced partition's batches as Sluice records, and the idempotent producer's sequence
+/// range if the batches carry one. `Err` is Kafka's error code.
+pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<Record>, Option<ProducerBatch>), i16> {
+    // Checked before decoding: the codec has no decompressors here (no compression features).
+    let mut at = 0usize;
+    while at < bytes.len() {
+        if bytes.len() - at < BATCH_HEADER_BYTES {
+            return Err(code::CORRUPT_MESSAGE);
+        }
+        if bytes[at + MAGIC_AT] != 2 {
+            return Err(code::UNSUPPORTED_FOR_MESSAGE_FORMAT);
+        }
+        let attributes =
+            i16::from_be_bytes([bytes[at + ATTRIBUTES_AT], bytes[at + ATTRIBUTES_AT + 1]]);
+        if attributes & 0x7 != 0 {
+            return Err(code::UNSUPPORTED_COMPRESSION_TYPE);
+        }
+        if attributes & 0x30 != 0 {
+            // Transactional or control batches: Sluice has no transactions.
+            return Err(code::INVALID_RECORD);
+        }
+        let len = i32::from_be_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes"));
+        let len = usize::try_from(len).map_err(|_| code::CORRUPT_MESSAGE)?;
+        at = at
+            .checked_add(12 + len)
+            .filter(|end| *end <= bytes.len())
+            .ok_or(code::CORRUPT_MESSAGE)?;
+    }
+    let mut buf = bytes.clone();
+    let sets = RecordBatchDecoder::decode_all(&mut buf).map_err(|_| code::CORRUPT_MESSAGE)?;
+    let mut out = Vec::new();
+    let mut producer: Option<ProducerBatch> = None;
+    for set in sets {
+        for r in set.records {
+            if out.len() >= PRODUCE_RECORDS_MAX {
+                return Err(code::MESSAGE_TOO_LARGE);
+            }
+            if r.producer_id >= 0 && r.sequence >= 0 {
+                match &mut producer {
+                    None => {
+                        producer = Some(ProducerBatch {
+                            producer_id: r.producer_id,
+                            epoch: r.producer_epoch,
+                            first_sequence: r.sequence,
+                            last_sequence: r.sequence,
+                        })
+                    }
+                    Some(p) => p.last_sequence = r.sequence,
+                }
+            }
+            let headers = r
+                .headers
+                .into_iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_bytes().to_vec(),
+                        v.map(|v| v.to_vec()).unwrap_or_default(),
+                    )
+                })
+                .collect();
+            out.push(Record {
+                timestamp_ms: if r.timestamp >= 0 {
+                    r.timestamp
+                } else {
+                    now_ms
+                },
+                key: r.key.map(|k| k.to_vec()),
+                value: r.value.map(|v| v.to_vec()).unwrap_or_default(),
+                headers,
+            });
+        }
+    }
+    if out.is_empty() {
+        return Err(code::INVALID_RECORD);
+    }
+    Ok((out, producer))
+}
+
+fn kafka_record(offset: u64, record: Record) -> KRecord {
+    let mut headers = IndexMap::new();
+    for (k, v) in record.headers {
+        let name = String::from_utf8_lossy(&k).into_owned();
+        headers.insert(StrBytes::from_string(name), Some(Bytes::from(v)));
+    }
+    KRecord {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: offset as i64,
+        sequence: -1,
+        timestamp: record.timestamp_ms,
+        key: record.key.map(Bytes::from),
+        value: Some(Bytes::from(record.value)),
+        headers,
+    }
+}
+
+fn encode_set(out: &mut BytesMut, records: &[KRecord]) -> Result<(), StreamError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(out, records.iter(), &options)
+        .map_err(|e| StreamError::Internal(format!("encoding a Kafka batch: {e}")))
+}
+
+/// Stored Sluice batches as Kafka v2 batches, one for one, leaving out records before
+/// `from` (a stored batch may start before the fetch offset).
+pub fn to_kafka(batches: &[Bytes], from: u64) -> Result<Bytes, StreamError> {
+    let mut out = BytesMut::new();
+    for b in batches {
+        let v = BatchView::parse(b).map_err(|e| StreamError::Internal(e.to_string()))?;
+        if v.header.is_control() {
+            continue;
+        }
+        let mut records = Vec::new();
+        for r in v.records() {
+            let r = r.map_err(|e| StreamError::Internal(e.to_string()))?;
+            if r.offset >= from {
+                records.push(kafka_record(r.offset, r.to_owned_record()));
+            }
+        }
+        encode_set(&mut out, &records)?;
+    }
+    Ok(out.freeze())
+}
+
+/// A queue read as a stream: each message in a batch of its own (queue offsets have gaps
+/// where engine records lie), and, when the stream moves on past non-message records, an
+/// empty batch up to `next_offset - 1` so that the client's position moves past them.
+pub fn queue_to_kafka(
+    f: &crate::stream::queue_view::QueueFetch,
+    from: u64,
+) -> Result<Bytes, StreamError> {
+    let mut out = BytesMut::new();
+    for r in &f.records {
+        if r.offset >= from {
+            encode_set(&mut out, &[kafka_record(r.offset, r.record.clone())])?;
+        }
+    }
+    let covered = f.records.last().map_or(from, |r| r.offset + 1);
+    if f.next_offset > covered {
+        out.extend_from_slice(&empty_batch(covered, f.next_offset - 1));
+    }
+    Ok(out.freeze())
+}
+
+/// A v2 batch with no records spanning `[base, last]`: clients move their position to
+/// `last + 1` (Kafka writes these when compaction empties a batch).
+pub fn empty_batch(base: u64, last: u64) -> Vec<u8> {
+    let mut body = Vec::with_capacity(BATCH_HEADER_BYTES);
+    // From attributes on: what the CRC covers.
+    body.extend_from_slice(&0i16.to_be_bytes()); // attributes
+    body.extend_from_slice(&((last - base) as i32).to_be_bytes()); // last offset delta
+    body.extend_from_slice(&(-1i64).to_be_bytes()); // base timestamp
+    body.extend_from_slice(&(-1i64).to_be_bytes()); // max timestamp
+    body.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+    body.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+    body.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    body.extend_from_slice(&0i32.to_be_bytes()); // record count
+    let crc = crc32c::crc32c(&body);
+    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES);
+    out.extend_from_slice(&(base as i64).to_be_bytes());
+    out.extend_from_slice(&((4 + 1 + 4 + body.len()) as i32).to_be_bytes()); // batch length
+    out.extend_from_slice(&0i32.to_be_bytes()); // partition leader epoch
+    out.push(2); // magic
+    out.extend_from_slice(&crc.to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn produced(records: &[KRecord]) -> Bytes {
+        let mut out = BytesMut::new();
+        encode_set(&mut out, records).expect("encode");
+        out.freeze()
+    }
+
+    #[test]
+    fn a_batch_round_trips_through_sluice_records_with_the_logs_offsets() {
+        let mut r = kafka_record(0, Record::new(1_000, b"v0".to_vec()));
+        r.key = Some(Bytes::from_static(b"k"));
+        r.producer_id = 7;
+        r.producer_epoch = 0;
+        r.sequence = 3;
+        let mut r2 = kafka_record(1, Record::new(1_001, b"v1".to_vec()));
+        r2.producer_id = 7;
+        r2.producer_epoch = 0;
+        r2.sequence = 4;
+        let bytes = produced(&[r, r2]);
+        let (records, p) = from_kafka(&bytes, 5).expect("decode");
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].key.as_deref(), Some(&b"k"[..]));
+        let p = p.expect("idempotent");
+        assert_eq!(
+            (p.producer_id, p.first_sequence, p.last_sequence),
+            (7, 3, 4)
+        );
+        let mut stored = sluice_storage::batch::encode(&records).expect("records");
+        sluice_storage::batch::set_base_offset(&mut stored, 40);
+        let fetched = to_kafka(&[Bytes::from(stored)], 41).expect("encode");
+        let mut buf = fetched.clone();
+        let sets = RecordBatchDecoder::decode_all(&mut buf).expect("a valid Kafka batch");
+        assert_eq!(sets[0].records.len(), 1);
+        assert_eq!(sets[0].records[0].offset, 41);
+        assert_eq!(sets[0].records[0].value.as_deref(), Some(&b"v1"[..]));
+    }
+
+    #[test]
+    fn bad_batches_get_kafkas_codes() {
+        let good = produced(&[kafka_record(0, Record::new(1, b"v".to_vec()))]);
+        let mut crc = good.to_vec();
+        let last = crc.len() - 1;
+        crc[last] ^= 1;
+        assert_eq!(
+            from_kafka(&Bytes::from(crc), 0).err(),
+            Some(code::CORRUPT_MESSAGE)
+        );
+        let mut gz = good.to_vec();
+        gz[ATTRIBUTES_AT + 1] |= 1;
+        assert_eq!(
+            from_kafka(&Bytes::from(gz), 0).err(),
+            Some(code::UNSUPPORTED_COMPRESSION_TYPE)
+        );
+        assert_eq!(
+            from_kafka(&good.slice(..good.len() - 3), 0).err(),
+            Some(code::CORRUPT_MESSAGE)
+        );
+        let mut empty = Bytes::from(empty_batch(5, 9));
+        let sets = RecordBatchDecoder::decode_all(&mut empty).expect("empty batch parses");
+        assert!(sets.iter().all(|s| s.records.is_empty()));
+    }
+}

@@ -15,6 +15,7 @@ pub mod error;
 pub mod http;
 pub mod metadata;
 pub mod metrics;
+pub mod partition_log;
 pub mod native;
 pub mod ports;
 pub mod quic;

@@ -23,8 +23,8 @@ use crate::runtime;
 use futures::channel::oneshot;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use partition::PartitionActor;
+use crate::partition_log::{LocalLog, PartitionLog};
 use sluice_storage::fs::DmaFs;
-use sluice_storage::Log;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::{Rc, Weak};
@@ -121,7 +121,7 @@ pub struct Shard {
     senders: Option<Senders<Envelope>>,
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardResponse>>>,
     next_request: Cell<u64>,
-    meta_log: RefCell<Option<Rc<Log<DmaFs>>>>,
+    meta_log: RefCell<Option<Rc<LocalLog<DmaFs>>>>,
     /// This shard's share of every account's request and byte rates.
     rates: RefCell<crate::auth::quota::RateLimiter>,
     /// Free space on the data disk: sends stop under the reserve.
@@ -220,7 +220,7 @@ impl Shard {
         if id == 0 {
             let meta_dir = config.data_dir.join("meta");
             let log =
-                Log::open(shard.fs.clone(), meta_dir, crate::config::meta_log_config()).await?;
+                LocalLog::open(&shard.fs, meta_dir, crate::config::meta_log_config()).await?;
             let mut records = Vec::new();
             let mut at = log.start_offset();
             while at < log.end_offset() {

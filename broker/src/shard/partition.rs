@@ -3,9 +3,14 @@
 //!
 //! The order that makes replay exact: wait for log space, then — with no await in between —
 //! let the engine decide and apply a command and stage its records in the log. Records reach
-//! the log in the order the engine applied them. The reply waits until they are durable. If a
-//! commit fails, the engine's state is ahead of the log: the partition rebuilds itself from the
-//! log before serving again.
+//! the log in the order the engine applied them. The reply waits until they are committed
+//! (`stage_records` then `wait_committed`: the one place a command's records become a reply,
+//! for requests and timers alike). If a commit fails, the engine's state is ahead of the log:
+//! the partition rebuilds itself from the log before serving again.
+//!
+//! The actor is generic over its log (the [`PartitionLog`] seam: `LocalLog` on DMA files in a
+//! broker, on `SimFs` in the simulated-shard test, a replicated log later) and its clock
+//! (wall clock or virtual time).
 //!
 //! The engine keeps no message content (ARCHITECTURE.md): what a receive hands out and what a DLQ
 //! move forwards is read here from the messages' `Sent` records, once the command's own records
@@ -17,10 +22,11 @@ use crate::engine::{
     Record as EngineRecord, RecordKind, Reply,
 };
 use crate::error::{ServiceError, ServiceResult};
-use crate::runtime::{self, Event};
+use crate::partition_log::{LocalLog, PartitionLog, Staged};
+use crate::runtime::{self, Clock, Event, WallClock};
 use sluice_storage::batch::BatchBuilder;
 use sluice_storage::fs::DmaFs;
-use sluice_storage::{Log, LogConfig};
+use sluice_storage::LogConfig;
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
@@ -41,15 +47,17 @@ pub const COMPACTION_INTERVAL_MS: u64 = 1000;
 /// Where DLQ moves go: the shard forwards them to the dead-letter queue's partition.
 pub type MoveSink = Rc<dyn Fn(MoveRequest)>;
 
-pub struct PartitionActor {
+/// A partition actor: by default on the broker's log and clock.
+pub struct PartitionActor<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallClock> {
     pub queue_id: u64,
     pub partition: u32,
     dir: PathBuf,
-    fs: DmaFs,
+    fs: L::Env,
+    clock: C,
     log_config: LogConfig,
     config: RefCell<PartitionConfig>,
     engine: RefCell<Partition>,
-    log: RefCell<Rc<Log<DmaFs>>>,
+    log: RefCell<Rc<L>>,
     /// Something may have become deliverable (a send, an expired lease, a released message):
     /// long polls wake on it. A command notifies it as soon as the engine has applied it, before
     /// its records are durable, so a woken receive stages its lease into the same group commit
@@ -69,7 +77,7 @@ pub struct PartitionActor {
     compacting: Cell<bool>,
     /// Message counts for metrics.
     ops: crate::metrics::PartitionOps,
-    this: Weak<PartitionActor>,
+    this: Weak<PartitionActor<L, C>>,
 }
 
 /// The engine's records as one log batch, each encoded straight into it, the batch's buffer
@@ -94,12 +102,27 @@ impl PartitionActor {
         log_config: LogConfig,
         moves: MoveSink,
     ) -> ServiceResult<Rc<PartitionActor>> {
+        Self::open_on(fs, WallClock, dir, config, log_config, moves).await
+    }
+}
+
+impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
+    /// [`PartitionActor::open`] on any log and clock (a simulated world in tests).
+    pub async fn open_on(
+        fs: L::Env,
+        clock: C,
+        dir: PathBuf,
+        config: PartitionConfig,
+        log_config: LogConfig,
+        moves: MoveSink,
+    ) -> ServiceResult<Rc<PartitionActor<L, C>>> {
         let (log, engine) = Self::load(&fs, &dir, &config, &log_config).await?;
         let actor = Rc::new_cyclic(|this| PartitionActor {
             queue_id: config.queue_id,
             partition: config.partition,
             dir,
             fs,
+            clock,
             log_config,
             config: RefCell::new(config),
             engine: RefCell::new(engine),
@@ -244,12 +267,12 @@ impl PartitionActor {
     }
 
     async fn load(
-        fs: &DmaFs,
+        fs: &L::Env,
         dir: &Path,
         config: &PartitionConfig,
         log_config: &LogConfig,
-    ) -> ServiceResult<(Log<DmaFs>, Partition)> {
-        let log = Log::open(fs.clone(), dir.to_path_buf(), log_config.clone()).await?;
+    ) -> ServiceResult<(L, Partition)> {
+        let log = L::open(fs, dir.to_path_buf(), log_config.clone()).await?;
         let mut engine = Partition::new(config.clone())?;
         let mut at = log.start_offset();
         let end = log.end_offset();
@@ -301,7 +324,7 @@ impl PartitionActor {
     }
 
     /// The current log (swapped when the partition rebuilds: take it per use).
-    pub(crate) fn log(&self) -> Rc<Log<DmaFs>> {
+    pub(crate) fn log(&self) -> Rc<L> {
         self.log.borrow().clone()
     }
 
@@ -334,32 +357,11 @@ impl PartitionActor {
         );
         // A delete may free the next message of a FIFO group for long polls parked meanwhile.
         let deletes = matches!(cmd, Command::Delete { .. } | Command::DeleteBatch(_));
-        let now = runtime::now_ms();
+        let now = self.clock.now_ms();
         let effects = self.engine.borrow_mut().execute(now, cmd)?;
-        let ticket = if effects.records.is_empty() {
-            None
-        } else {
-            match log.stage_batch(encode_records(&effects.records, now)) {
-                Ok(t) if t.info.base_offset == effects.first_offset => Some(t),
-                Ok(t) => {
-                    // The engine's offsets feed its compaction floor: they must be the log's.
-                    tracing::error!(
-                        queue = self.queue_id,
-                        partition = self.partition,
-                        log = t.info.base_offset,
-                        engine = effects.first_offset,
-                        "engine and log disagree on offsets; rebuilding"
-                    );
-                    self.broken.set(true);
-                    drop(log.durable(t).await);
-                    return Err(ServiceError::Internal("partition offsets diverged".into()));
-                }
-                Err(e) => {
-                    self.broken.set(true);
-                    return Err(e.into());
-                }
-            }
-        };
+        let ticket = self
+            .stage_records(&log, &effects.records, effects.first_offset, now)
+            .await?;
         // Wake parked long polls now, not after the commit: a woken receive on this shard runs
         // before the commit starts (`Log::durable` lets ready tasks stage first) and its lease
         // joins the send's commit, so publish→receive costs one durable write, not two in a row.
@@ -370,10 +372,7 @@ impl PartitionActor {
         }
         if let Some(t) = ticket {
             let staged = std::time::Instant::now();
-            if let Err(e) = log.durable(t).await {
-                self.broken.set(true);
-                return Err(e.into());
-            }
+            self.wait_committed(&log, t).await?;
             crate::metrics::record_durable_wait(staged.elapsed());
         }
         self.rearm.notify();
@@ -396,6 +395,52 @@ impl PartitionActor {
             (self.moves)(mv);
         }
         Ok(reply)
+    }
+
+    /// Stages the engine's records as one batch, where the engine placed them (`first_offset`):
+    /// synchronous up to the staging, so records reach the log in the order the engine applied
+    /// them. `None` if there are none. On any failure the partition is marked broken (the engine
+    /// is ahead of the log) and rebuilds before serving again.
+    async fn stage_records(
+        &self,
+        log: &L,
+        records: &[EngineRecord],
+        first_offset: u64,
+        now: u64,
+    ) -> ServiceResult<Option<L::Ticket>> {
+        if records.is_empty() {
+            return Ok(None);
+        }
+        match log.stage(encode_records(records, now)) {
+            Ok(Staged { info, ticket, .. }) if info.base_offset == first_offset => Ok(Some(ticket)),
+            Ok(Staged { info, ticket, .. }) => {
+                // The engine's offsets feed its compaction floor: they must be the log's.
+                tracing::error!(
+                    queue = self.queue_id,
+                    partition = self.partition,
+                    log = info.base_offset,
+                    engine = first_offset,
+                    "engine and log disagree on offsets; rebuilding"
+                );
+                self.broken.set(true);
+                drop(log.committed(ticket).await);
+                Err(ServiceError::Internal("partition offsets diverged".into()))
+            }
+            Err(e) => {
+                self.broken.set(true);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Waits until staged records are committed (durable here; with replication, on a quorum):
+    /// only then may anything they decided be told. A failure marks the partition broken.
+    async fn wait_committed(&self, log: &L, ticket: L::Ticket) -> ServiceResult<()> {
+        if let Err(e) = log.committed(ticket).await {
+            self.broken.set(true);
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     /// At most once per [`COMPACTION_INTERVAL_MS`], in the background: deletes the sealed
@@ -473,10 +518,10 @@ impl PartitionActor {
             if self.engine.borrow().has_deliverable() {
                 return Ok(true);
             }
-            if runtime::now_ms() >= deadline_ms {
+            if self.clock.now_ms() >= deadline_ms {
                 return Ok(false);
             }
-            self.ready.listen_until(deadline_ms).await;
+            self.ready.listen_until_on(&self.clock, deadline_ms).await;
         }
     }
 
@@ -491,7 +536,7 @@ impl PartitionActor {
         }
         self.waiters.set(self.waiters.get() + 1);
         let _guard = WaiterGuard(&self.waiters);
-        Ok(self.appended.listen_until(deadline_ms).await)
+        Ok(self.appended.listen_until_on(&self.clock, deadline_ms).await)
     }
 
     pub fn counters(&self) -> Counters {
@@ -509,7 +554,7 @@ impl PartitionActor {
                 .engine
                 .borrow()
                 .oldest_arrival_ms()
-                .map(|at| crate::runtime::now_ms().saturating_sub(at)),
+                .map(|at| self.clock.now_ms().saturating_sub(at)),
             ops: self.ops.snapshot(),
             log: log.stats(),
             segments: log.segments().len() as u64,
@@ -531,20 +576,30 @@ impl PartitionActor {
         Ok(())
     }
 
+    /// Stops serving and the timer at once, committing nothing: the process is gone (a
+    /// simulated power loss; the test then reopens the partition on what the disk kept).
+    #[cfg(test)]
+    pub(crate) fn halt(&self) {
+        self.closed.set(true);
+        self.rearm.notify();
+        self.ready.notify();
+        self.appended.notify();
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Fires the engine's timers (lease expiry, delay end, retention, dedup windows) when due.
-    async fn timer_loop(this: Rc<PartitionActor>) {
+    async fn timer_loop(this: Rc<PartitionActor<L, C>>) {
         loop {
             if this.closed.get() {
                 return;
             }
             let next = this.engine.borrow().next_deadline_ms();
             match next {
-                Some(d) if d > runtime::now_ms() => {
-                    this.rearm.listen_until(d).await;
+                Some(d) if d > this.clock.now_ms() => {
+                    this.rearm.listen_until_on(&this.clock, d).await;
                 }
                 Some(_) => {}
                 None => {
@@ -556,10 +611,11 @@ impl PartitionActor {
             }
             if this.broken.get() {
                 // The next request rebuilds the partition; don't spin meanwhile.
-                runtime::sleep(std::time::Duration::from_millis(10)).await;
+                let until = this.clock.now_ms() + 10;
+                this.clock.sleep_until_ms(until).await;
                 continue;
             }
-            let now = runtime::now_ms();
+            let now = this.clock.now_ms();
             if this
                 .engine
                 .borrow()
@@ -574,16 +630,12 @@ impl PartitionActor {
                 continue;
             }
             let effects = this.engine.borrow_mut().tick(now);
-            if !effects.records.is_empty() {
-                match log.stage_batch(encode_records(&effects.records, now)) {
-                    Ok(t) => {
-                        let in_step = t.info.base_offset == effects.first_offset;
-                        if log.durable(t).await.is_err() || !in_step {
-                            this.broken.set(true);
-                        }
-                    }
-                    Err(_) => this.broken.set(true),
-                }
+            // Failures mark the partition broken; the next request rebuilds it.
+            if let Ok(Some(t)) = this
+                .stage_records(&log, &effects.records, effects.first_offset, now)
+                .await
+            {
+                let _ = this.wait_committed(&log, t).await;
             }
             this.maybe_compact(now);
             if !effects.moves.is_empty() {
@@ -601,7 +653,8 @@ impl PartitionActor {
                 .is_some_and(|d| d <= now)
             {
                 // A deadline the tick did not clear: never spin on it.
-                runtime::sleep(std::time::Duration::from_millis(1)).await;
+                let until = this.clock.now_ms() + 1;
+                this.clock.sleep_until_ms(until).await;
             }
         }
     }

@@ -3,8 +3,9 @@
 
 use super::{FetchReply, StreamError, StreamResult};
 use crate::runtime::{self, Event};
+use crate::partition_log::{LocalLog, PartitionLog};
 use sluice_storage::fs::DmaFs;
-use sluice_storage::{AppendInfo, BatchView, Log, LogConfig};
+use sluice_storage::{AppendInfo, BatchView, LogConfig};
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -19,7 +20,7 @@ pub struct TopicPartition {
     pub topic_id: u64,
     pub partition: u32,
     pub dir: PathBuf,
-    log: Rc<Log<DmaFs>>,
+    log: Rc<LocalLog<DmaFs>>,
     appended: Event,
     waiters: Cell<usize>,
     closed: Rc<Cell<bool>>,
@@ -33,7 +34,7 @@ impl TopicPartition {
         partition: u32,
         log_config: LogConfig,
     ) -> StreamResult<Rc<TopicPartition>> {
-        let log = Rc::new(Log::open(fs, dir.clone(), log_config).await?);
+        let log = Rc::new(LocalLog::open(&fs, dir.clone(), log_config).await?);
         let closed = Rc::new(Cell::new(false));
         let tp = Rc::new(TopicPartition {
             topic_id,

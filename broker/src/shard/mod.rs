@@ -10,6 +10,8 @@ pub mod move_task;
 pub mod partition;
 pub mod placement;
 pub mod render;
+#[cfg(test)]
+mod sim_tests;
 
 use crate::config::BrokerConfig;
 use crate::engine::attributes::{validate_queue_name, QueueKind};

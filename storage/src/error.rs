@@ -121,9 +121,9 @@ impl StorageError {
             StorageError::Poisoned => StorageError::Poisoned,
             StorageError::Closed => StorageError::Closed,
             StorageError::Truncating => StorageError::Truncating,
-            StorageError::NotBatchBoundary { offset } => StorageError::NotBatchBoundary {
-                offset: *offset,
-            },
+            StorageError::NotBatchBoundary { offset } => {
+                StorageError::NotBatchBoundary { offset: *offset }
+            }
             StorageError::Config(s) => StorageError::Config(s.clone()),
             StorageError::UnsupportedFormat {
                 path,

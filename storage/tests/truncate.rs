@@ -129,8 +129,7 @@ fn a_power_loss_during_truncate_leaves_a_prefix() {
         let (fs, all, bases) = build(seed, 90);
         let config = small_config();
         // A cut inside the first segment, so that segments are removed and a sealed one cut.
-        let first_end = open(&fs.crash(CrashMode::DropUnsynced), &config).segments()[0]
-            .next_offset;
+        let first_end = open(&fs.crash(CrashMode::DropUnsynced), &config).segments()[0].next_offset;
         let cands: Vec<u64> = bases.iter().copied().filter(|b| *b < first_end).collect();
         let cut = cands[rng.gen_range(1..cands.len())];
         let mut steps = 0;

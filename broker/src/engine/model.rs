@@ -432,7 +432,12 @@ impl Model {
         Ok(())
     }
 
-    pub(crate) fn change_visibility(&mut self, now: u64, r: &Receipt, t: u32) -> Result<(), &'static str> {
+    pub(crate) fn change_visibility(
+        &mut self,
+        now: u64,
+        r: &Receipt,
+        t: u32,
+    ) -> Result<(), &'static str> {
         let now = self.tick(now);
         if t > 43_200 {
             return Err("InvalidParameterValue");

@@ -33,8 +33,8 @@ mod local;
 
 pub use local::LocalLog;
 
-use sluice_storage::{AppendInfo, LogConfig, LogStats, ReadBatch, RetentionOutcome, SegmentInfo};
 use sluice_storage::Result;
+use sluice_storage::{AppendInfo, LogConfig, LogStats, ReadBatch, RetentionOutcome, SegmentInfo};
 use std::path::PathBuf;
 
 /// A staged batch: where it will land, the term it was stamped with, and the handle to learn
@@ -94,8 +94,11 @@ pub trait PartitionLog: Sized + 'static {
     /// there).
     async fn delete_segments_below(&self, offset: u64) -> Result<RetentionOutcome>;
     /// Deletes whole sealed segments past the configured retention.
-    async fn enforce_retention(&self, now_ms: i64, keep_from: Option<u64>)
-        -> Result<RetentionOutcome>;
+    async fn enforce_retention(
+        &self,
+        now_ms: i64,
+        keep_from: Option<u64>,
+    ) -> Result<RetentionOutcome>;
 
     fn config(&self) -> &LogConfig;
     fn segments(&self) -> Vec<SegmentInfo>;

@@ -22,11 +22,11 @@ use crate::engine::{
 };
 use crate::error::{ServiceError, ServiceResult};
 use crate::metadata::{Catalog, MetaRecord, QueueMeta};
+use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime;
 use futures::channel::oneshot;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use partition::PartitionActor;
-use crate::partition_log::{LocalLog, PartitionLog};
 use sluice_storage::fs::DmaFs;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -218,8 +218,7 @@ impl Shard {
         }
         if id == 0 {
             let meta_dir = config.data_dir.join("meta");
-            let log =
-                LocalLog::open(&shard.fs, meta_dir, crate::config::meta_log_config()).await?;
+            let log = LocalLog::open(&shard.fs, meta_dir, crate::config::meta_log_config()).await?;
             let mut records = Vec::new();
             let mut at = log.start_offset();
             while at < log.end_offset() {

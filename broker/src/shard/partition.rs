@@ -536,7 +536,10 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         }
         self.waiters.set(self.waiters.get() + 1);
         let _guard = WaiterGuard(&self.waiters);
-        Ok(self.appended.listen_until_on(&self.clock, deadline_ms).await)
+        Ok(self
+            .appended
+            .listen_until_on(&self.clock, deadline_ms)
+            .await)
     }
 
     pub fn counters(&self) -> Counters {

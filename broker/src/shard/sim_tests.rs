@@ -147,7 +147,12 @@ impl World {
         self.clock.now_ms()
     }
 
-    fn check<T: PartialEq + std::fmt::Debug>(&self, what: &str, got: T, want: T) -> Result<(), String> {
+    fn check<T: PartialEq + std::fmt::Debug>(
+        &self,
+        what: &str,
+        got: T,
+        want: T,
+    ) -> Result<(), String> {
         if got == want {
             Ok(())
         } else {
@@ -174,6 +179,7 @@ impl World {
                 settle().await;
                 self.model.tick(now);
             }
+            93..=96 => self.power_loss_mid_send().await?,
             _ => self.power_loss().await,
         }
         settle().await;
@@ -190,14 +196,59 @@ impl World {
     /// dropped, kept or torn at random); the partition reopens on it and replays its log.
     async fn power_loss(&mut self) {
         let crash_seed = self.rng.gen();
-        self.trace.push(format!("power loss (crash seed {crash_seed})"));
+        self.trace
+            .push(format!("power loss (crash seed {crash_seed})"));
         self.actor.halt();
         self.fs = self.fs.crash(CrashMode::Random { seed: crash_seed });
         self.actor = Self::open(&self.fs, &self.clock, &self.config).await;
         self.power_losses += 1;
     }
 
-    async fn op_send(&mut self) -> Result<(), String> {
+    /// A send whose commit the power interrupts after a random number of scheduling points. If
+    /// it was acknowledged, it must be there; if not, it may or may not be: after the restart
+    /// the model takes whichever outcome the partition shows (the message count tells them
+    /// apart; where it does not, both are the same state).
+    async fn power_loss_mid_send(&mut self) -> Result<(), String> {
+        let (req, group, body, delay_s, dedup_id) = self.send_request();
+        let actor = self.actor.clone();
+        let reply: Rc<std::cell::RefCell<Option<_>>> = Rc::default();
+        let out = reply.clone();
+        crate::runtime::spawn(async move {
+            let r = actor.execute(Command::Send(req)).await;
+            *out.borrow_mut() = Some(r.map(|_| ()));
+        });
+        let polls = self.rng.gen_range(0..12);
+        for _ in 0..polls {
+            sluice_storage::fs::yield_now().await;
+        }
+        let acked = matches!(*reply.borrow(), Some(Ok(())));
+        let mut with = self.model.clone();
+        let sent = with.send(self.now(), group, body.clone(), delay_s, dedup_id);
+        self.trace.push(format!(
+            "send {body} interrupted after {polls} polls (acknowledged: {acked}) -> {sent:?}"
+        ));
+        self.power_loss().await;
+        settle().await;
+        let c = self.actor.counters();
+        let total = |m: &Model| {
+            let (v, i, d) = m.counters();
+            v + i + d
+        };
+        if acked || c.visible + c.in_flight + c.delayed == total(&with) {
+            self.model = with;
+        }
+        Ok(())
+    }
+
+    fn send_request(
+        &mut self,
+    ) -> (
+        SendRequest,
+        Option<String>,
+        String,
+        Option<u32>,
+        Option<String>,
+    ) {
         let groups = if self.fifo { 3 } else { 1 };
         let group = self
             .fifo
@@ -213,6 +264,11 @@ impl World {
             group_id: group.clone(),
             dedup_id: dedup_id.clone(),
         };
+        (req, group, body, delay_s, dedup_id)
+    }
+
+    async fn op_send(&mut self) -> Result<(), String> {
+        let (req, group, body, delay_s, dedup_id) = self.send_request();
         let got = self
             .actor
             .execute(Command::Send(req))
@@ -221,17 +277,16 @@ impl World {
                 Reply::Sent(s) => (s.message_id, s.sequence_number, s.duplicate),
                 other => panic!("unexpected reply {other:?}"),
             });
-        let want = self.model.send(self.now(), group, body.clone(), delay_s, dedup_id);
+        let want = self
+            .model
+            .send(self.now(), group, body.clone(), delay_s, dedup_id);
         self.trace.push(format!("send {body} -> {want:?}"));
         self.check("send", got.map_err(|e| code(&e)), want)
     }
 
     async fn op_receive(&mut self) -> Result<(), String> {
         let max = self.rng.gen_range(1..=10);
-        let vt = self
-            .rng
-            .gen_bool(0.5)
-            .then(|| self.rng.gen_range(0..=40));
+        let vt = self.rng.gen_bool(0.5).then(|| self.rng.gen_range(0..=40));
         let cmd = Command::Receive(ReceiveRequest {
             max_messages: max,
             visibility_timeout_s: vt,
@@ -358,5 +413,8 @@ fn a_partition_on_a_simulated_disk_keeps_every_acknowledged_operation_across_pow
             ),
         }
     }
-    assert!(cases == 0 || power_losses > 0, "the cases lost power at least once");
+    assert!(
+        cases == 0 || power_losses > 0,
+        "the cases lost power at least once"
+    );
 }

@@ -3,8 +3,8 @@
 
 use super::group::{Assignment, GroupRecord, Groups, TopicPartition};
 use super::{StreamError, StreamResult};
-use crate::runtime;
 use crate::partition_log::{LocalLog, PartitionLog};
+use crate::runtime;
 use sluice_storage::fs::DmaFs;
 use sluice_storage::BatchBuilder;
 use std::cell::{Cell, RefCell};
@@ -189,9 +189,7 @@ impl Coordinator {
         for r in &records {
             b.push_parts(now as i64, None, &r.encode(), std::iter::empty());
         }
-        let staged = self
-            .log
-            .stage(b.finish().expect("a commit has records"))?;
+        let staged = self.log.stage(b.finish().expect("a commit has records"))?;
         {
             let mut g = self.groups.borrow_mut();
             for r in &records {

@@ -2,8 +2,8 @@
 //! fetches after an append, and the retention timer.
 
 use super::{FetchReply, StreamError, StreamResult};
-use crate::runtime::{self, Event};
 use crate::partition_log::{LocalLog, PartitionLog};
+use crate::runtime::{self, Event};
 use sluice_storage::fs::DmaFs;
 use sluice_storage::{AppendInfo, BatchView, LogConfig};
 use std::cell::Cell;

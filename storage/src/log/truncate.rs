@@ -115,7 +115,11 @@ impl<F: Fs> Log<F> {
         // 1. Later segments go, newest first, each removal durable before the next.
         let later: Vec<u64> = {
             let i = self.inner.borrow();
-            i.segments.range(base + 1..).map(|(b, _)| *b).rev().collect()
+            i.segments
+                .range(base + 1..)
+                .map(|(b, _)| *b)
+                .rev()
+                .collect()
         };
         for b in later {
             for ext in ["log", "index", "timeindex"] {

@@ -172,7 +172,7 @@ impl<F: Fs> Log<F> {
                 .map_err(|e| StorageError::io("write", &path, e))?;
             hi = from;
         }
-        if cut % BLOCK_BYTES != 0 && cut < size {
+        if !cut.is_multiple_of(BLOCK_BYTES) && cut < size {
             let head = file
                 .read_at(align_down(cut), (cut - align_down(cut)) as usize)
                 .await

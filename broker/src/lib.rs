@@ -17,6 +17,7 @@ pub mod kafka;
 pub mod metadata;
 pub mod metrics;
 pub mod native;
+pub mod partition_log;
 pub mod ports;
 pub mod quic;
 pub mod runtime;

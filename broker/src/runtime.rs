@@ -17,6 +17,92 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Where time comes from for code that waits on deadlines (the partition actor): the wall clock
+/// in production ([`WallClock`]), virtual time in a simulation ([`SimClock`]), so a test can run
+/// a partition's timers without waiting for them.
+pub trait Clock: Clone + 'static {
+    /// Milliseconds since the Unix epoch (or the simulation's origin).
+    fn now_ms(&self) -> u64;
+    /// Resolves once `now_ms() >= deadline_ms`.
+    fn sleep_until_ms(&self, deadline_ms: u64) -> impl Future<Output = ()> + 'static;
+}
+
+/// The wall clock and glommio's timers: what a broker runs on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WallClock;
+
+impl Clock for WallClock {
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+
+    fn sleep_until_ms(&self, deadline_ms: u64) -> impl Future<Output = ()> + 'static {
+        sleep_until_ms(deadline_ms)
+    }
+}
+
+/// Virtual time: it moves only when [`SimClock::advance_to`] moves it, waking the sleepers
+/// whose deadlines it passed. Clones share one time.
+#[derive(Clone, Default)]
+pub struct SimClock {
+    inner: Rc<RefCell<SimClockInner>>,
+}
+
+#[derive(Default)]
+struct SimClockInner {
+    now_ms: u64,
+    sleepers: Vec<(u64, Waker)>,
+}
+
+impl SimClock {
+    pub fn new(now_ms: u64) -> SimClock {
+        let c = SimClock::default();
+        c.inner.borrow_mut().now_ms = now_ms;
+        c
+    }
+
+    /// Moves time forward to `now_ms` (never back) and wakes every sleeper now due.
+    pub fn advance_to(&self, now_ms: u64) {
+        let due: Vec<Waker> = {
+            let mut i = self.inner.borrow_mut();
+            i.now_ms = i.now_ms.max(now_ms);
+            let now = i.now_ms;
+            let (due, later) = std::mem::take(&mut i.sleepers)
+                .into_iter()
+                .partition(|(d, _)| *d <= now);
+            i.sleepers = later;
+            due.into_iter().map(|(_, w)| w).collect()
+        };
+        for w in due {
+            w.wake();
+        }
+    }
+
+    /// The earliest deadline anyone sleeps until (a simulation jumps there).
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.inner.borrow().sleepers.iter().map(|(d, _)| *d).min()
+    }
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> u64 {
+        self.inner.borrow().now_ms
+    }
+
+    fn sleep_until_ms(&self, deadline_ms: u64) -> impl Future<Output = ()> + 'static {
+        let inner = self.inner.clone();
+        std::future::poll_fn(move |cx| {
+            let mut i = inner.borrow_mut();
+            if i.now_ms >= deadline_ms {
+                Poll::Ready(())
+            } else {
+                i.sleepers.push((deadline_ms, cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+    }
+}
+
 /// Runs `f` concurrently on this shard; it is not cancelled when the handle is dropped.
 pub fn spawn<T: 'static>(f: impl Future<Output = T> + 'static) {
     glommio::spawn_local(f).detach();
@@ -76,8 +162,13 @@ impl Event {
 
     /// Waits for a notify or until `deadline_ms`; true if notified.
     pub async fn listen_until(&self, deadline_ms: u64) -> bool {
+        self.listen_until_on(&WallClock, deadline_ms).await
+    }
+
+    /// [`Event::listen_until`] with the deadline on `clock`.
+    pub async fn listen_until_on(&self, clock: &impl Clock, deadline_ms: u64) -> bool {
         let l = std::pin::pin!(self.listen());
-        let t = std::pin::pin!(sleep_until_ms(deadline_ms));
+        let t = std::pin::pin!(clock.sleep_until_ms(deadline_ms));
         matches!(
             futures::future::select(l, t).await,
             futures::future::Either::Left(_)

@@ -35,6 +35,12 @@ pub enum StorageError {
     Poisoned,
     #[error("log is closed")]
     Closed,
+    /// `Log::truncate_from` at an offset inside a batch: a log is cut between batches only.
+    #[error("offset {offset} is not a batch boundary")]
+    NotBatchBoundary { offset: u64 },
+    /// A suffix of the log is being removed (`Log::truncate_from`); retry once it is done.
+    #[error("log is truncating a suffix")]
+    Truncating,
     #[error("invalid configuration: {0}")]
     Config(String),
     /// The log directory was written in a layout newer than this build reads
@@ -50,7 +56,7 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         let path = path.into();
         if source.raw_os_error() == Some(libc::ENOSPC) {
             StorageError::NoSpace { op, path }
@@ -69,6 +75,8 @@ impl StorageError {
             StorageError::InvalidBatch(_) => "invalid_batch",
             StorageError::Poisoned => "poisoned",
             StorageError::Closed => "closed",
+            StorageError::Truncating => "truncating",
+            StorageError::NotBatchBoundary { .. } => "not_batch_boundary",
             StorageError::Config(_) => "config",
             StorageError::UnsupportedFormat { .. } => "unsupported_format",
         }
@@ -112,6 +120,10 @@ impl StorageError {
             StorageError::InvalidBatch(b) => StorageError::InvalidBatch(b.clone()),
             StorageError::Poisoned => StorageError::Poisoned,
             StorageError::Closed => StorageError::Closed,
+            StorageError::Truncating => StorageError::Truncating,
+            StorageError::NotBatchBoundary { offset } => {
+                StorageError::NotBatchBoundary { offset: *offset }
+            }
             StorageError::Config(s) => StorageError::Config(s.clone()),
             StorageError::UnsupportedFormat {
                 path,

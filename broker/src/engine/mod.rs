@@ -52,7 +52,7 @@ pub mod record;
 pub mod types;
 
 #[cfg(test)]
-mod model;
+pub(crate) mod model;
 #[cfg(test)]
 mod scenarios;
 

@@ -31,7 +31,7 @@ use super::receipt::{Receipt, ReceiptCodec};
 use super::record::{MessageId, Payload, Record, RecordKind};
 
 #[derive(Debug, Clone)]
-struct MMsg {
+pub(crate) struct MMsg {
     id: u64,
     group: String,
     body: String,
@@ -58,10 +58,10 @@ struct MAttempt {
 }
 
 /// Observable result of a receive: (msg id, receive count, body, first receive, sent, MessageId).
-type Got = (u64, u32, String, u64, u64, MessageId);
+pub(crate) type Got = (u64, u32, String, u64, u64, MessageId);
 
 #[derive(Debug, Clone)]
-struct Model {
+pub(crate) struct Model {
     queue_id: u64,
     fifo: bool,
     content_dedup: bool,
@@ -86,7 +86,7 @@ fn code(e: &EngineError) -> &'static str {
 }
 
 impl Model {
-    fn new(queue_id: u64, a: &QueueAttributes, limits: &Limits) -> Self {
+    pub(crate) fn new(queue_id: u64, a: &QueueAttributes, limits: &Limits) -> Self {
         Model {
             queue_id,
             fifo: a.kind == QueueKind::Fifo,
@@ -108,7 +108,7 @@ impl Model {
         }
     }
 
-    fn tick(&mut self, now: u64) -> u64 {
+    pub(crate) fn tick(&mut self, now: u64) -> u64 {
         let now = now.max(self.now);
         self.now = now;
         let retention = self.retention_ms;
@@ -141,7 +141,7 @@ impl Model {
             .map_or(0, |x| x.1)
     }
 
-    fn counters(&self) -> (u64, u64, u64) {
+    pub(crate) fn counters(&self) -> (u64, u64, u64) {
         let inflight = self.msgs.iter().filter(|m| m.inflight).count() as u64;
         let visible = self.msgs.iter().filter(|m| self.visible(m)).count() as u64;
         let delayed = self
@@ -188,7 +188,7 @@ impl Model {
     }
 
     /// Returns (MessageId, sequence number, duplicate).
-    fn send(
+    pub(crate) fn send(
         &mut self,
         now: u64,
         group: Option<String>,
@@ -306,7 +306,7 @@ impl Model {
     }
 
     /// Returns the delivered messages and the messages moved to the DLQ (in move order).
-    fn receive(
+    pub(crate) fn receive(
         &mut self,
         now: u64,
         max: u32,
@@ -423,7 +423,7 @@ impl Model {
         Ok(())
     }
 
-    fn delete(&mut self, now: u64, r: &Receipt) -> Result<(), &'static str> {
+    pub(crate) fn delete(&mut self, now: u64, r: &Receipt) -> Result<(), &'static str> {
         self.tick(now);
         self.check_receipt(r)?;
         let Some(i) = self.msgs.iter().position(|m| m.id == r.msg_id) else {
@@ -438,7 +438,12 @@ impl Model {
         Ok(())
     }
 
-    fn change_visibility(&mut self, now: u64, r: &Receipt, t: u32) -> Result<(), &'static str> {
+    pub(crate) fn change_visibility(
+        &mut self,
+        now: u64,
+        r: &Receipt,
+        t: u32,
+    ) -> Result<(), &'static str> {
         let now = self.tick(now);
         if t > 43_200 {
             return Err("InvalidParameterValue");

@@ -445,6 +445,11 @@ impl Partition {
         !self.ready.is_empty() || self.tail.as_ref().is_some_and(|t| t.count > 0)
     }
 
+    /// Message entries held (what a snapshot's size grows with).
+    pub fn entries(&self) -> usize {
+        self.msgs.len()
+    }
+
     /// Messages alive: those with an entry and those waiting in the tail.
     fn live_count(&self) -> u64 {
         self.msgs.len() as u64 + self.tail.as_ref().map_or(0, |t| t.count)

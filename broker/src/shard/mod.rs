@@ -2,13 +2,16 @@
 //! 0, the metadata log), serves requests for them, and forwards everything else to the owning
 //! shard over the cross-core mesh (glommio channels; no shared mutable state between cores).
 //!
-//! Placement: partition `p` of queue `q` lives on shard `(q + p) % shards`, so a queue's
-//! partitions spread over the cores. The service methods at the bottom are what the front ends
-//! call, on whichever shard accepted the connection.
+//! Which shard owns a partition and which partition a request goes to is `placement.rs`. The
+//! service methods at the bottom are what the front ends call, on whichever shard accepted the
+//! connection.
 
 pub mod move_task;
 pub mod partition;
+pub mod placement;
 pub mod render;
+#[cfg(test)]
+mod sim_tests;
 
 use crate::config::BrokerConfig;
 use crate::engine::attributes::{validate_queue_name, QueueKind};
@@ -19,12 +22,12 @@ use crate::engine::{
 };
 use crate::error::{ServiceError, ServiceResult};
 use crate::metadata::{Catalog, MetaRecord, QueueMeta};
+use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime;
 use futures::channel::oneshot;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use partition::PartitionActor;
 use sluice_storage::fs::DmaFs;
-use sluice_storage::Log;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::{Rc, Weak};
@@ -124,7 +127,7 @@ pub struct Shard {
     senders: Option<Senders<Envelope>>,
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardResponse>>>,
     next_request: Cell<u64>,
-    meta_log: RefCell<Option<Rc<Log<DmaFs>>>>,
+    meta_log: RefCell<Option<Rc<LocalLog<DmaFs>>>>,
     /// Every account's stored bytes, as gathered from all shards (stored-bytes quota).
     stored: RefCell<crate::auth::quota::StoredBytes>,
     /// This shard's share of every account's request and byte rates.
@@ -134,16 +137,12 @@ pub struct Shard {
     meta_lock: futures::lock::Mutex<()>,
     receipts: ReceiptCodec,
     ready: Cell<bool>,
-    round_robin: Cell<u64>,
+    placement: placement::Placement,
     /// Shard 0 only: message move tasks.
     move_tasks: RefCell<move_task::MoveTasks>,
     /// Topics and consumer groups (`crate::stream`).
     pub(crate) streams: crate::stream::ShardStreams,
     this: Weak<Shard>,
-}
-
-fn stable_hash(s: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(s.as_bytes())
 }
 
 /// At start: removes the directories of queues the catalog says were deleted (a crash between
@@ -208,7 +207,7 @@ impl Shard {
             meta_lock: futures::lock::Mutex::new(()),
             receipts,
             ready: Cell::new(false),
-            round_robin: Cell::new(id as u64),
+            placement: placement::Placement::new(id, config.shards),
             move_tasks: RefCell::new(move_task::MoveTasks::default()),
             streams: Default::default(),
             this: this.clone(),
@@ -225,8 +224,7 @@ impl Shard {
         }
         if id == 0 {
             let meta_dir = config.data_dir.join("meta");
-            let log =
-                Log::open(shard.fs.clone(), meta_dir, crate::config::meta_log_config()).await?;
+            let log = LocalLog::open(&shard.fs, meta_dir, crate::config::meta_log_config()).await?;
             let mut records = Vec::new();
             let mut at = log.start_offset();
             while at < log.end_offset() {
@@ -291,9 +289,9 @@ impl Shard {
         self.broadcast_meta(vec![record]).await
     }
 
-    /// The shard owning partition `partition` of queue or topic `id`.
+    /// The shard owning partition `partition` of queue or topic `id` (`placement.rs`).
     pub(crate) fn owner(&self, queue_id: u64, partition: u32) -> usize {
-        ((queue_id + u64::from(partition)) % self.shards as u64) as usize
+        self.placement.owner(queue_id, partition)
     }
 
     fn on_envelope(self: &Rc<Self>, peer: usize, env: Envelope) {
@@ -675,7 +673,7 @@ impl Shard {
             (src, dest)
         };
         let p = match (&mv.payload.group_id, dest.kind) {
-            (Some(g), QueueKind::Fifo) => (stable_hash(g) % u64::from(dest.partitions)) as u32,
+            (Some(g), QueueKind::Fifo) => placement::group_partition(g, dest.partitions),
             _ => (mv.origin.msg_id % u64::from(dest.partitions)) as u32,
         };
         self.execute_on(&dest, p, Command::AcceptMove(mv.clone()))
@@ -939,25 +937,12 @@ impl Shard {
         Ok(total)
     }
 
-    /// Partitions of `q` in the order a request should try them: those on this shard first
-    /// (no cross-core hop), starting at a rotating index so load spreads.
     fn partition_order(&self, q: &QueueMeta) -> Vec<u32> {
-        let n = q.partitions;
-        let start = self.round_robin.get();
-        self.round_robin.set(start.wrapping_add(1));
-        let mut order: Vec<u32> = (0..n)
-            .map(|i| ((start + u64::from(i)) % u64::from(n)) as u32)
-            .collect();
-        order.sort_by_key(|p| self.owner(q.id, *p) != self.id);
-        order
+        self.placement.partition_order(q)
     }
 
     fn send_partition(&self, q: &QueueMeta, group: Option<&str>) -> u32 {
-        match (q.kind, group) {
-            // FIFO: a group lives in one partition, so its order is one log's order.
-            (QueueKind::Fifo, Some(g)) => (stable_hash(g) % u64::from(q.partitions)) as u32,
-            _ => self.partition_order(q)[0],
-        }
+        self.placement.send_partition(q, group)
     }
 
     pub async fn send(&self, q: &QueueMeta, req: SendRequest) -> ServiceResult<SentReply> {

@@ -3,9 +3,14 @@
 //!
 //! The order that makes replay exact: wait for log space, then — with no await in between —
 //! let the engine decide and apply a command and stage its records in the log. Records reach
-//! the log in the order the engine applied them. The reply waits until they are durable. If a
-//! commit fails, the engine's state is ahead of the log: the partition rebuilds itself from the
-//! log before serving again.
+//! the log in the order the engine applied them. The reply waits until they are committed
+//! (`stage_records` then `wait_committed`: the one place a command's records become a reply,
+//! for requests and timers alike). If a commit fails, the engine's state is ahead of the log:
+//! the partition rebuilds itself from the log before serving again.
+//!
+//! The actor is generic over its log (the [`PartitionLog`] seam: `LocalLog` on DMA files in a
+//! broker, on `SimFs` in the simulated-shard test, a replicated log later) and its clock
+//! (wall clock or virtual time).
 //!
 //! The engine keeps no message content (ARCHITECTURE.md): what a receive hands out and what a DLQ
 //! move forwards is read here from the messages' `Sent` records, once the command's own records
@@ -17,10 +22,11 @@ use crate::engine::{
     Record as EngineRecord, RecordKind, Reply,
 };
 use crate::error::{ServiceError, ServiceResult};
-use crate::runtime::{self, Event};
+use crate::partition_log::{LocalLog, PartitionLog, Staged};
+use crate::runtime::{self, Clock, Event, WallClock};
 use sluice_storage::batch::BatchBuilder;
 use sluice_storage::fs::DmaFs;
-use sluice_storage::{Log, LogConfig};
+use sluice_storage::LogConfig;
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
@@ -47,28 +53,30 @@ const LOAD_AHEAD_ENTRIES: usize = 2048;
 /// message is read and decoded once, not once to load and again to deliver): bytes per
 /// partition, oldest dropped first.
 const LOADED_CONTENT_BYTES_MAX: usize = 8 * LOAD_READ_BYTES;
-/// The engine's newest snapshot, beside the log (`Partition::snapshot`): a restart restores
-/// it and replays only the records after it.
-const SNAPSHOT_FILE: &str = "engine.snapshot";
 /// A snapshot is written after this many records since the last one...
 const SNAPSHOT_INTERVAL_RECORDS: u64 = 50_000;
-/// ...or after this long, if any record was written since.
+/// ...or after this long, if any record was written since...
 const SNAPSHOT_INTERVAL_MS: u64 = 30_000;
+/// ...or as often as compaction runs while the newest holds compaction back and the engine
+/// holds at most this many entries (a snapshot of ~1 MiB).
+const SNAPSHOT_CHEAP_ENTRIES: usize = 10_000;
 /// Compaction looks at a partition's log at most this often.
 pub const COMPACTION_INTERVAL_MS: u64 = 1000;
 
 /// Where DLQ moves go: the shard forwards them to the dead-letter queue's partition.
 pub type MoveSink = Rc<dyn Fn(MoveRequest)>;
 
-pub struct PartitionActor {
+/// A partition actor: by default on the broker's log and clock.
+pub struct PartitionActor<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallClock> {
     pub queue_id: u64,
     pub partition: u32,
     dir: PathBuf,
-    fs: DmaFs,
+    fs: L::Env,
+    clock: C,
     log_config: LogConfig,
     config: RefCell<PartitionConfig>,
     engine: RefCell<Partition>,
-    log: RefCell<Rc<Log<DmaFs>>>,
+    log: RefCell<Rc<L>>,
     /// Something may have become deliverable (a send, an expired lease, a released message):
     /// long polls wake on it. A command notifies it as soon as the engine has applied it, before
     /// its records are durable, so a woken receive stages its lease into the same group commit
@@ -102,7 +110,7 @@ pub struct PartitionActor {
     load_done: Event,
     /// Message counts for metrics.
     ops: crate::metrics::PartitionOps,
-    this: Weak<PartitionActor>,
+    this: Weak<PartitionActor<L, C>>,
 }
 
 /// The engine's records as one log batch, each encoded straight into it, the batch's buffer
@@ -127,12 +135,28 @@ impl PartitionActor {
         log_config: LogConfig,
         moves: MoveSink,
     ) -> ServiceResult<Rc<PartitionActor>> {
+        Self::open_on(fs, WallClock, dir, config, log_config, moves).await
+    }
+}
+
+impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
+    /// [`PartitionActor::open`] on any log and clock (a simulated world in tests).
+    pub async fn open_on(
+        fs: L::Env,
+        clock: C,
+        dir: PathBuf,
+        config: PartitionConfig,
+        log_config: LogConfig,
+        moves: MoveSink,
+    ) -> ServiceResult<Rc<PartitionActor<L, C>>> {
         let (log, engine, snapshot) = Self::load(&fs, &dir, &config, &log_config).await?;
+        let started_ms = clock.now_ms();
         let actor = Rc::new_cyclic(|this| PartitionActor {
             queue_id: config.queue_id,
             partition: config.partition,
             dir,
             fs,
+            clock,
             log_config,
             config: RefCell::new(config),
             engine: RefCell::new(engine),
@@ -147,7 +171,7 @@ impl PartitionActor {
             compacted_ms: Cell::new(0),
             compacting: Cell::new(false),
             snapshot: Cell::new(snapshot),
-            snapshot_ms: Cell::new(runtime::now_ms()),
+            snapshot_ms: Cell::new(started_ms),
             snapshotting: Cell::new(false),
             generation: Cell::new(0),
             loaded: RefCell::new(Default::default()),
@@ -293,7 +317,7 @@ impl PartitionActor {
     /// the engine's tail loading. Returns false when nothing could be read there (the records
     /// are not durable yet).
     async fn load_tail(
-        log: &Log<DmaFs>,
+        log: &L,
         engine: &RefCell<Partition>,
         from: u64,
     ) -> ServiceResult<Option<Vec<(u64, EngineRecord)>>> {
@@ -367,7 +391,8 @@ impl PartitionActor {
             };
             if self.loading.get() {
                 // Another command is reading this very chunk: wait for it, then look again.
-                self.load_done.listen_until(runtime::now_ms() + 1000).await;
+                let until = self.clock.now_ms() + 1000;
+                self.load_done.listen_until_on(&self.clock, until).await;
                 reads += 1;
                 continue;
             }
@@ -425,50 +450,44 @@ impl PartitionActor {
     /// partition's, intact, not ahead of the log, and the log still holds what it needs. An
     /// unusable one is only logged (the caller replays the log instead); one ahead of the log
     /// is removed, since records appended later at its offsets would be other records.
-    async fn restore_snapshot(
-        fs: &DmaFs,
-        dir: &Path,
-        config: &PartitionConfig,
-        log: &Log<DmaFs>,
-    ) -> Option<Partition> {
-        use sluice_storage::fs::{File as _, Fs as _};
-        let path = dir.join(SNAPSHOT_FILE);
-        if !fs.exists(&path).await {
-            return None;
-        }
-        let read = async {
-            let f = fs.open(&path, false).await?;
-            let size = f.size().await?;
-            let bytes = f.read_at(0, size as usize).await?;
-            f.close().await?;
-            Ok::<_, std::io::Error>(bytes)
-        };
-        let bytes = match read.await {
-            Ok(b) => b,
+    async fn restore_snapshot(config: &PartitionConfig, log: &L) -> Option<Partition> {
+        let bytes = match log.read_snapshot().await {
+            Ok(Some(b)) => b,
+            Ok(None) => return None,
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "snapshot unreadable; replaying the log");
+                tracing::warn!(error = %e, "snapshot unreadable; replaying the log");
                 return None;
             }
         };
         let engine = match Partition::restore(config.clone(), &bytes) {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "snapshot refused; replaying the log");
+                tracing::warn!(
+                    queue = config.queue_id,
+                    partition = config.partition,
+                    error = %e,
+                    "snapshot refused; replaying the log"
+                );
                 return None;
             }
         };
         if engine.snapshot_offset() > log.end_offset() {
             tracing::warn!(
-                path = %path.display(),
+                queue = config.queue_id,
+                partition = config.partition,
                 snapshot = engine.snapshot_offset(),
                 log_end = log.end_offset(),
                 "snapshot ahead of the log; removed, replaying the log"
             );
-            let _ = fs.remove(&path).await;
+            let _ = log.remove_snapshot().await;
             return None;
         }
         if engine.snapshot_needs_from() < log.start_offset() {
-            tracing::warn!(path = %path.display(), "snapshot older than the log's start; replaying the log");
+            tracing::warn!(
+                queue = config.queue_id,
+                partition = config.partition,
+                "snapshot older than the log's start; replaying the log"
+            );
             return None;
         }
         Some(engine)
@@ -478,7 +497,6 @@ impl PartitionActor {
     /// temporary file, synced, renamed over the snapshot, the directory synced. Returns false
     /// if the partition failed or closed before (nothing written).
     async fn write_snapshot(&self, offset: u64, bytes: Vec<u8>) -> ServiceResult<bool> {
-        use sluice_storage::fs::{File as _, Fs as _};
         let generation = self.generation.get();
         loop {
             if self.broken.get() || self.generation.get() != generation {
@@ -487,33 +505,10 @@ impl PartitionActor {
             if self.log().end_offset() >= offset {
                 break;
             }
-            self.appended.listen_until(runtime::now_ms() + 100).await;
+            let until = self.clock.now_ms() + 100;
+            self.appended.listen_until_on(&self.clock, until).await;
         }
-        let io = |what: &'static str| {
-            move |e: std::io::Error| ServiceError::Internal(format!("snapshot {what}: {e}"))
-        };
-        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-        let path = self.dir.join(SNAPSHOT_FILE);
-        let len = bytes.len();
-        let mut block = bytes;
-        block.resize(len.div_ceil(4096) * 4096, 0);
-        let f = self.fs.open(&tmp, true).await.map_err(io("create"))?;
-        let mut pos = 0;
-        while pos < block.len() {
-            let n = f
-                .write_at(pos as u64, &block[pos..])
-                .await
-                .map_err(io("write"))?;
-            if n == 0 {
-                return Err(ServiceError::Internal("snapshot write: no progress".into()));
-            }
-            pos += n;
-        }
-        f.truncate(len as u64).await.map_err(io("truncate"))?;
-        f.sync_data().await.map_err(io("fdatasync"))?;
-        f.close().await.map_err(io("close"))?;
-        self.fs.rename(&tmp, &path).await.map_err(io("rename"))?;
-        self.fs.sync_dir(&self.dir).await.map_err(io("sync_dir"))?;
+        self.log().write_snapshot(bytes).await?;
         Ok(true)
     }
 
@@ -524,10 +519,17 @@ impl PartitionActor {
         }
         let engine = self.engine.borrow();
         let offset = engine.snapshot_offset();
-        let last = self.snapshot.get().map_or(0, |s| s.0);
+        let (last, last_need) = self.snapshot.get().unwrap_or((0, 0));
         let since = offset.saturating_sub(last);
+        // A small snapshot that holds compaction back is renewed sooner (a backlog drained
+        // from the tail moves the floor all the time; its snapshot is a few KiB).
+        let holds_back = self.snapshot.get().is_some()
+            && last_need < engine.compaction_floor()
+            && engine.entries() <= SNAPSHOT_CHEAP_ENTRIES
+            && now >= self.snapshot_ms.get() + COMPACTION_INTERVAL_MS;
         let due = since >= SNAPSHOT_INTERVAL_RECORDS
-            || (since > 0 && now >= self.snapshot_ms.get() + SNAPSHOT_INTERVAL_MS);
+            || (since > 0 && now >= self.snapshot_ms.get() + SNAPSHOT_INTERVAL_MS)
+            || (since > 0 && holds_back);
         if !due {
             return;
         }
@@ -557,13 +559,13 @@ impl PartitionActor {
     }
 
     async fn load(
-        fs: &DmaFs,
+        fs: &L::Env,
         dir: &Path,
         config: &PartitionConfig,
         log_config: &LogConfig,
-    ) -> ServiceResult<(Log<DmaFs>, Partition, Option<(u64, u64)>)> {
-        let log = Log::open(fs.clone(), dir.to_path_buf(), log_config.clone()).await?;
-        let (engine, mut at, snapshot) = match Self::restore_snapshot(fs, dir, config, &log).await {
+    ) -> ServiceResult<(L, Partition, Option<(u64, u64)>)> {
+        let log = L::open(fs, dir.to_path_buf(), log_config.clone()).await?;
+        let (engine, mut at, snapshot) = match Self::restore_snapshot(config, &log).await {
             Some(p) => {
                 let (offset, need) = (p.snapshot_offset(), p.snapshot_needs_from());
                 (p, offset, Some((offset, need)))
@@ -640,7 +642,7 @@ impl PartitionActor {
     }
 
     /// The current log (swapped when the partition rebuilds: take it per use).
-    pub(crate) fn log(&self) -> Rc<Log<DmaFs>> {
+    pub(crate) fn log(&self) -> Rc<L> {
         self.log.borrow().clone()
     }
 
@@ -674,32 +676,11 @@ impl PartitionActor {
         );
         // A delete may free the next message of a FIFO group for long polls parked meanwhile.
         let deletes = matches!(cmd, Command::Delete { .. } | Command::DeleteBatch(_));
-        let now = runtime::now_ms();
+        let now = self.clock.now_ms();
         let effects = self.engine.borrow_mut().execute(now, cmd)?;
-        let ticket = if effects.records.is_empty() {
-            None
-        } else {
-            match log.stage_batch(encode_records(&effects.records, now)) {
-                Ok(t) if t.info.base_offset == effects.first_offset => Some(t),
-                Ok(t) => {
-                    // The engine's offsets feed its compaction floor: they must be the log's.
-                    tracing::error!(
-                        queue = self.queue_id,
-                        partition = self.partition,
-                        log = t.info.base_offset,
-                        engine = effects.first_offset,
-                        "engine and log disagree on offsets; rebuilding"
-                    );
-                    self.broken.set(true);
-                    drop(log.durable(t).await);
-                    return Err(ServiceError::Internal("partition offsets diverged".into()));
-                }
-                Err(e) => {
-                    self.broken.set(true);
-                    return Err(e.into());
-                }
-            }
-        };
+        let ticket = self
+            .stage_records(&log, &effects.records, effects.first_offset, now)
+            .await?;
         // Wake parked long polls now, not after the commit: a woken receive on this shard runs
         // before the commit starts (`Log::durable` lets ready tasks stage first) and its lease
         // joins the send's commit, so publish→receive costs one durable write, not two in a row.
@@ -710,10 +691,7 @@ impl PartitionActor {
         }
         if let Some(t) = ticket {
             let staged = std::time::Instant::now();
-            if let Err(e) = log.durable(t).await {
-                self.broken.set(true);
-                return Err(e.into());
-            }
+            self.wait_committed(&log, t).await?;
             crate::metrics::record_durable_wait(staged.elapsed());
         }
         self.rearm.notify();
@@ -736,6 +714,52 @@ impl PartitionActor {
             (self.moves)(mv);
         }
         Ok(reply)
+    }
+
+    /// Stages the engine's records as one batch, where the engine placed them (`first_offset`):
+    /// synchronous up to the staging, so records reach the log in the order the engine applied
+    /// them. `None` if there are none. On any failure the partition is marked broken (the engine
+    /// is ahead of the log) and rebuilds before serving again.
+    async fn stage_records(
+        &self,
+        log: &L,
+        records: &[EngineRecord],
+        first_offset: u64,
+        now: u64,
+    ) -> ServiceResult<Option<L::Ticket>> {
+        if records.is_empty() {
+            return Ok(None);
+        }
+        match log.stage(encode_records(records, now)) {
+            Ok(Staged { info, ticket, .. }) if info.base_offset == first_offset => Ok(Some(ticket)),
+            Ok(Staged { info, ticket, .. }) => {
+                // The engine's offsets feed its compaction floor: they must be the log's.
+                tracing::error!(
+                    queue = self.queue_id,
+                    partition = self.partition,
+                    log = info.base_offset,
+                    engine = first_offset,
+                    "engine and log disagree on offsets; rebuilding"
+                );
+                self.broken.set(true);
+                drop(log.committed(ticket).await);
+                Err(ServiceError::Internal("partition offsets diverged".into()))
+            }
+            Err(e) => {
+                self.broken.set(true);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Waits until staged records are committed (durable here; with replication, on a quorum):
+    /// only then may anything they decided be told. A failure marks the partition broken.
+    async fn wait_committed(&self, log: &L, ticket: L::Ticket) -> ServiceResult<()> {
+        if let Err(e) = log.committed(ticket).await {
+            self.broken.set(true);
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     /// At most once per [`COMPACTION_INTERVAL_MS`], in the background: deletes the sealed
@@ -818,10 +842,10 @@ impl PartitionActor {
             if self.engine.borrow().has_deliverable() {
                 return Ok(true);
             }
-            if runtime::now_ms() >= deadline_ms {
+            if self.clock.now_ms() >= deadline_ms {
                 return Ok(false);
             }
-            self.ready.listen_until(deadline_ms).await;
+            self.ready.listen_until_on(&self.clock, deadline_ms).await;
         }
     }
 
@@ -836,7 +860,10 @@ impl PartitionActor {
         }
         self.waiters.set(self.waiters.get() + 1);
         let _guard = WaiterGuard(&self.waiters);
-        Ok(self.appended.listen_until(deadline_ms).await)
+        Ok(self
+            .appended
+            .listen_until_on(&self.clock, deadline_ms)
+            .await)
     }
 
     pub fn counters(&self) -> Counters {
@@ -854,7 +881,7 @@ impl PartitionActor {
                 .engine
                 .borrow()
                 .oldest_arrival_ms()
-                .map(|at| crate::runtime::now_ms().saturating_sub(at)),
+                .map(|at| self.clock.now_ms().saturating_sub(at)),
             ops: self.ops.snapshot(),
             log: log.stats(),
             segments: log.segments().len() as u64,
@@ -879,7 +906,8 @@ impl PartitionActor {
             if !self.snapshotting.get() {
                 break;
             }
-            runtime::sleep(std::time::Duration::from_millis(5)).await;
+            let until = self.clock.now_ms() + 5;
+            self.clock.sleep_until_ms(until).await;
         }
         if self.snapshotting.get() {
             return Ok(());
@@ -904,20 +932,30 @@ impl PartitionActor {
         Ok(())
     }
 
+    /// Stops serving and the timer at once, committing nothing: the process is gone (a
+    /// simulated power loss; the test then reopens the partition on what the disk kept).
+    #[cfg(test)]
+    pub(crate) fn halt(&self) {
+        self.closed.set(true);
+        self.rearm.notify();
+        self.ready.notify();
+        self.appended.notify();
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Fires the engine's timers (lease expiry, delay end, retention, dedup windows) when due.
-    async fn timer_loop(this: Rc<PartitionActor>) {
+    async fn timer_loop(this: Rc<PartitionActor<L, C>>) {
         loop {
             if this.closed.get() {
                 return;
             }
             let next = this.engine.borrow().next_deadline_ms();
             match next {
-                Some(d) if d > runtime::now_ms() => {
-                    this.rearm.listen_until(d).await;
+                Some(d) if d > this.clock.now_ms() => {
+                    this.rearm.listen_until_on(&this.clock, d).await;
                 }
                 Some(_) => {}
                 None => {
@@ -929,10 +967,11 @@ impl PartitionActor {
             }
             if this.broken.get() {
                 // The next request rebuilds the partition; don't spin meanwhile.
-                runtime::sleep(std::time::Duration::from_millis(10)).await;
+                let until = this.clock.now_ms() + 10;
+                this.clock.sleep_until_ms(until).await;
                 continue;
             }
-            let now = runtime::now_ms();
+            let now = this.clock.now_ms();
             if this
                 .engine
                 .borrow()
@@ -947,16 +986,12 @@ impl PartitionActor {
                 continue;
             }
             let effects = this.engine.borrow_mut().tick(now);
-            if !effects.records.is_empty() {
-                match log.stage_batch(encode_records(&effects.records, now)) {
-                    Ok(t) => {
-                        let in_step = t.info.base_offset == effects.first_offset;
-                        if log.durable(t).await.is_err() || !in_step {
-                            this.broken.set(true);
-                        }
-                    }
-                    Err(_) => this.broken.set(true),
-                }
+            // Failures mark the partition broken; the next request rebuilds it.
+            if let Ok(Some(t)) = this
+                .stage_records(&log, &effects.records, effects.first_offset, now)
+                .await
+            {
+                let _ = this.wait_committed(&log, t).await;
             }
             this.maybe_compact(now);
             if !effects.moves.is_empty() {
@@ -974,7 +1009,8 @@ impl PartitionActor {
                 .is_some_and(|d| d <= now)
             {
                 // A deadline the tick did not clear: never spin on it.
-                runtime::sleep(std::time::Duration::from_millis(1)).await;
+                let until = this.clock.now_ms() + 1;
+                this.clock.sleep_until_ms(until).await;
             }
         }
     }

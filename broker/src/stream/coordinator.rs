@@ -4,10 +4,11 @@
 use super::group::{Assignment, GroupRecord, Groups, TopicPartition};
 use super::kafka_group::{self, JoinRequest, JoinResult, KafkaGroups, Poll};
 use super::{StreamError, StreamResult};
+use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime::{self, Event};
 use bytes::Bytes;
 use sluice_storage::fs::DmaFs;
-use sluice_storage::{BatchBuilder, Log};
+use sluice_storage::BatchBuilder;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +29,7 @@ const REPLAY_READ_BYTES: usize = 1 << 20;
 pub type PartitionsOf = dyn Fn(&str) -> Option<u32>;
 
 pub struct Coordinator {
-    log: Rc<Log<DmaFs>>,
+    log: Rc<LocalLog<DmaFs>>,
     groups: RefCell<Groups>,
     closed: Cell<bool>,
     records_since_snapshot: Cell<usize>,
@@ -78,7 +79,7 @@ impl Coordinator {
         snapshot_every: usize,
         log_config: sluice_storage::LogConfig,
     ) -> StreamResult<Rc<Coordinator>> {
-        let log = Log::open(fs, dir, log_config).await?;
+        let log = LocalLog::open(&fs, dir, log_config).await?;
         let mut groups = Groups::new(runtime::now_ms());
         let mut at = log.start_offset();
         let mut n = 0usize;
@@ -209,16 +210,14 @@ impl Coordinator {
         for r in &records {
             b.push_parts(now as i64, None, &r.encode(), std::iter::empty());
         }
-        let ticket = self
-            .log
-            .stage_batch(b.finish().expect("a commit has records"))?;
+        let staged = self.log.stage(b.finish().expect("a commit has records"))?;
         {
             let mut g = self.groups.borrow_mut();
             for r in &records {
                 g.replay(r);
             }
         }
-        self.log.durable(ticket).await?;
+        self.log.committed(staged.ticket).await?;
         self.records_since_snapshot
             .set(self.records_since_snapshot.get() + records.len());
         if self.records_since_snapshot.get() >= self.snapshot_every && !self.snapshotting.get() {
@@ -352,14 +351,14 @@ impl Coordinator {
                 b.push_parts(now, None, &r.encode(), std::iter::empty());
             }
             if let Some(bytes) = b.finish() {
-                tickets.push(self.log.stage_batch(bytes)?);
+                tickets.push(self.log.stage(bytes)?);
             }
         }
         let Some(first) = tickets.first().map(|t| t.info.base_offset) else {
             return Ok(());
         };
         for t in tickets {
-            self.log.durable(t).await?;
+            self.log.committed(t.ticket).await?;
         }
         self.records_since_snapshot.set(0);
         let out = self.log.delete_segments_below(first).await?;

@@ -2,9 +2,10 @@
 //! fetches after an append, and the retention timer.
 
 use super::{FetchReply, StreamError, StreamResult};
+use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime::{self, Event};
 use sluice_storage::fs::DmaFs;
-use sluice_storage::{AppendInfo, BatchView, Log, LogConfig};
+use sluice_storage::{AppendInfo, BatchView, LogConfig};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -44,7 +45,7 @@ pub struct TopicPartition {
     pub topic_id: u64,
     pub partition: u32,
     pub dir: PathBuf,
-    log: Rc<Log<DmaFs>>,
+    log: Rc<LocalLog<DmaFs>>,
     appended: Event,
     waiters: Cell<usize>,
     closed: Rc<Cell<bool>>,
@@ -59,7 +60,7 @@ impl TopicPartition {
         partition: u32,
         log_config: LogConfig,
     ) -> StreamResult<Rc<TopicPartition>> {
-        let log = Rc::new(Log::open(fs, dir.clone(), log_config).await?);
+        let log = Rc::new(LocalLog::open(&fs, dir.clone(), log_config).await?);
         let closed = Rc::new(Cell::new(false));
         let tp = Rc::new(TopicPartition {
             topic_id,

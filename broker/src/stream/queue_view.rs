@@ -9,6 +9,7 @@
 
 use super::{FetchedRecord, OffsetSpec, StreamError, StreamResult};
 use crate::engine::{Record as EngineRecord, RecordKind};
+use crate::partition_log::PartitionLog;
 use crate::runtime;
 use crate::shard::partition::PartitionActor;
 use sluice_storage::Record;

@@ -134,6 +134,8 @@ impl<F: Fs> Log<F> {
             Err(StorageError::Closed)
         } else if i.poisoned {
             Err(StorageError::Poisoned)
+        } else if i.truncating {
+            Err(StorageError::Truncating)
         } else {
             Ok(())
         }

@@ -16,6 +16,7 @@
 //! | `segment`   | segment files and state (active vs sealed), roll, index files and cache     |
 //! | `read`      | reads by offset (commit cache, then disk windows) and by timestamp          |
 //! | `retention` | deleting whole sealed segments by time, size or a compaction floor          |
+//! | `truncate`  | removing a suffix durably (`truncate_from`), crash-safe back to front       |
 //!
 //! This file holds the `Log` itself, its shared state (`Inner`), the public result types, and
 //! what does not belong to one step (offsets, statistics, close).
@@ -26,6 +27,7 @@ mod read;
 mod recovery;
 mod retention;
 mod segment;
+mod truncate;
 
 pub use append::SINGLE_NODE_TERM;
 pub use commit::COMMITS_IN_FLIGHT_MAX;
@@ -179,6 +181,8 @@ struct Inner<F: Fs> {
     /// repairs the tail; no commit starts meanwhile.
     failure: Option<StorageError>,
     poisoned: bool,
+    /// A suffix is being removed (`truncate_from`): nothing may be staged meanwhile.
+    truncating: bool,
     closed: bool,
     flush_gen: u64,
     waiters: Vec<Waker>,

@@ -176,6 +176,7 @@ impl<F: Fs> Log<F> {
                 turn_seq: 0,
                 failure: None,
                 poisoned: false,
+                truncating: false,
                 closed: false,
                 flush_gen: 0,
                 waiters: Vec::new(),

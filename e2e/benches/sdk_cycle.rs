@@ -5,7 +5,7 @@
 //! The same run measures the transport's floor: a plain quinn-on-tokio echo server in this
 //! process, 2 KiB ping-pong on one stream at the same rate, from the same client runtime.
 //!
-//! Run: `cargo bench -p sluice-sdk --bench sdk_cycle [-- --seconds 5]`. Prints a Markdown
+//! Run: `cargo bench -p sluice-e2e --bench sdk_cycle [-- --seconds 5]`. Prints a Markdown
 //! table; figures, not assertions. Compare also with `cargo bench -p sluice-broker --bench
 //! queue_cycle` (the same cycle without the network).
 

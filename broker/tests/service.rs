@@ -849,6 +849,58 @@ fn restarts_start_from_snapshots_and_a_damaged_one_falls_back_to_the_log() {
     assert_eq!(all, want, "every message once");
 }
 
+/// A backlog that nobody receives expires after its retention and gives its space back:
+/// messages waiting in the log only (the engine's tail) are read past in the background once
+/// they expire, so compaction can delete their segments. Takes a minute (the shortest
+/// MessageRetentionPeriod SQS allows).
+#[test]
+fn an_expired_backlog_gives_its_space_back_without_receives() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut c = BrokerConfig::embedded(tmp.path().to_path_buf()).expect("config");
+    c.shards = 1;
+    c.default_partitions = 1;
+    c.log.segment_bytes_max = 128 * 1024;
+    c.log.prealloc_chunk_bytes = 64 * 1024;
+    c.log.batch_bytes_max = 64 * 1024;
+    c.log.write_buffer_bytes_max = 64 * 1024;
+    c.limits.checkpoint_interval_records = 50;
+    c.limits.resident_entries_target = 8;
+    let b = server::start(c).expect("start");
+    b.wait_ready().expect("ready");
+    b.run_on(0, move |s| async move {
+        s.create_queue(
+            T,
+            "expiring",
+            attrs(&[("MessageRetentionPeriod", "60")]),
+            BTreeMap::new(),
+        )
+        .await
+        .expect("create");
+        let q = s.queue(T, "expiring").expect("queue");
+        let body = "x".repeat(2048);
+        for _ in 0..300 {
+            s.send(&q, send(&body)).await.expect("send");
+        }
+        let before = log_files(&s.config.data_dir, q.id);
+        assert!(before.len() >= 4, "{before:?}");
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            glommio::timer::sleep(Duration::from_millis(500)).await;
+            let c = s.queue_counters(&q).await.expect("counters");
+            let files = log_files(&s.config.data_dir, q.id);
+            if c.visible == 0 && files.len() <= 2 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "expired backlog kept: {c:?}, {files:?}"
+            );
+        }
+    });
+    b.shutdown();
+}
+
 /// StreamRetentionPeriod keeps deleted messages for readers of the queue as a stream:
 /// compaction leaves the young segments alone while it is set, and frees them once it is 0.
 #[test]

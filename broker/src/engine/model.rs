@@ -517,7 +517,7 @@ fn load_from(
         let rec = Record::decode(bytes).map_err(|e| format!("decode at {offset}: {e}"))?;
         recs.push((offset, rec));
     }
-    Ok(p.load(from, &recs, end))
+    Ok(p.load(from, &recs, end).len())
 }
 
 impl Node {

@@ -343,7 +343,13 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         if end <= from {
             return Ok(None);
         }
-        engine.borrow_mut().load(from, &records, end);
+        let loaded = engine.borrow_mut().load(from, &records, end);
+        // Only the contents of messages that got an entry are worth keeping.
+        let mut loaded = loaded.into_iter().peekable();
+        records.retain(|(offset, _)| {
+            while loaded.next_if(|&o| o < *offset).is_some() {}
+            loaded.next_if_eq(offset).is_some()
+        });
         Ok(Some(records))
     }
 
@@ -412,16 +418,27 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
 
     /// Starts one load from the tail in the background if the entries ahead of it run low and
     /// no load is reading.
+    ///
+    /// Also passes tail messages whose retention ran out before anyone received them: until a
+    /// load passes them they hold the compaction floor (the space of an expired backlog comes
+    /// back only once it is read past), so the timer loop calls this too, and it keeps reading
+    /// while expired messages remain.
     fn read_ahead(&self) {
         if self.loading.get() || self.broken.get() || self.closed.get() {
             return;
         }
+        let expired = self.engine.borrow().tail_expired() > 0;
         // Only while what it reads can stay in memory until it is received (else it would be
         // read again).
-        if self.loaded.borrow().1 + LOAD_READ_BYTES > LOADED_CONTENT_BYTES_MAX {
+        if !expired && self.loaded.borrow().1 + LOAD_READ_BYTES > LOADED_CONTENT_BYTES_MAX {
             return;
         }
-        let Some(from) = self.engine.borrow().load_wanted_below(LOAD_AHEAD_ENTRIES) else {
+        let from = if expired {
+            self.engine.borrow().tail_load_offset()
+        } else {
+            self.engine.borrow().load_wanted_below(LOAD_AHEAD_ENTRIES)
+        };
+        let Some(mut from) = from else {
             return;
         };
         let Some(this) = self.this.upgrade() else {
@@ -429,20 +446,33 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         };
         self.loading.set(true);
         runtime::spawn(async move {
-            let log = this.log();
-            let read = Self::load_tail(&log, &this.engine, from).await;
+            loop {
+                let log = this.log();
+                let read = Self::load_tail(&log, &this.engine, from).await;
+                match read {
+                    Ok(Some(records)) => this.keep_loaded(records),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(
+                            queue = this.queue_id,
+                            partition = this.partition,
+                            error = %e,
+                            "read-ahead from the tail failed; receives will load"
+                        );
+                        break;
+                    }
+                }
+                let engine = this.engine.borrow();
+                if engine.tail_expired() == 0 || this.closed.get() || this.broken.get() {
+                    break;
+                }
+                match engine.tail_load_offset() {
+                    Some(f) => from = f,
+                    None => break,
+                }
+            }
             this.loading.set(false);
             this.load_done.notify();
-            match read {
-                Ok(Some(records)) => this.keep_loaded(records),
-                Ok(None) => {}
-                Err(e) => tracing::debug!(
-                    queue = this.queue_id,
-                    partition = this.partition,
-                    error = %e,
-                    "read-ahead from the tail failed; receives will load"
-                ),
-            }
         });
     }
 
@@ -993,6 +1023,8 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             {
                 let _ = this.wait_committed(&log, t).await;
             }
+            // Tail messages may have expired: read past them so their space comes back.
+            this.read_ahead();
             this.maybe_compact(now);
             if !effects.moves.is_empty() {
                 match this.with_contents(Reply::None, effects.moves).await {

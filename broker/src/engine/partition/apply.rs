@@ -697,6 +697,12 @@ impl Partition {
         (below < low).then_some(t.load_offset)
     }
 
+    /// Tail messages that expired before being loaded: a load passes them without an entry,
+    /// and until one does they hold the log's compaction floor where they are.
+    pub fn tail_expired(&self) -> u64 {
+        self.tail.as_ref().map_or(0, |t| t.skip)
+    }
+
     /// Where the next load from the tail reads, whether or not one is wanted now.
     pub fn tail_load_offset(&self) -> Option<u64> {
         self.tail
@@ -729,16 +735,16 @@ impl Partition {
     /// order and all of them (as read from the log; only what is below the partition's own
     /// records counts). Each plain `Sent` there gets its entry, in id order, unless it expired
     /// meanwhile. A `from` other than where the tail's loads stand (a load raced with another,
-    /// or a purge) is ignored. Returns the messages loaded.
-    pub fn load(&mut self, from: u64, records: &[(u64, Record)], end: u64) -> usize {
+    /// or a purge) is ignored. Returns the offsets of the `Sent` records loaded.
+    pub fn load(&mut self, from: u64, records: &[(u64, Record)], end: u64) -> Vec<u64> {
         let Some(t) = self.tail.as_ref() else {
-            return 0;
+            return Vec::new();
         };
         if from != t.load_offset {
-            return 0;
+            return Vec::new();
         }
         let end = end.min(self.next_offset);
-        let mut loaded = 0;
+        let mut loaded = Vec::new();
         let mut g = None;
         for (offset, rec) in records {
             if *offset < from || *offset >= end {
@@ -796,7 +802,7 @@ impl Partition {
                 s.id,
                 0,
             )));
-            loaded += 1;
+            loaded.push(*offset);
         }
         let next_offset = self.next_offset;
         let t = self.tail.as_mut().expect("checked above");

@@ -69,6 +69,42 @@ fn bytes_per_waiting_message(body_bytes: usize, messages: u64, resident: u32) ->
     (after - before) as f64 / messages as f64
 }
 
+/// Memory per message of a FIFO queue's backlog spread over `groups` groups (sent in round
+/// robin at 100,000 a second, never received): the heap bytes of the groups' wait lists per
+/// waiting message, and the bytes allocated per group by its first message (its entry, name,
+/// dedup entry and indexes).
+fn bytes_per_waiting_fifo_message(messages: u64, groups: u64) -> (f64, f64) {
+    let mut p = Partition::new(PartitionConfig {
+        queue_id: 1,
+        partition: 0,
+        attributes: QueueAttributes::new(QueueKind::Fifo),
+        limits: Limits {
+            dedup_entries_max: u32::MAX,
+            ..Limits::default()
+        },
+    })
+    .expect("valid config");
+    let send = |p: &mut Partition, i: u64| {
+        let cmd = Command::Send(SendRequest {
+            body: "x".to_string(),
+            group_id: Some(format!("group-{:06}", i % groups)),
+            dedup_id: Some(format!("d{i}")),
+            ..SendRequest::default()
+        });
+        drop(p.execute(1 + i / 100, cmd).expect("send"));
+    };
+    let before = ALLOCATED_BYTES.load(Ordering::Relaxed);
+    for i in 0..groups {
+        send(&mut p, i);
+    }
+    let per_group = (ALLOCATED_BYTES.load(Ordering::Relaxed) - before) as f64 / groups as f64;
+    for i in groups..groups + messages {
+        send(&mut p, i);
+    }
+    black_box(&p);
+    (p.waiting_bytes() as f64 / p.entries() as f64, per_group)
+}
+
 fn send_of(body: &str) -> Command {
     Command::Send(SendRequest {
         body: body.to_string(),
@@ -230,4 +266,8 @@ fn main() {
         let b = bytes_per_waiting_message(body_bytes, 100_000, 0);
         println!("{b:>8.0} bytes/message  body {body_bytes} B, waiting in the log (the tail)");
     }
+    println!("engine memory per waiting FIFO message (2,000,000 sent to 100,000 groups)");
+    let (per_msg, per_group) = bytes_per_waiting_fifo_message(1_900_000, 100_000);
+    println!("{per_msg:>8.1} bytes/message  its group's wait list (heap bytes / messages)");
+    println!("{per_group:>8.0} bytes/group    a group's first message (group, dedup entry)");
 }

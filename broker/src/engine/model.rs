@@ -46,8 +46,12 @@ pub(crate) struct MMsg {
     deadline: u64,
     lease_start: u64,
     touched: bool,
-    /// Not plain (FIFO, a group, a delay, a dead letter): counted by `message_entries_max`.
+    /// Neither plain nor waiting (a delay, a dead letter or redriven): counted by
+    /// `message_entries_max`.
     pinned: bool,
+    /// FIFO or grouped, visible when sent, sent here: may wait in its group's list; counted by
+    /// `waiting_messages_max`.
+    grouped: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +171,10 @@ impl Model {
     ) -> u64 {
         let group_plain = group.is_empty();
         let id = self.next_id;
+        let fresh = visible_at == sent_ms
+            && sent_ms == self.now
+            && message_id == MessageId::derive(self.queue_id, 0, id);
+        let grouped = (self.fifo || !group_plain) && fresh;
         self.next_id += 1;
         self.msgs.push(MMsg {
             id,
@@ -182,7 +190,9 @@ impl Model {
             deadline: 0,
             lease_start: 0,
             touched: false,
-            pinned: self.fifo || !group_plain || visible_at > sent_ms || sent_ms != self.now,
+            pinned: !grouped
+                && (self.fifo || !group_plain || visible_at > sent_ms || sent_ms != self.now),
+            grouped,
         });
         id
     }
@@ -229,9 +239,7 @@ impl Model {
             if self.dedup.len() >= self.limits.dedup_entries_max as usize {
                 return Err("OverLimit");
             }
-            if self.msgs.len() >= self.limits.message_entries_max as usize {
-                return Err("OverLimit");
-            }
+            self.check_entries(self.delay_ms > 0)?;
             let mid = MessageId::derive(self.queue_id, 0, self.next_id);
             let id = self.insert(g, body, mid, now, now + self.delay_ms);
             self.dedup.push((key, now + DEDUP_WINDOW_MS, mid, id));
@@ -240,13 +248,28 @@ impl Model {
         // Only the number of pinned messages is bounded: plain ones may wait in the log
         // only, and every message's bytes are in the log.
         let delay = delay_s.map_or(self.delay_ms, |d| u64::from(d) * 1000);
-        let pinned = self.msgs.iter().filter(|m| m.pinned).count();
-        if (delay > 0 || !g.is_empty()) && pinned >= self.limits.message_entries_max as usize {
-            return Err("OverLimit");
+        if delay > 0 || !g.is_empty() {
+            self.check_entries(delay > 0)?;
         }
         let mid = MessageId::derive(self.queue_id, 0, self.next_id);
         self.insert(g, body, mid, now, now + delay);
         Ok((mid, None, false))
+    }
+
+    /// Room for one more grouped (FIFO or fair) message, or pinned one if `delayed`.
+    fn check_entries(&self, delayed: bool) -> Result<(), &'static str> {
+        if !delayed {
+            let grouped = self.msgs.iter().filter(|m| m.grouped).count();
+            if grouped >= self.limits.waiting_messages_max as usize {
+                return Err("OverLimit");
+            }
+            return Ok(());
+        }
+        let pinned = self.msgs.iter().filter(|m| m.pinned).count();
+        if pinned >= self.limits.message_entries_max as usize {
+            return Err("OverLimit");
+        }
+        Ok(())
     }
 
     fn at_limit(&self, m: &MMsg) -> bool {
@@ -764,6 +787,7 @@ impl Case {
         let limits = Limits {
             inflight_max: rng.gen_range(3..=12),
             message_entries_max: rng.gen_range(10..=40),
+            waiting_messages_max: rng.gen_range(10..=60),
             // Small, so that plain messages often wait in the log only (the tail).
             resident_entries_target: rng.gen_range(1..=24),
             dedup_entries_max: rng.gen_range(5..=30),

@@ -161,6 +161,14 @@ const MESSAGE_ENTRY_BYTES_BUDGET: u32 = 512 << 20;
 /// log only (the tail, see [`Tail`]): ~24 MiB of entries.
 pub const RESIDENT_ENTRIES_TARGET: u32 = 65_536;
 
+/// Memory per message waiting in a group's list ([`WaitList`]), about: three varint deltas
+/// (id, log offset, time) of 2–3 bytes each with 100,000 groups interleaved, plus the list's
+/// spare capacity — `cargo bench -p sluice-broker --bench engine`, "engine memory per waiting
+/// FIFO message".
+pub const WAITING_MESSAGE_BYTES: u32 = 8;
+/// The memory one partition's wait lists may take by default (`waiting_messages_max`).
+const WAITING_BYTES_BUDGET: u32 = 512 << 20;
+
 /// Memory bounds of one partition (CONTRACT.md C8). Hitting one gives `OverLimit`, except the
 /// attempt-id cache, which forgets its oldest entry (a retry then gets fresh messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +182,9 @@ pub struct Limits {
     /// partition keeps in memory, one per message not yet deleted. Bodies live in the log only,
     /// so a backlog's bytes are bounded by the disk, not by this.
     pub message_entries_max: u32,
+    /// Messages of groups (FIFO or fair queues) that joined a wait list ([`WaitList`]) and
+    /// live: a few bytes each ([`WAITING_MESSAGE_BYTES`]), never bodies.
+    pub waiting_messages_max: u32,
     pub dedup_entries_max: u32,
     pub attempt_ids_max: u32,
     pub move_origins_max: u32,
@@ -191,6 +202,8 @@ impl Default for Limits {
             resident_entries_target: RESIDENT_ENTRIES_TARGET,
             // ~0.5 GiB of entries at MESSAGE_ENTRY_BYTES each.
             message_entries_max: MESSAGE_ENTRY_BYTES_BUDGET / MESSAGE_ENTRY_BYTES,
+            // ~0.5 GiB of wait lists at WAITING_MESSAGE_BYTES each: 67M messages.
+            waiting_messages_max: WAITING_BYTES_BUDGET / WAITING_MESSAGE_BYTES,
             // 5 min at 1,600 msg/s; ~150 B each.
             dedup_entries_max: 500_000,
             attempt_ids_max: 10_000,
@@ -275,18 +288,180 @@ struct Tail {
     times: VecDeque<(u64, u64)>,
 }
 
+/// One waiting message of a group (see [`WaitList`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Waiting {
+    id: u64,
+    /// Log offset of its `Sent` record.
+    offset: u64,
+    /// Its `Sent` record's time: when it was sent, arrived and became visible.
+    at_ms: u64,
+}
+
+/// The messages of a group (FIFO, or a fair queue's) that wait in the log only, in id order:
+/// never-received messages with nothing else to decide about them (no delay, no origin, a
+/// derived MessageId), of which memory keeps only (id, log offset, time) as varint deltas from
+/// the one before — about 7 bytes each ([`WAITING_MESSAGE_BYTES`]). A waiting message gets its
+/// entry when a record names it (its receive, or a move), by the same rule live and on replay;
+/// until then it counts as visible, may be its group's head, and expires with its retention.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct WaitList {
+    /// Deltas of the elements after `front`, from `pos` on (three varints each).
+    bytes: Vec<u8>,
+    pos: usize,
+    len: u64,
+    /// Valid while `len > 0`.
+    front: Option<Waiting>,
+    /// The last element pushed (what the next delta is taken from).
+    back: Option<Waiting>,
+}
+
+impl WaitList {
+    fn push(&mut self, w: Waiting) {
+        match self.back {
+            None => {
+                self.front = Some(w);
+                self.bytes.clear();
+                self.pos = 0;
+            }
+            Some(b) => {
+                debug_assert!(w.id > b.id && w.offset > b.offset && w.at_ms >= b.at_ms);
+                put_varint(&mut self.bytes, w.id - b.id);
+                put_varint(&mut self.bytes, w.offset - b.offset);
+                put_varint(&mut self.bytes, w.at_ms - b.at_ms);
+            }
+        }
+        self.back = Some(w);
+        self.len += 1;
+    }
+
+    fn pop(&mut self) -> Option<Waiting> {
+        let f = self.front?;
+        self.len -= 1;
+        if self.len == 0 {
+            *self = WaitList::default();
+        } else {
+            let (next, used) = decode_next(&self.bytes[self.pos..], f)
+                .expect("a wait list decodes what it encoded");
+            self.pos += used;
+            self.front = Some(next);
+            if self.pos >= 4096 && self.pos * 2 >= self.bytes.len() {
+                self.bytes.drain(..self.pos);
+                self.pos = 0;
+            }
+        }
+        Some(f)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = Waiting> + '_ {
+        let mut cur = self.front;
+        let mut rest = &self.bytes[self.pos..];
+        std::iter::from_fn(move || {
+            let c = cur?;
+            cur = decode_next(rest, c).map(|(n, used)| {
+                rest = &rest[used..];
+                n
+            });
+            Some(c)
+        })
+    }
+
+    /// The encoded deltas after the front (what a snapshot stores).
+    fn deltas(&self) -> &[u8] {
+        &self.bytes[self.pos..]
+    }
+
+    /// Rebuilds a list from a snapshot's parts, checking that the deltas decode to `len`
+    /// elements ending at `back`. `None` if they do not.
+    fn from_parts(front: Waiting, back: Waiting, len: u64, deltas: &[u8]) -> Option<WaitList> {
+        let mut cur = front;
+        let mut rest = deltas;
+        let mut n = 1u64;
+        while !rest.is_empty() {
+            let (next, used) = decode_next(rest, cur)?;
+            if next.id <= cur.id || next.offset <= cur.offset {
+                return None;
+            }
+            rest = &rest[used..];
+            cur = next;
+            n += 1;
+        }
+        (n == len && cur == back).then(|| WaitList {
+            bytes: deltas.to_vec(),
+            pos: 0,
+            len,
+            front: Some(front),
+            back: Some(back),
+        })
+    }
+
+    /// Heap bytes held (for the engine's memory accounting and the bench).
+    fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
+fn put_varint(w: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        w.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    w.push(v as u8);
+}
+
+fn get_varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &byte) in b.iter().enumerate().take(10) {
+        let part = u64::from(byte & 0x7f);
+        if i == 9 && part > 1 {
+            return None;
+        }
+        v |= part << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// The element after `prev` from the start of `b`, and the bytes it took.
+fn decode_next(b: &[u8], prev: Waiting) -> Option<(Waiting, usize)> {
+    let (di, a) = get_varint(b)?;
+    let (doff, c) = get_varint(&b[a..])?;
+    let (dms, d) = get_varint(&b[a + c..])?;
+    Some((
+        Waiting {
+            id: prev.id.checked_add(di)?,
+            offset: prev.offset.checked_add(doff)?,
+            at_ms: prev.at_ms.checked_add(dms)?,
+        },
+        a + c + d,
+    ))
+}
+
 #[derive(Debug)]
 struct Group {
     name: Arc<str>,
-    /// FIFO: every message of the group except those being dead-lettered; standard: its
-    /// Available messages. Ordered by id, that is by send order.
+    /// FIFO: every message of the group with an entry except those being dead-lettered;
+    /// standard: its Available messages with an entry. Ordered by id, that is by send order.
     members: BTreeSet<u64>,
+    /// Its messages that wait in the log only (after every FIFO member, in id order).
+    waiting: WaitList,
     msg_count: u32,
     inflight: u32,
     moving: u32,
     /// `receive_seq` of the group's latest delivery: the fairness key.
     last_served: u64,
     ready_key: Option<(u64, u64)>,
+}
+
+impl Group {
+    /// Its next message in id order: the lowest member with an entry or waiting.
+    fn head(&self) -> Option<u64> {
+        let member = self.members.first().copied();
+        let waiting = self.waiting.front.map(|w| w.id);
+        member.into_iter().chain(waiting).min()
+    }
 }
 
 #[derive(Debug)]
@@ -370,6 +545,14 @@ pub struct Partition {
     tail: Option<Tail>,
     /// Entries of pinned messages (`Msg::pinned`).
     pinned: u64,
+    /// Messages in the groups' wait lists, all groups together.
+    waiting: u64,
+    /// Groups with waiting messages, by the id of their first one: the first group here holds
+    /// the oldest waiting message and the lowest offset (ids, offsets and times grow together).
+    wait_fronts: BTreeSet<(u64, u32)>,
+    /// Live messages that joined a wait list, waiting or since given an entry (what
+    /// [`Limits::waiting_messages_max`] bounds; whether one has an entry is not observable).
+    grouped: u64,
 }
 
 impl Partition {
@@ -409,6 +592,9 @@ impl Partition {
             records_since_checkpoint: 0,
             tail: None,
             pinned: 0,
+            waiting: 0,
+            wait_fronts: BTreeSet::new(),
+            grouped: 0,
         })
     }
 
@@ -437,29 +623,67 @@ impl Partition {
             .as_ref()
             .and_then(|t| t.times.front())
             .map(|t| t.0);
-        entry.into_iter().chain(tail).min()
+        let waiting = self.wait_fronts.first().and_then(|&(_, g)| {
+            self.groups[g as usize]
+                .as_ref()
+                .and_then(|grp| grp.waiting.front)
+                .map(|w| w.at_ms)
+        });
+        entry.into_iter().chain(tail).chain(waiting).min()
     }
 
     /// Whether a receive now could return something (the shard's long-poll check).
     pub fn has_deliverable(&self) -> bool {
+        // A group with waiting messages always has an entry for its next one (`fill_group`),
+        // so `ready` covers them.
         !self.ready.is_empty() || self.tail.as_ref().is_some_and(|t| t.count > 0)
     }
 
-    /// Message entries held (what a snapshot's size grows with).
+    /// Message entries and waiting messages held (what a snapshot's size grows with).
     pub fn entries(&self) -> usize {
-        self.msgs.len()
+        self.msgs.len() + self.waiting as usize
     }
 
-    /// Messages alive: those with an entry and those waiting in the tail.
+    /// Messages waiting in their groups' lists, without an entry.
+    pub fn waiting(&self) -> u64 {
+        self.waiting
+    }
+
+    /// Heap bytes of the groups' wait lists (for the bench's accounting).
+    pub fn waiting_bytes(&self) -> usize {
+        self.groups
+            .iter()
+            .flatten()
+            .map(|g| g.waiting.heap_bytes())
+            .sum()
+    }
+
+    /// Messages alive: those with an entry, those waiting in the tail and in groups' lists.
     fn live_count(&self) -> u64 {
-        self.msgs.len() as u64 + self.tail.as_ref().map_or(0, |t| t.count)
+        self.msgs.len() as u64 + self.tail.as_ref().map_or(0, |t| t.count) + self.waiting
     }
 
     /// The lowest log offset holding the `Sent` of a live message.
     fn live_floor(&self) -> Option<u64> {
         let entry = self.msgs.values().next().map(|m| m.sent_offset);
         let tail = self.tail.as_ref().map(|t| t.load_offset);
-        entry.into_iter().chain(tail).min()
+        let waiting = self.wait_fronts.first().and_then(|&(_, g)| {
+            self.groups[g as usize]
+                .as_ref()
+                .and_then(|grp| grp.waiting.front)
+                .map(|w| w.offset)
+        });
+        entry.into_iter().chain(tail).chain(waiting).min()
+    }
+
+    /// A message that may wait in its group's list ([`WaitList`]): a FIFO or grouped message,
+    /// visible when sent, sent here (no origin) with the MessageId this partition derives.
+    /// Decided by its `Sent` record alone, like [`Partition::plain`].
+    fn waits(&self, s: &Sent, at_ms: u64) -> bool {
+        (self.fifo() || s.payload.group_id.is_some())
+            && s.origin.is_none()
+            && s.visible_at_ms == at_ms
+            && s.message_id == MessageId::derive(self.cfg.queue_id, self.cfg.partition, s.id)
     }
 
     /// A plain message: one that may wait in the tail (see [`Tail`]). Decided by its `Sent`
@@ -550,7 +774,8 @@ impl Partition {
     }
 
     /// A canonical, order-independent picture of the whole state (for tests and inspection):
-    /// equal dumps mean equal behaviour from here on.
+    /// equal dumps mean equal behaviour from here on. A message waiting in its group's list
+    /// shows as the entry it will get: whether it has one yet is not behaviour.
     pub fn dump(&self) -> String {
         use std::fmt::Write as _;
         let mut s = String::new();
@@ -575,35 +800,68 @@ impl Partition {
             self.pinned,
             self.tail,
         );
+        let mut lines: BTreeMap<u64, String> = BTreeMap::new();
         for (id, m) in &self.msgs {
             let g = self.groups[m.group as usize]
                 .as_ref()
                 .map_or("?", |g| &g.name);
-            let _ = writeln!(
-                s,
-                "msg {id} @{} {} group={g:?} sent={} arrived={} vis={} rc={} first={:?} {:?} \
-                 touched={} origin={:?} to={:?} pinned={}",
-                m.sent_offset,
-                m.message_id,
-                m.sent_ms,
-                m.arrived_ms,
-                m.visible_at_ms,
-                m.receive_count,
-                m.first_receive_ms,
-                m.state,
-                m.touched,
-                m.origin,
-                m.move_to,
-                m.pinned
+            lines.insert(
+                *id,
+                format!(
+                    "msg {id} @{} {} group={g:?} sent={} arrived={} vis={} rc={} first={:?} \
+                     {:?} touched={} origin={:?} to={:?} pinned={}",
+                    m.sent_offset,
+                    m.message_id,
+                    m.sent_ms,
+                    m.arrived_ms,
+                    m.visible_at_ms,
+                    m.receive_count,
+                    m.first_receive_ms,
+                    m.state,
+                    m.touched,
+                    m.origin,
+                    m.move_to,
+                    m.pinned
+                ),
             );
+        }
+        for g in self.groups.iter().flatten() {
+            for w in g.waiting.iter() {
+                let m = self.waiting_entry(w, 0);
+                lines.insert(
+                    w.id,
+                    format!(
+                        "msg {} @{} {} group={:?} sent={} arrived={} vis={} rc=0 first=None \
+                         {:?} touched=false origin=None to={:?} pinned=false",
+                        w.id,
+                        w.offset,
+                        m.message_id,
+                        g.name,
+                        w.at_ms,
+                        w.at_ms,
+                        w.at_ms,
+                        m.state,
+                        m.move_to,
+                    ),
+                );
+            }
+        }
+        for line in lines.values() {
+            let _ = writeln!(s, "{line}");
         }
         let mut groups: Vec<&Group> = self.groups.iter().flatten().collect();
         groups.sort_by(|a, b| a.name.cmp(&b.name));
         for g in groups {
+            let members: BTreeSet<u64> = g
+                .members
+                .iter()
+                .copied()
+                .chain(g.waiting.iter().map(|w| w.id))
+                .collect();
             let _ = writeln!(
                 s,
-                "group {:?} members={:?} n={} inflight={} moving={} last_served={} ready={:?}",
-                g.name, g.members, g.msg_count, g.inflight, g.moving, g.last_served, g.ready_key
+                "group {:?} members={members:?} n={} inflight={} moving={} last_served={}",
+                g.name, g.msg_count, g.inflight, g.moving, g.last_served
             );
         }
         let mut dedup: Vec<_> = self.dedup.iter().collect();

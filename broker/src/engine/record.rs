@@ -363,6 +363,18 @@ const TRANSPORT_STRING: u8 = 1;
 const TRANSPORT_BINARY: u8 = 2;
 
 impl Record {
+    /// The message this record is about, for the kinds that name one already sent here.
+    pub fn message(&self) -> Option<u64> {
+        match &self.kind {
+            RecordKind::Received { id, .. }
+            | RecordKind::VisibilityChanged { id, .. }
+            | RecordKind::Deleted { id }
+            | RecordKind::DlqMoveStarted { id, .. }
+            | RecordKind::DlqMoveDone { id } => Some(*id),
+            _ => None,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len_hint());
         self.encode_into(&mut out);

@@ -331,6 +331,92 @@ fn fifo_order_and_group_lock() {
 }
 
 #[test]
+fn a_fifo_backlog_waits_in_its_groups_lists_and_keeps_its_order() {
+    let mut q = Q::new(QueueKind::Fifo, |a, _| a.retention_s = 3_600);
+    for i in 0..300 {
+        q.fifo_send(
+            T0 + i,
+            &format!("g{}", i % 3),
+            &format!("m{i}"),
+            &i.to_string(),
+        );
+    }
+    // Nothing received yet: no message has an entry, each waits as a few bytes.
+    assert_eq!(q.p.waiting(), 300);
+    assert!(q.p.waiting_bytes() < 300 * 16, "{}", q.p.waiting_bytes());
+    assert_eq!(q.p.counters().visible, 300);
+    // A receive takes a run of the first group (by its head), in order; the messages it takes
+    // get entries, the others still wait.
+    let got = q.recv(T0 + 1_000, 10);
+    let bodies: Vec<&str> = got.iter().map(|d| d.payload.body.as_str()).collect();
+    let want: Vec<String> = (0..10).map(|k| format!("m{}", k * 3)).collect();
+    assert_eq!(bodies, want);
+    assert_eq!(q.p.waiting(), 290);
+    assert!(got
+        .windows(2)
+        .all(|w| w[0].sequence_number < w[1].sequence_number));
+    // Its group is locked; the next receive serves g1 from its head.
+    assert_eq!(q.bodies(T0 + 1_000, 1), ["m1"]);
+    for d in got {
+        q.delete(T0 + 1_000, d.receipt).expect("delete");
+    }
+    q.restart(T0 + 1_000);
+    // A delayed message (queue delay set meanwhile) joins g2 behind its waiting messages, with
+    // an entry: order holds.
+    q.cfg.attributes.delay_s = 5;
+    q.exec(
+        T0 + 2_000,
+        Command::SetAttributes(Box::new(q.cfg.attributes.clone())),
+    )
+    .expect("set attributes");
+    q.fifo_send(T0 + 2_000, "g2", "late", "late");
+    assert_eq!(q.p.waiting(), 289);
+    let g2: Vec<String> = q.bodies(T0 + 10_000, 10);
+    assert_eq!(
+        g2,
+        (0..10)
+            .map(|k| format!("m{}", 2 + k * 3))
+            .collect::<Vec<_>>()
+    );
+    q.restart(T0 + 10_000);
+    // Retention: waiting messages expire oldest first, and their groups go with them.
+    q.tick(T0 + 3_600_000 + 150);
+    let c = q.p.counters();
+    assert!(c.visible < 289 && c.visible > 0, "{c:?}");
+    q.restart(T0 + 3_600_000 + 150);
+    q.tick(T0 + 3_700_000);
+    assert_eq!(q.p.waiting(), 0);
+    assert_eq!(q.p.counters().visible, 0);
+    q.restart(T0 + 3_700_000);
+}
+
+#[test]
+fn a_purge_drops_waiting_messages_and_a_redrive_scan_sees_them() {
+    let mut q = Q::new(QueueKind::Standard, |_, _| {});
+    for i in 0..50 {
+        q.send(
+            T0,
+            SendRequest {
+                body: format!("m{i}"),
+                group_id: Some(format!("t{}", i % 5)),
+                ..Default::default()
+            },
+        )
+        .expect("send");
+    }
+    assert_eq!(q.p.waiting(), 50);
+    // A fair queue serves the heads of its groups in turn.
+    let mut first = q.bodies(T0, 5);
+    first.sort();
+    assert_eq!(first, ["m0", "m1", "m2", "m3", "m4"]);
+    q.restart(T0);
+    q.exec(T0 + 1, Command::Purge).expect("purge");
+    assert_eq!(q.p.waiting(), 0);
+    assert_eq!(q.p.counters().visible, 0);
+    q.restart(T0 + 1);
+}
+
+#[test]
 fn fifo_receive_takes_a_run_of_one_group_and_sequence_numbers_increase() {
     let mut q = Q::fifo();
     let seqs: Vec<u64> = (0..4)
@@ -580,20 +666,41 @@ fn retention_expiry() {
 fn limits_give_typed_errors() {
     let mut q = Q::new(QueueKind::Standard, |_, l| {
         l.message_entries_max = 2;
+        l.waiting_messages_max = 3;
         l.inflight_max = 1;
     });
-    // Entries of pinned messages (here: of a group) are bounded...
+    // Entries of pinned messages (here: delayed ones) are bounded...
+    let delayed = |body: &str| SendRequest {
+        body: body.into(),
+        delay_s: Some(5),
+        ..Default::default()
+    };
+    q.send(T0, delayed("a")).expect("room for a");
+    q.send(T0, delayed("b")).expect("room for b");
+    assert!(matches!(
+        q.send(T0, delayed("c")),
+        Err(EngineError::OverLimit(_))
+    ));
+    // ...and so are the few bytes of messages waiting in their groups' lists...
     let grouped = |body: &str| SendRequest {
         body: body.into(),
         group_id: Some("g".into()),
         ..Default::default()
     };
-    q.send(T0, grouped("a")).expect("room for a");
-    q.send(T0, grouped("b")).expect("room for b");
+    for b in ["d", "e", "f"] {
+        q.send(T0, grouped(b)).expect("room for a grouped one");
+    }
     assert!(matches!(
-        q.send(T0, grouped("c")),
+        q.send(T0, grouped("g")),
         Err(EngineError::OverLimit(_))
     ));
+    q.tick(T0 + 5_000);
+    assert_eq!(q.bodies(T0 + 5_000, 10), ["a"], "one in flight at most");
+    assert_eq!(q.p.counters().visible, 4);
+    q = Q::new(QueueKind::Standard, |_, l| {
+        l.message_entries_max = 2;
+        l.inflight_max = 1;
+    });
     // ...plain ones never are: they may wait in the log only.
     for i in 0..5 {
         q.body(T0, &format!("plain {i}"));

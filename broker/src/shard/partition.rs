@@ -557,7 +557,10 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             && last_need < engine.compaction_floor()
             && engine.entries() <= SNAPSHOT_CHEAP_ENTRIES
             && now >= self.snapshot_ms.get() + COMPACTION_INTERVAL_MS;
-        let due = since >= SNAPSHOT_INTERVAL_RECORDS
+        // A large state (FIFO wait lists hold a few bytes per waiting message) is written
+        // less often by count: at most one entry's bytes per 4 records appended.
+        let interval = SNAPSHOT_INTERVAL_RECORDS.max(engine.entries() as u64 / 4);
+        let due = since >= interval
             || (since > 0 && now >= self.snapshot_ms.get() + SNAPSHOT_INTERVAL_MS)
             || (since > 0 && holds_back);
         if !due {

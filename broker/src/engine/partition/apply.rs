@@ -52,6 +52,7 @@ impl Partition {
             }
         }
         self.expire_tail(now);
+        self.expire_waiting(now);
         while let Some((expires, _)) = self.dedup_order.front() {
             if *expires > now {
                 break;
@@ -257,6 +258,10 @@ impl Partition {
     pub(super) fn apply(&mut self, rec: &Record, offset: u64) -> Result<(), ReplayError> {
         let at = rec.at_ms;
         let bad = |reason| Err(ReplayError { at_ms: at, reason });
+        if let Some(id) = rec.message() {
+            let scan = matches!(rec.kind, RecordKind::DlqMoveStarted { .. });
+            self.give_entry(id, scan);
+        }
         if self.load_needed_for(rec).is_some() {
             return bad("record about a message waiting in the log, not loaded");
         }
@@ -282,6 +287,24 @@ impl Partition {
                 }
                 let gname = s.payload.group_id.as_deref().unwrap_or("");
                 let g = self.group_for(gname);
+                let fifo = self.fifo();
+                if self.waits(s, at) {
+                    self.join_waiting(
+                        g,
+                        Waiting {
+                            id: s.id,
+                            offset,
+                            at_ms: at,
+                        },
+                    );
+                    if let Some(d) = &s.payload.dedup_id {
+                        if fifo {
+                            self.note_dedup(s, d, at, offset);
+                        }
+                    }
+                    self.refresh_ready(g);
+                    return Ok(());
+                }
                 // A dead letter keeps its original send time (retention counts from it, as in
                 // SQS); a redriven message starts afresh.
                 let sent_ms = match s.origin {
@@ -314,7 +337,6 @@ impl Partition {
                 if !plain {
                     self.pinned += 1;
                 }
-                let fifo = self.fifo();
                 let grp = self.group_mut(g);
                 grp.msg_count += 1;
                 if fifo || state == State::Available {
@@ -338,22 +360,7 @@ impl Partition {
                         self.origins.insert(key, expires);
                         self.origin_order.push_back((expires, key, offset));
                     }
-                    (None, Some(d)) if fifo => {
-                        let key = self.dedup_key(s.payload.group_id.as_deref(), d);
-                        if !self.dedup.contains_key(&key) {
-                            let expires_ms = at + DEDUP_WINDOW_MS;
-                            self.dedup.insert(
-                                key.clone(),
-                                DedupEntry {
-                                    message_id: s.message_id,
-                                    seq: s.id,
-                                    expires_ms,
-                                    offset,
-                                },
-                            );
-                            self.dedup_order.push_back((expires_ms, key));
-                        }
-                    }
+                    (None, Some(d)) if fifo => self.note_dedup(s, d, at, offset),
                     _ => {}
                 }
                 self.refresh_ready(g);
@@ -432,6 +439,22 @@ impl Partition {
                 self.remove(*id);
             }
             RecordKind::Purged { before_id } => {
+                // Every waiting message was sent before the purge (`before_id` is the next id
+                // when it was decided); dropped first, so that no removal below gives one an
+                // entry.
+                let groups: Vec<u32> = self.wait_fronts.iter().map(|&(_, g)| g).collect();
+                for g in groups {
+                    let grp = self.group_mut(g);
+                    let n = grp.waiting.len;
+                    grp.waiting = WaitList::default();
+                    grp.msg_count -= u32::try_from(n).expect("a group's count fits u32");
+                    self.waiting -= n;
+                    self.grouped -= n;
+                    self.count(State::Available, -(n as i64));
+                    self.refresh_ready(g);
+                    self.drop_group_if_empty(g);
+                }
+                self.wait_fronts.clear();
                 let ids: Vec<u64> = self
                     .msgs
                     .range(..*before_id)
@@ -499,6 +522,7 @@ impl Partition {
         let group = Group {
             name: name.clone(),
             members: BTreeSet::new(),
+            waiting: WaitList::default(),
             msg_count: 0,
             inflight: 0,
             moving: 0,
@@ -572,6 +596,12 @@ impl Partition {
         };
         if m.pinned {
             self.pinned -= 1;
+        } else if self.groups[m.group as usize]
+            .as_ref()
+            .is_some_and(|g| !g.name.is_empty())
+        {
+            // Unpinned with a group: it waited in its group's list (see `waits`).
+            self.grouped -= 1;
         }
         self.count(m.state, -1);
         if m.state == State::Moving {
@@ -598,7 +628,9 @@ impl Partition {
             let grp = self.groups[g as usize]
                 .take()
                 .expect("group of a live message exists");
-            debug_assert!(grp.ready_key.is_none() && grp.members.is_empty());
+            debug_assert!(
+                grp.ready_key.is_none() && grp.members.is_empty() && grp.waiting.len == 0
+            );
             self.group_by_name.remove(&grp.name);
             self.free_groups.push(g);
         }
@@ -719,14 +751,7 @@ impl Partition {
         if self.skipping {
             return None;
         }
-        let id = match &rec.kind {
-            RecordKind::Received { id, .. }
-            | RecordKind::VisibilityChanged { id, .. }
-            | RecordKind::Deleted { id }
-            | RecordKind::DlqMoveStarted { id, .. }
-            | RecordKind::DlqMoveDone { id } => *id,
-            _ => return None,
-        };
+        let id = rec.message()?;
         (id >= t.first_id && id < self.next_id && !self.msgs.contains_key(&id))
             .then_some(t.load_offset)
     }
@@ -817,18 +842,20 @@ impl Partition {
         loaded
     }
 
-    /// Puts the group in `ready` under its current key, or takes it out.
+    /// Puts the group in `ready` under its current key, or takes it out. Its head is its
+    /// lowest member or waiting message; a waiting one is visible.
     pub(super) fn refresh_ready(&mut self, g: u32) {
         let fifo = self.fifo();
         let grp = self.groups[g as usize]
             .as_ref()
             .expect("group of a live message exists");
-        let head = grp.members.first().copied();
+        let head = grp.head();
         let want = match head {
             Some(h) if !fifo => Some((grp.last_served, h)),
             Some(h)
                 if grp.inflight == 0
-                    && self.msgs.get(&h).map(|m| m.state) == Some(State::Available) =>
+                    && self.msgs.get(&h).map_or(State::Available, |m| m.state)
+                        == State::Available =>
             {
                 Some((grp.last_served, h))
             }
@@ -844,5 +871,146 @@ impl Partition {
             self.ready.insert((ls, h, g));
         }
         self.group_mut(g).ready_key = want;
+    }
+
+    // ----- groups' wait lists: messages that wait in the log only (see `WaitList`) -----
+
+    fn note_dedup(&mut self, s: &Sent, d: &str, at: u64, offset: u64) {
+        let key = self.dedup_key(s.payload.group_id.as_deref(), d);
+        if !self.dedup.contains_key(&key) {
+            let expires_ms = at + DEDUP_WINDOW_MS;
+            self.dedup.insert(
+                key.clone(),
+                DedupEntry {
+                    message_id: s.message_id,
+                    seq: s.id,
+                    expires_ms,
+                    offset,
+                },
+            );
+            self.dedup_order.push_back((expires_ms, key));
+        }
+    }
+
+    /// A message joins its group's wait list: counted (visible, in its group), no entry.
+    fn join_waiting(&mut self, g: u32, w: Waiting) {
+        let grp = self.group_mut(g);
+        if grp.waiting.len == 0 {
+            self.wait_fronts.insert((w.id, g));
+        }
+        let grp = self.group_mut(g);
+        grp.waiting.push(w);
+        grp.msg_count += 1;
+        self.waiting += 1;
+        self.grouped += 1;
+        self.count(State::Available, 1);
+    }
+
+    /// Takes the first waiting message of group `g` off its list (the caller counts it out or
+    /// gives it an entry).
+    fn pop_waiting(&mut self, g: u32) -> Waiting {
+        let grp = self.group_mut(g);
+        let w = grp
+            .waiting
+            .pop()
+            .expect("a group in wait_fronts has waiting messages");
+        let next = grp.waiting.front;
+        self.wait_fronts.remove(&(w.id, g));
+        if let Some(n) = next {
+            self.wait_fronts.insert((n.id, g));
+        }
+        self.waiting -= 1;
+        w
+    }
+
+    /// The entry a waiting message gets: a fresh visible message, as if it had had one since
+    /// it was sent.
+    pub(super) fn waiting_entry(&self, w: Waiting, g: u32) -> Msg {
+        Msg {
+            message_id: MessageId::derive(self.cfg.queue_id, self.cfg.partition, w.id),
+            sent_ms: w.at_ms,
+            arrived_ms: w.at_ms,
+            visible_at_ms: w.at_ms,
+            receive_count: 0,
+            first_receive_ms: None,
+            state: State::Available,
+            group: g,
+            sent_offset: w.offset,
+            touched: false,
+            origin: None,
+            move_to: MoveDestination::RedriveTarget,
+            pinned: false,
+        }
+    }
+
+    /// Gives the first waiting message of group `g` its entry; returns its id.
+    fn promote_front(&mut self, g: u32) -> u64 {
+        let w = self.pop_waiting(g);
+        let m = self.waiting_entry(w, g);
+        self.msgs.insert(w.id, m);
+        self.group_mut(g).members.insert(w.id);
+        self.timers.push(Reverse((
+            w.at_ms.saturating_add(self.retention_ms),
+            TIMER_RETENTION,
+            w.id,
+            0,
+        )));
+        self.refresh_ready(g);
+        w.id
+    }
+
+    /// Makes sure message `id` has its entry if it is waiting: a record about it is being
+    /// applied. Receives name the head of a group (its first waiting message, if it has no
+    /// member before it). Only a redrive step (`scan`: its `DlqMoveStarted`) names others: it
+    /// gave every waiting message its entry when it was decided, and replay does the same the
+    /// first time it meets one. Ids below every waiting one cost nothing.
+    pub(super) fn give_entry(&mut self, id: u64, scan: bool) {
+        if self.waiting == 0 || self.msgs.contains_key(&id) || id >= self.next_id {
+            return;
+        }
+        if let Some(&(_, g)) = self.wait_fronts.range((id, 0)..=(id, u32::MAX)).next() {
+            self.promote_front(g);
+        } else if scan
+            && self
+                .wait_fronts
+                .first()
+                .is_some_and(|&(first, _)| first < id)
+        {
+            self.promote_all();
+        }
+    }
+
+    /// Gives every waiting message its entry (a redrive step scans entries in id order).
+    pub(super) fn promote_all(&mut self) {
+        while let Some(&(_, g)) = self.wait_fronts.first() {
+            self.promote_front(g);
+        }
+    }
+
+    /// Waiting messages past their retention leave, oldest first (the first group in
+    /// `wait_fronts` holds the oldest).
+    fn expire_waiting(&mut self, now: u64) {
+        while let Some(&(_, g)) = self.wait_fronts.first() {
+            let front = self.groups[g as usize]
+                .as_ref()
+                .and_then(|grp| grp.waiting.front)
+                .expect("a group in wait_fronts has waiting messages");
+            if front.at_ms.saturating_add(self.retention_ms) > now {
+                break;
+            }
+            self.pop_waiting(g);
+            self.grouped -= 1;
+            self.group_mut(g).msg_count -= 1;
+            self.count(State::Available, -1);
+            self.refresh_ready(g);
+            self.drop_group_if_empty(g);
+        }
+    }
+
+    /// When the oldest waiting message expires.
+    pub(super) fn waiting_deadline_ms(&self) -> Option<u64> {
+        let &(_, g) = self.wait_fronts.first()?;
+        let front = self.groups[g as usize].as_ref()?.waiting.front?;
+        Some(front.at_ms.saturating_add(self.retention_ms))
     }
 }

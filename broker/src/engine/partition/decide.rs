@@ -286,9 +286,17 @@ impl Partition {
                 return Err(EngineError::OverLimit("deduplication table is full"));
             }
         }
-        // A plain message needs no entry (it may wait in the tail): only pinned ones count.
-        let plain = !fifo && payload.group_id.is_none() && visible_at_ms <= now;
-        self.check_capacity(!plain)?;
+        // A plain message needs no entry (it may wait in the tail), nor does a grouped one
+        // visible at once (it waits in its group's list): only pinned ones count.
+        let grouped = fifo || payload.group_id.is_some();
+        let plain = !grouped && visible_at_ms <= now;
+        let waits = grouped && visible_at_ms == now;
+        if waits && self.grouped >= u64::from(self.cfg.limits.waiting_messages_max) {
+            return Err(EngineError::OverLimit(
+                "partition holds its maximum of waiting grouped messages",
+            ));
+        }
+        self.check_capacity(!plain && !waits)?;
         let id = self.next_id;
         let reply = SentReply {
             message_id: MessageId::derive(self.cfg.queue_id, self.cfg.partition, id),
@@ -422,8 +430,10 @@ impl Partition {
             };
             let mut id = head;
             loop {
-                let m = self.msgs.get(&id).expect("ready heads are present");
-                let at_limit = max_rc.is_some_and(|rc| m.receive_count >= rc);
+                // A waiting head has never been received (receive count 0); its `Received`
+                // gives it its entry.
+                let receive_count = self.msgs.get(&id).map_or(0, |m| m.receive_count);
+                let at_limit = max_rc.is_some_and(|rc| receive_count >= rc);
                 if at_limit {
                     if id != head {
                         // FIFO: a later message of the group is due for the DLQ; it moves when
@@ -451,7 +461,7 @@ impl Partition {
                     at_ms: now,
                     kind: RecordKind::Received {
                         id,
-                        receive_count: m.receive_count + 1,
+                        receive_count: receive_count + 1,
                         deadline_ms: now + vt_ms,
                         attempt_id: attempt.clone(),
                         batch_start: out.is_empty(),
@@ -468,13 +478,16 @@ impl Partition {
                 let group = self.groups[m.group as usize]
                     .as_ref()
                     .expect("message's group exists");
-                match group.members.range(id + 1..).next() {
-                    Some(&next)
-                        if self.msgs.get(&next).map(|n| n.state) == Some(State::Available) =>
+                let member = group.members.range(id + 1..).next().copied();
+                let waiting = group.waiting.front.map(|w| w.id);
+                match member.into_iter().chain(waiting).min() {
+                    Some(next)
+                        if self.msgs.get(&next).map_or(State::Available, |n| n.state)
+                            == State::Available =>
                     {
                         id = next;
-                        let n = self.msgs.get(&next).expect("member is present");
-                        if max_rc.is_some_and(|rc| n.receive_count >= rc) {
+                        let rc = self.msgs.get(&next).map_or(0, |n| n.receive_count);
+                        if max_rc.is_some_and(|max| rc >= max) {
                             continue 'outer;
                         }
                     }
@@ -650,6 +663,10 @@ impl Partition {
             _ => {}
         }
         let fifo = self.fifo();
+        // The scan below looks at entries in id order: waiting messages get theirs first (a
+        // redrive is rare; the records it makes give replay the same entries, see
+        // `give_entry`).
+        self.promote_all();
         let mut fx = Effects::reply(Reply::None);
         let mut out = MovesStarted {
             started: 0,

@@ -7,14 +7,15 @@
 //! from the log alone (checkpoints, `compaction_floor`) keeps working without one: a missing,
 //! torn or stale snapshot only makes a restart slower, never wrong.
 //!
-//! Format, version 1, little-endian; strings are u16 length + UTF-8:
+//! Format, version 2, little-endian; strings are u16 length + UTF-8 (version 1 had no wait
+//! lists; a version-1 snapshot is ignored and the log replayed):
 //!
 //! ```text
 //! "SLQS" | u8 version | u64 queue_id | u32 partition | u64 next_offset
 //! u64 now_ms | u64 next_id | u64 receive_seq | opt<u64> last_purge_ms | u64 retention_ms
 //! u8 dedup_scope | opt<u64> replay_start | u64 records_since_checkpoint
 //! opt<(u64 offset, u64 live_floor, u64 at_ms)> last_checkpoint | u32 n, n × u64 checkpoints
-//! u32 n, n × (str name, u64 last_served)                                  groups
+//! u32 n, n × (str name, u64 last_served, u64 k, k > 0: waiting)           groups
 //! u64 n, n × message (below)                                             entries, by id
 //! u32 n, n × (str key, [16] message_id, u64 seq, u64 expires, u64 offset) dedup
 //! u32 n, n × (u64 expires, str key)                                      dedup order
@@ -29,6 +30,8 @@
 //!   2 in flight + u64 deadline + u64 lease_start, 3 moving) | u32 group (index above)
 //!   | u64 sent_offset | u8 flags (1 touched, 2 pinned) | opt<(u64, u32, u64, u64)> origin
 //!   | u8 move_to (0 redrive target, 1 dead-letter source, 2 queue + u64 id)
+//! waiting: (u64 id, u64 offset, u64 at_ms) first | the same, last | u32 b, b bytes: varint
+//!   deltas (id, offset, at_ms) of the k - 1 after the first (see `WaitList`)
 //! opt<T>: u8 0 | u8 1 + T
 //! ```
 //!
@@ -40,7 +43,7 @@ use super::*;
 const MAGIC: &[u8; 4] = b"SLQS";
 /// The snapshot format written; restore reads this version only (an unknown one is ignored
 /// by the shard, which then replays the log).
-pub const SNAPSHOT_VERSION: u8 = 1;
+pub const SNAPSHOT_VERSION: u8 = 2;
 
 /// Why a snapshot cannot be used (the shard then replays from the log).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,7 +71,7 @@ impl Partition {
         if self.skipping || !self.strict {
             return None;
         }
-        let mut w = Vec::with_capacity(256 + self.msgs.len() * 120);
+        let mut w = Vec::with_capacity(256 + self.msgs.len() * 120 + self.waiting_bytes());
         w.extend_from_slice(MAGIC);
         w.push(SNAPSHOT_VERSION);
         put64(&mut w, self.cfg.queue_id);
@@ -111,6 +114,17 @@ impl Partition {
             slot_to_pos[*slot] = pos as u32;
             put_str(&mut w, &g.name);
             put64(&mut w, g.last_served);
+            put64(&mut w, g.waiting.len);
+            if let (Some(f), Some(b)) = (g.waiting.front, g.waiting.back) {
+                for e in [f, b] {
+                    put64(&mut w, e.id);
+                    put64(&mut w, e.offset);
+                    put64(&mut w, e.at_ms);
+                }
+                let deltas = g.waiting.deltas();
+                put32(&mut w, deltas.len() as u32);
+                w.extend_from_slice(deltas);
+            }
         }
         put64(&mut w, self.msgs.len() as u64);
         for (&id, m) in &self.msgs {
@@ -272,13 +286,45 @@ impl Partition {
             p.checkpoints.push_back(r.u64()?);
         }
         let mut slots = Vec::new();
-        for _ in 0..r.len32(10)? {
+        for _ in 0..r.len32(18)? {
             let name = r.str()?;
             if p.group_by_name.contains_key(name.as_str()) {
                 return Err(bad("a group listed twice"));
             }
             let g = p.group_for(&name);
             p.group_mut(g).last_served = r.u64()?;
+            let k = r.u64()?;
+            if k > 0 {
+                if name.is_empty() && !p.fifo() {
+                    return Err(bad("waiting messages without a group"));
+                }
+                let mut ends = [Waiting {
+                    id: 0,
+                    offset: 0,
+                    at_ms: 0,
+                }; 2];
+                for e in &mut ends {
+                    *e = Waiting {
+                        id: r.u64()?,
+                        offset: r.u64()?,
+                        at_ms: r.u64()?,
+                    };
+                }
+                let n = r.u32()? as usize;
+                let list = WaitList::from_parts(ends[0], ends[1], k, r.take(n)?)
+                    .ok_or(bad("a wait list does not decode"))?;
+                if ends[1].id >= p.next_id || ends[1].offset >= p.next_offset {
+                    return Err(bad("a waiting message beyond the log"));
+                }
+                let count = u32::try_from(k).map_err(|_| bad("wait list too long"))?;
+                let grp = p.group_mut(g);
+                grp.waiting = list;
+                grp.msg_count = count;
+                p.wait_fronts.insert((ends[0].id, g));
+                p.waiting += k;
+                p.grouped += k;
+                p.count(State::Available, k as i64);
+            }
             slots.push(g);
         }
         let n = r.u64()?;
@@ -331,6 +377,13 @@ impl Partition {
                 _ => return Err(bad("bad move destination")),
             };
             let pinned = flags & 2 != 0;
+            if !pinned
+                && !p.groups[group as usize]
+                    .as_ref()
+                    .is_some_and(|g| g.name.is_empty())
+            {
+                p.grouped += 1;
+            }
             p.msgs.insert(
                 id,
                 Msg {
@@ -354,7 +407,7 @@ impl Partition {
             }
             p.count(state, 1);
             let grp = p.group_mut(group);
-            grp.msg_count += 1;
+            grp.msg_count = grp.msg_count.checked_add(1).ok_or(bad("group too large"))?;
             match state {
                 State::InFlight { .. } => grp.inflight += 1,
                 State::Moving => grp.moving += 1,

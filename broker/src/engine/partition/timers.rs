@@ -19,7 +19,8 @@ impl Partition {
         let origin = self.origin_order.front().map(|e| e.0);
         let checkpoint = self.checkpoint_due_ms();
         let tail = self.tail_deadline_ms();
-        [timer, dedup, attempt, origin, checkpoint, tail]
+        let waiting = self.waiting_deadline_ms();
+        [timer, dedup, attempt, origin, checkpoint, tail, waiting]
             .into_iter()
             .flatten()
             .min()
@@ -37,10 +38,19 @@ impl Partition {
         fx
     }
 
-    /// When `tick` will write a checkpoint: records were written since the last one, it can be
-    /// written (not too many groups), and the interval has passed.
+    /// When `tick` will write a checkpoint: records were written since the last one, or the
+    /// live messages' floor moved past the last one's (messages expired on a quiet partition:
+    /// a new checkpoint lets compaction take their space back); it can be written (not too
+    /// many groups); and the interval has passed.
     pub(super) fn checkpoint_due_ms(&self) -> Option<u64> {
-        if self.records_since_checkpoint == 0 || !self.checkpoint_fits() {
+        if !self.checkpoint_fits() {
+            return None;
+        }
+        let floor_moved = self.last_checkpoint.is_some_and(|c| {
+            self.live_floor()
+                .map_or(c.live_floor < c.offset, |f| f > c.live_floor)
+        });
+        if self.records_since_checkpoint == 0 && !floor_moved {
             return None;
         }
         Some(

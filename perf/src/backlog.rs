@@ -1,4 +1,5 @@
-//! The log is the queue: one standard queue filled with a large backlog of 2 KiB messages,
+//! The log is the queue: one standard queue (or, with `fifo_groups`, one FIFO queue whose
+//! messages are spread over that many groups) filled with a large backlog of 2 KiB messages,
 //! the broker's memory full vs empty, restarts with that backlog (a clean stop, and a restart
 //! from the periodic snapshot only, as after kill -9), and the receive+delete rate from the cold
 //! backlog beside the hot path (send → receive → delete of fresh messages) in the same run.
@@ -16,14 +17,65 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::queue_bench::BODY_BYTES;
-use crate::recovery::{dir_bytes, process_cpu_s, start, stop};
+use crate::recovery::{dir_bytes, process_cpu_s, start_with, stop};
 
-const QUEUE: &str = "backlog";
 const CLIENTS_PER_SHARD: usize = 16;
+
+/// The queue under test and the hot-path one.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    fifo_groups: Option<u64>,
+}
+
+impl Shape {
+    fn backlog(self) -> &'static str {
+        if self.fifo_groups.is_some() {
+            "backlog.fifo"
+        } else {
+            "backlog"
+        }
+    }
+
+    fn hot(self) -> &'static str {
+        if self.fifo_groups.is_some() {
+            "hot.fifo"
+        } else {
+            "hot"
+        }
+    }
+
+    /// Message `i`'s send: FIFO ones go to group `i % groups` with their own dedup id.
+    fn request(self, i: u64, hot: bool) -> SendRequest {
+        let (group_id, dedup_id) = match self.fifo_groups {
+            None => (None, None),
+            Some(groups) => {
+                let g = if hot { i / 10 } else { i % groups };
+                let d = if hot {
+                    format!("h{i}")
+                } else {
+                    format!("d{i}")
+                };
+                (Some(format!("group-{g}")), Some(d))
+            }
+        };
+        SendRequest {
+            body: crate::queue_bench::body(i),
+            attributes: Vec::new(),
+            delay_s: None,
+            group_id,
+            dedup_id,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BacklogResult {
     pub shards: usize,
+    /// FIFO queue with this many groups (`None`: a standard queue).
+    pub fifo_groups: Option<u64>,
+    /// The dedup table's bound per partition (FIFO: sized to hold every dedup id of the fill,
+    /// which all stay in the 5-minute window when the fill is faster than that).
+    pub dedup_entries_max: u32,
     pub messages: u64,
     pub body_bytes: usize,
     pub log_bytes: u64,
@@ -86,8 +138,13 @@ fn counted(b: &sluice_broker::server::BrokerHandle, name: &'static str) -> u64 {
     })
 }
 
-/// Sends `messages` (batches of 10) into `name`, all shards' clients together.
-fn fill(b: &std::sync::Arc<sluice_broker::server::BrokerHandle>, shards: usize, messages: u64) {
+/// Sends `messages` (batches of 10) into the backlog queue, all shards' clients together.
+fn fill(
+    b: &std::sync::Arc<sluice_broker::server::BrokerHandle>,
+    shards: usize,
+    messages: u64,
+    shape: Shape,
+) {
     let per_shard = messages.div_ceil(shards as u64);
     let threads: Vec<_> = (0..shards)
         .map(|shard| {
@@ -96,7 +153,7 @@ fn fill(b: &std::sync::Arc<sluice_broker::server::BrokerHandle>, shards: usize, 
             let last = (first + per_shard).min(messages);
             std::thread::spawn(move || {
                 b.run_on(shard, move |s| async move {
-                    let q = Rc::new(s.queue(T, QUEUE).expect("queue"));
+                    let q = Rc::new(s.queue(T, shape.backlog()).expect("queue"));
                     let next = Rc::new(Cell::new(first));
                     let mut tasks = Vec::new();
                     for _ in 0..CLIENTS_PER_SHARD {
@@ -112,13 +169,7 @@ fn fill(b: &std::sync::Arc<sluice_broker::server::BrokerHandle>, shards: usize, 
                                 let entries: Vec<BatchEntry> = (from..to)
                                     .map(|i| BatchEntry {
                                         id: format!("e{}", i - from),
-                                        request: SendRequest {
-                                            body: crate::queue_bench::body(i),
-                                            attributes: Vec::new(),
-                                            delay_s: None,
-                                            group_id: None,
-                                            dedup_id: None,
-                                        },
+                                        request: shape.request(i, false),
                                     })
                                     .collect();
                                 for r in s.send_batch(&q, entries).await.expect("send batch") {
@@ -147,6 +198,7 @@ fn cycle(
     name: &'static str,
     seconds: f64,
     send: bool,
+    shape: Shape,
 ) -> u64 {
     let threads: Vec<_> = (0..shards)
         .map(|shard| {
@@ -160,19 +212,13 @@ fn cycle(
                     for c in 0..CLIENTS_PER_SHARD {
                         let (s, q, done) = (s.clone(), q.clone(), done.clone());
                         tasks.push(glommio::spawn_local(async move {
-                            let mut i = c as u64 * 1_000_000_000;
+                            let mut i = (shard * CLIENTS_PER_SHARD + c) as u64 * 1_000_000_000;
                             while Instant::now() < end {
                                 if send {
                                     let entries: Vec<BatchEntry> = (0..10)
                                         .map(|k| BatchEntry {
                                             id: format!("e{k}"),
-                                            request: SendRequest {
-                                                body: crate::queue_bench::body(i + k),
-                                                attributes: Vec::new(),
-                                                delay_s: None,
-                                                group_id: None,
-                                                dedup_id: None,
-                                            },
+                                            request: shape.request(i + k, true),
                                         })
                                         .collect();
                                     i += 10;
@@ -218,23 +264,46 @@ pub fn run(
     shards: usize,
     gib: f64,
     drain_seconds: f64,
+    fifo_groups: Option<u64>,
 ) -> Result<BacklogResult, String> {
     let _ = std::fs::remove_dir_all(dir);
+    let shape = Shape { fifo_groups };
     let messages = (gib * (1u64 << 30) as f64 / BODY_BYTES as f64) as u64;
-    let (b, empty_start_s) = start(dir, shards);
-    b.run_on(0, |s| async move {
-        for name in [QUEUE, "hot"] {
-            s.create_queue(T, name, BTreeMap::new(), BTreeMap::new())
+    let mut config = crate::queue_bench::broker_config(dir, shards);
+    if fifo_groups.is_some() {
+        // Every dedup id of a fill faster than 5 minutes is still in its window at the end.
+        let per_partition = messages.div_ceil(shards as u64) + 1_000;
+        config.limits.dedup_entries_max = config
+            .limits
+            .dedup_entries_max
+            .max(u32::try_from(per_partition).unwrap_or(u32::MAX));
+    }
+    let dedup_entries_max = config.limits.dedup_entries_max;
+    let start = |dir: &Path| start_with(dir, config.clone());
+    let (b, empty_start_s) = start(dir);
+    b.run_on(0, move |s| async move {
+        for name in [shape.backlog(), shape.hot()] {
+            let mut attrs = BTreeMap::new();
+            if shape.fifo_groups.is_some() {
+                attrs.insert("FifoQueue".to_string(), "true".to_string());
+                attrs.insert("DeduplicationScope".to_string(), "messageGroup".to_string());
+                attrs.insert(
+                    "FifoThroughputLimit".to_string(),
+                    "perMessageGroupId".to_string(),
+                );
+            }
+            s.create_queue(T, name, attrs, BTreeMap::new())
                 .await
                 .expect("create");
         }
     });
+    let queue = shape.backlog();
     let rss_empty_mib = rss_mib();
     let t = Instant::now();
-    fill(&b, shards, messages);
+    fill(&b, shards, messages, shape);
     let fill_s = t.elapsed().as_secs_f64();
     let rss_full_mib = rss_mib();
-    if counted(&b, QUEUE) != messages {
+    if counted(&b, queue) != messages {
         return Err("the broker does not count every message sent".into());
     }
     // The periodic snapshots, as kill -9 would leave them (the clean stop writes newer ones).
@@ -244,9 +313,9 @@ pub fn run(
         .collect();
     stop(b);
     let log_bytes = dir_bytes(&dir.join("queues"));
-    let (b, restart_clean_s) = start(dir, shards);
+    let (b, restart_clean_s) = start(dir);
     let rss_after_restart_mib = rss_mib();
-    let after = counted(&b, QUEUE);
+    let after = counted(&b, queue);
     stop(b);
     if after != messages {
         return Err(format!(
@@ -256,7 +325,7 @@ pub fn run(
     for p in snapshots(dir) {
         let _ = std::fs::remove_file(p);
     }
-    let (b, restart_no_snapshot_s) = start(dir, shards);
+    let (b, restart_no_snapshot_s) = start(dir);
     stop(b);
     for p in snapshots(dir) {
         let _ = std::fs::remove_file(p);
@@ -264,21 +333,23 @@ pub fn run(
     for (p, bytes) in &periodic {
         std::fs::write(p, bytes).map_err(|e| e.to_string())?;
     }
-    let (b, restart_periodic_snapshot_s) = start(dir, shards);
+    let (b, restart_periodic_snapshot_s) = start(dir);
     let cpu = process_cpu_s();
     let t = Instant::now();
-    let cold_drained = cycle(&b, shards, QUEUE, drain_seconds, false);
+    let cold_drained = cycle(&b, shards, queue, drain_seconds, false, shape);
     let cold_s = t.elapsed().as_secs_f64();
     let cold_cpu = process_cpu_s() - cpu;
     let cpu = process_cpu_s();
     let t = Instant::now();
-    let hot = cycle(&b, shards, "hot", drain_seconds, true);
+    let hot = cycle(&b, shards, shape.hot(), drain_seconds, true, shape);
     let hot_s = t.elapsed().as_secs_f64();
     let hot_cpu = process_cpu_s() - cpu;
     stop(b);
     let _ = std::fs::remove_dir_all(dir);
     Ok(BacklogResult {
         shards,
+        fifo_groups,
+        dedup_entries_max,
         messages,
         body_bytes: BODY_BYTES,
         log_bytes,
@@ -301,9 +372,17 @@ pub fn run(
 }
 
 pub fn render(r: &BacklogResult) -> String {
+    let queue = match r.fifo_groups {
+        None => "one standard queue".to_string(),
+        Some(g) => format!(
+            "one FIFO queue over {g} groups (dedup table bound {} per partition, to hold the \
+             fill's dedup ids)",
+            r.dedup_entries_max
+        ),
+    };
     format!(
         "## A backlog in the log, in process\n\n\
-         {} shards; one standard queue filled with {} messages of {} B ({:.2} GiB of queue \
+         {} shards; {queue} filled with {} messages of {} B ({:.2} GiB of queue \
          logs) in {:.1} s ({:.0} msg/s sent); {}.\n\n\
          | | value |\n|---|---|\n\
          | RSS, empty → full → after restart (whole process, MiB) | {:.0} → {:.0} → {:.0} |\n\

@@ -118,6 +118,10 @@ enum Cmd {
         /// Seconds of cold drain, then as many of the hot path.
         #[arg(long, default_value_t = 20.0)]
         drain_seconds: f64,
+        /// A FIFO queue with its messages spread over this many groups instead of a standard
+        /// queue (results as `backlog-fifo`).
+        #[arg(long)]
+        fifo_groups: Option<u64>,
         #[arg(long, default_value = "perf/results")]
         out: PathBuf,
     },
@@ -398,10 +402,11 @@ fn main() {
             gib,
             shards,
             drain_seconds,
+            fifo_groups,
             out,
         } => {
             std::fs::create_dir_all(&out).expect("create results dir");
-            let r = match backlog::run(&dir, shards.max(1), gib, drain_seconds) {
+            let r = match backlog::run(&dir, shards.max(1), gib, drain_seconds, fifo_groups) {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("backlog: {e}");
@@ -410,13 +415,18 @@ fn main() {
             };
             let report = backlog::render(&r);
             println!("{report}");
+            let kind = if fifo_groups.is_some() {
+                "backlog-fifo"
+            } else {
+                "backlog"
+            };
             let json = serde_json::json!({
-                "kind": "backlog",
+                "kind": kind,
                 "unix_time": stamp(),
                 "machine": machine(),
                 "sluice": r,
             });
-            write_results(&out, "backlog", json, &report);
+            write_results(&out, kind, json, &report);
         }
         Cmd::HttpVsQuic {
             dir,

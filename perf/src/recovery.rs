@@ -47,8 +47,18 @@ pub struct RecoveryResult {
 }
 
 pub(crate) fn start(dir: &Path, shards: usize) -> (std::sync::Arc<server::BrokerHandle>, f64) {
+    start_with(dir, crate::queue_bench::broker_config(dir, shards))
+}
+
+/// Starts an in-process broker with `config` (its data dir is `dir`); returns it and the
+/// seconds from start to ready.
+pub(crate) fn start_with(
+    dir: &Path,
+    config: sluice_broker::config::BrokerConfig,
+) -> (std::sync::Arc<server::BrokerHandle>, f64) {
+    debug_assert_eq!(config.data_dir, dir);
     let t = Instant::now();
-    let b = server::start(crate::queue_bench::broker_config(dir, shards)).expect("start");
+    let b = server::start(config).expect("start");
     b.wait_ready().expect("ready");
     (std::sync::Arc::new(b), t.elapsed().as_secs_f64())
 }

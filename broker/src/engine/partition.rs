@@ -161,11 +161,11 @@ const MESSAGE_ENTRY_BYTES_BUDGET: u32 = 512 << 20;
 /// log only (the tail, see [`Tail`]): ~24 MiB of entries.
 pub const RESIDENT_ENTRIES_TARGET: u32 = 65_536;
 
-/// Memory per message waiting in a group's list ([`WaitList`]), about: three varint deltas
-/// (id, log offset, time) of 2–3 bytes each with 100,000 groups interleaved, plus the list's
-/// spare capacity — `cargo bench -p sluice-broker --bench engine`, "engine memory per waiting
-/// FIFO message".
-pub const WAITING_MESSAGE_BYTES: u32 = 8;
+/// Memory per message waiting in a group's list ([`WaitList`]), measured: three varint deltas
+/// (id, log offset, time; ~7 bytes with 100,000 groups interleaved) plus the lists' spare
+/// capacity — `cargo bench -p sluice-broker --bench engine`, "engine memory per waiting FIFO
+/// message" (12.8 with 20 messages a group).
+pub const WAITING_MESSAGE_BYTES: u32 = 13;
 /// The memory one partition's wait lists may take by default (`waiting_messages_max`).
 const WAITING_BYTES_BUDGET: u32 = 512 << 20;
 
@@ -202,7 +202,7 @@ impl Default for Limits {
             resident_entries_target: RESIDENT_ENTRIES_TARGET,
             // ~0.5 GiB of entries at MESSAGE_ENTRY_BYTES each.
             message_entries_max: MESSAGE_ENTRY_BYTES_BUDGET / MESSAGE_ENTRY_BYTES,
-            // ~0.5 GiB of wait lists at WAITING_MESSAGE_BYTES each: 67M messages.
+            // ~0.5 GiB of wait lists at WAITING_MESSAGE_BYTES each: 41M messages.
             waiting_messages_max: WAITING_BYTES_BUDGET / WAITING_MESSAGE_BYTES,
             // 5 min at 1,600 msg/s; ~150 B each.
             dedup_entries_max: 500_000,
@@ -301,9 +301,10 @@ struct Waiting {
 /// The messages of a group (FIFO, or a fair queue's) that wait in the log only, in id order:
 /// never-received messages with nothing else to decide about them (no delay, no origin, a
 /// derived MessageId), of which memory keeps only (id, log offset, time) as varint deltas from
-/// the one before — about 7 bytes each ([`WAITING_MESSAGE_BYTES`]). A waiting message gets its
-/// entry when a record names it (its receive, or a move), by the same rule live and on replay;
-/// until then it counts as visible, may be its group's head, and expires with its retention.
+/// the one before — about 7 bytes each, 13 with spare capacity ([`WAITING_MESSAGE_BYTES`]).
+/// A waiting message gets its entry when a record names it (its receive, or a move), by the
+/// same rule live and on replay; until then it counts as visible, may be its group's head, and
+/// expires with its retention.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct WaitList {
     /// Deltas of the elements after `front`, from `pos` on (three varints each).

@@ -663,6 +663,32 @@ fn retention_expiry() {
 }
 
 #[test]
+fn a_quiet_partition_checkpoints_when_its_messages_expire() {
+    // Messages expire with no record written after them: the next tick past the checkpoint
+    // interval writes a checkpoint whose floor is past them, so compaction gets their space.
+    let mut q = Q::new(QueueKind::Standard, |a, l| {
+        a.retention_s = 60;
+        l.checkpoint_interval_records = 1;
+    });
+    for i in 0..5 {
+        q.body(T0, &format!("m{i}"));
+    }
+    q.tick(T0 + 1);
+    let before = q.p.compaction_floor();
+    q.tick(T0 + 60_000);
+    assert_eq!(q.p.counters().visible, 0);
+    q.tick(T0 + 60_000 + CHECKPOINT_INTERVAL_MS);
+    let after = q.p.compaction_floor();
+    assert!(after > before, "floor {before} → {after}");
+    assert!(after >= 5, "every Sent is below the floor: {after}");
+    // Once written, no further checkpoint is due until something changes.
+    let n = q.log.len();
+    q.tick(T0 + 60_000 + 3 * CHECKPOINT_INTERVAL_MS);
+    assert_eq!(q.log.len(), n);
+    q.restart(T0 + 60_000 + 3 * CHECKPOINT_INTERVAL_MS);
+}
+
+#[test]
 fn limits_give_typed_errors() {
     let mut q = Q::new(QueueKind::Standard, |_, l| {
         l.message_entries_max = 2;

@@ -41,6 +41,11 @@ const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
 /// returns; offsets beyond what it returned get reads of their own (a read always returns the
 /// batch holding its offset, however large).
 const CONTENT_READ_BYTES: usize = 256 * 1024;
+/// A wanted offset this many records or more past the one being read gets a read of its own,
+/// and that one reads only the batch holding its offset: a FIFO receive's messages, one group's,
+/// sit as far apart in the log as the groups interleave (a long read would verify and copy
+/// hundreds of other groups' messages per message).
+const CONTENT_READ_GAP_RECORDS: u64 = 256;
 /// Bytes asked of one log read when loading never-received messages from the tail (the
 /// engine's `Tail`): a receive's worth and more of 2 KiB messages per read.
 const LOAD_READ_BYTES: usize = 1024 * 1024;
@@ -223,13 +228,27 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
                 continue;
             }
             let before = next;
-            for b in log.read(at, CONTENT_READ_BYTES).await? {
+            let dense = want
+                .get(next + 1)
+                .is_some_and(|w| w.0 - at < CONTENT_READ_GAP_RECORDS);
+            let max_bytes = if dense { CONTENT_READ_BYTES } else { 1 };
+            // A one-batch read keeps the batch's other messages for the receives that follow:
+            // a FIFO backlog's batches hold the heads of the groups served next.
+            let mut others = Vec::new();
+            for b in log.read(at, max_bytes).await? {
                 for r in b.view().records() {
                     let r = r.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
                     while next < want.len() && want[next].0 < r.offset {
                         next += 1; // not in the log: left `None`
                     }
                     if next == want.len() || want[next].0 != r.offset {
+                        if !dense && r.offset < self.engine.borrow().next_offset() {
+                            if let Ok(rec) = EngineRecord::decode(r.value) {
+                                if matches!(rec.kind, RecordKind::Sent(_)) {
+                                    others.push((r.offset, rec));
+                                }
+                            }
+                        }
                         continue;
                     }
                     let rec = EngineRecord::decode(r.value).map_err(|e| {
@@ -247,6 +266,9 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
                 if next == want.len() {
                     break;
                 }
+            }
+            if !others.is_empty() {
+                self.keep_loaded(others);
             }
             if next == before {
                 // The read returned nothing at `at`: the log ends there.

@@ -883,6 +883,35 @@ fn a_second_broker_on_the_same_ports_fails_the_start() {
     again.shutdown();
 }
 
+/// A starting broker holds its ports from its reservation until its shards listen, which
+/// recovery can make minutes: a second broker started in that window must fail as well. (The
+/// probe alone let it through for TCP: a bound socket that does not listen yet admits a probe
+/// with SO_REUSEADDR, and the second broker joined the first one's SO_REUSEPORT group.)
+#[test]
+fn a_port_held_by_a_starting_broker_is_refused_to_a_second() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let first = sluice_broker::http::reserve_port(free).expect("the first broker's reservation");
+    let e = sluice_broker::http::reserve_port(free)
+        .expect_err("a second broker on a port a starting broker holds");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    assert!(e.to_string().contains("SQS HTTP API on"), "{e}");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let quic = sluice_broker::native::reserve_port(udp).expect("the first broker's QUIC port");
+    let e = sluice_broker::native::reserve_port(udp).expect_err("a second broker on the QUIC port");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    // Released with the first broker: the ports can be taken again.
+    drop((first, quic));
+    sluice_broker::http::reserve_port(free).expect("released");
+    sluice_broker::native::reserve_port(udp).expect("released");
+}
+
 /// With auth off (the local default), a web page must not drive the API: a DNS-rebinding page
 /// sends its own name as Host, a cross-site form POST carries a foreign Origin. Both are refused
 /// with AccessDenied before anything happens; local clients and configured names pass.

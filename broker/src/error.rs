@@ -83,7 +83,7 @@ impl ServiceError {
             ServiceError::StoredBytesQuota { .. } => ("RequestThrottled", 403, true),
             ServiceError::DiskFull { .. } => ("ServiceUnavailable", 503, true),
             ServiceError::InvalidAddress(_) => ("InvalidAddress", 404, false),
-            ServiceError::ResourceNotFound(_) => ("ResourceNotFoundException", 400, false),
+            ServiceError::ResourceNotFound(_) => ("ResourceNotFoundException", 404, false),
             ServiceError::Unsupported(_) => {
                 ("AWS.SimpleQueueService.UnsupportedOperation", 400, false)
             }

@@ -21,7 +21,7 @@ fn read_params(action: &str, mut p: crate::http::protocol::Params) {
             let _ = send_request(&mut p);
         }
         "SendMessageBatch" => {
-            if let Ok(entries) = batch_entries(&mut p) {
+            if let Ok(entries) = batch_entries(&mut p, "SendMessageBatchRequestEntry") {
                 for (_, mut e) in entries {
                     let _ = send_request(&mut e);
                 }

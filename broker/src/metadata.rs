@@ -436,8 +436,17 @@ impl Catalog {
         let mut merged = q.attributes.clone();
         for (k, v) in changes {
             if k == "FifoQueue" {
-                // Settable only at creation.
-                return Err(EngineError::InvalidAttributeName(k.clone()).into());
+                // Settable only at creation. As SQS: a standard queue has no such attribute; a
+                // FIFO queue accepts its own value and refuses a change of type.
+                if q.kind != QueueKind::Fifo {
+                    return Err(EngineError::InvalidAttributeName(k.clone()).into());
+                }
+                if !v.eq_ignore_ascii_case("true") {
+                    return Err(
+                        EngineError::attr(k, "Modifying queue type is not supported").into(),
+                    );
+                }
+                continue;
             }
             merged.insert(k.clone(), v.clone());
         }

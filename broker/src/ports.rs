@@ -7,6 +7,14 @@
 //! A broker that was just killed holds its sockets a little longer (io_uring tears down after
 //! the process is gone), and a supervisor restarts it at once: the probe retries for up to
 //! [`PORT_RELEASE_WAIT_MS`] before it calls the port taken.
+//!
+//! The probe alone leaves a window: from its reservation until its shards listen (recovery of a
+//! large log can take minutes), a starting broker holds its TCP ports with a bound socket that
+//! does not listen yet, and a probe with SO_REUSEADDR binds beside such a socket without error
+//! — a second broker started then would join the first one's SO_REUSEPORT group. So each
+//! broker also holds a [`PortLock`] per address for as long as it runs: an abstract unix
+//! socket named after the address, which only one process can bind, released by the kernel
+//! when the process exits (kill -9 included).
 
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
@@ -42,6 +50,36 @@ pub fn probe(addr: SocketAddr, transport: Transport) -> std::io::Result<()> {
             }
             other => return other,
         }
+    }
+}
+
+/// An exclusive claim on one address for one transport, held while the broker runs.
+#[derive(Debug)]
+pub struct PortLock {
+    _socket: std::os::unix::net::UnixDatagram,
+}
+
+/// Claims `addr` for `transport` in this network namespace: `AddrInUse` if another process
+/// (another broker) holds it. Port 0 is never claimed (the kernel resolves it to a free port;
+/// claim the resolved address instead).
+pub fn lock(addr: SocketAddr, transport: Transport) -> std::io::Result<Option<PortLock>> {
+    use std::os::linux::net::SocketAddrExt;
+    if addr.port() == 0 {
+        return Ok(None);
+    }
+    let kind = match transport {
+        Transport::Tcp => "tcp",
+        Transport::Udp => "udp",
+    };
+    let name = format!("sluice-port/{kind}/{addr}");
+    let unix = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    match std::os::unix::net::UnixDatagram::bind_addr(&unix) {
+        Ok(socket) => Ok(Some(PortLock { _socket: socket })),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(std::io::Error::new(
+            e.kind(),
+            "the port is in use (another Sluice broker is starting or running on it)",
+        )),
+        Err(e) => Err(e),
     }
 }
 
@@ -81,5 +119,27 @@ mod tests {
         probe(uaddr, Transport::Udp).expect("released in time");
         release.join().expect("thread");
         probe("127.0.0.1:0".parse().expect("addr"), Transport::Udp).expect("port 0");
+    }
+
+    #[test]
+    fn a_port_lock_is_exclusive_per_address_and_transport_until_dropped() {
+        // A port no other test uses at the same time: one the kernel just handed out, held.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let a = listener.local_addr().expect("addr");
+        let held = lock(a, Transport::Tcp).expect("free").expect("a lock");
+        let e = lock(a, Transport::Tcp).expect_err("held");
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        // Another transport or address is another claim.
+        let _udp = lock(a, Transport::Udp).expect("udp is separate");
+        let _other = lock(
+            SocketAddr::new([127, 0, 0, 2].into(), a.port()),
+            Transport::Tcp,
+        )
+        .expect("another address");
+        drop(held);
+        lock(a, Transport::Tcp).expect("released").expect("a lock");
+        assert!(lock("127.0.0.1:0".parse().expect("addr"), Transport::Tcp)
+            .expect("port 0")
+            .is_none());
     }
 }

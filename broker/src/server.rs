@@ -33,6 +33,8 @@ pub struct BrokerHandle {
     http_port_reservation: std::sync::Mutex<Option<socket2::Socket>>,
     /// And the Kafka listener's.
     kafka_port_reservation: std::sync::Mutex<Option<socket2::Socket>>,
+    /// Every address this broker serves, claimed until it stops (`crate::ports::lock`).
+    _port_locks: Vec<crate::ports::PortLock>,
     pub config: Arc<BrokerConfig>,
 }
 
@@ -132,12 +134,14 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         crate::native::prepare(&config)?;
     }
     let mut quic_port_reservation = Vec::new();
+    let mut port_locks = Vec::new();
     // Reserved whatever the port: port 0 is resolved here, and a port another broker holds
     // fails the start instead of being shared with it.
     if config.quic_enabled {
-        let (socket, addr) = crate::native::reserve_port(config.quic_addr)?;
+        let (socket, addr, claimed) = crate::native::reserve_port(config.quic_addr)?;
         config.quic_addr = addr;
         quic_port_reservation.push(socket);
+        port_locks.extend(claimed);
     }
     config.quic_shard_addrs.clear();
     if let (true, Some(base)) = (config.quic_enabled, config.quic_shard_port_base) {
@@ -150,9 +154,10 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                 })?
             };
             let want = std::net::SocketAddr::new(config.quic_addr.ip(), port);
-            let (socket, addr) = crate::native::reserve_port(want)?;
+            let (socket, addr, claimed) = crate::native::reserve_port(want)?;
             config.quic_shard_addrs.push(addr);
             quic_port_reservation.push(socket);
+            port_locks.extend(claimed);
         }
     }
     if config.http_connections_per_shard_max.is_none() {
@@ -171,14 +176,16 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         );
         config.http_connections_per_shard_max = Some(per_shard);
     }
-    let (http_socket, http_addr) = crate::http::reserve_port(config.http_addr)?;
+    let (http_socket, http_addr, claimed) = crate::http::reserve_port(config.http_addr)?;
     config.http_addr = http_addr;
+    port_locks.extend(claimed);
     let kafka_socket = match config.kafka_addr {
         Some(addr) => {
-            let (socket, bound) = crate::http::reserve_port(addr).map_err(|e| {
+            let (socket, bound, claimed) = crate::http::reserve_port(addr).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("Kafka listener (not the HTTP API): {e}"))
             })?;
             config.kafka_addr = Some(bound);
+            port_locks.extend(claimed);
             Some(socket)
         }
         None => None,
@@ -293,6 +300,7 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         quic_port_reservation: std::sync::Mutex::new(quic_port_reservation),
         http_port_reservation: std::sync::Mutex::new(Some(http_socket)),
         kafka_port_reservation: std::sync::Mutex::new(kafka_socket),
+        _port_locks: port_locks,
         config,
     })
 }

@@ -218,21 +218,21 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             "{}".into(),
             400,
             "MissingParameter",
-            "MissingParameter",
+            "MissingRequiredParameterException",
         ),
         (
             "CreateQueue",
             r#"{"QueueName":5}"#.into(),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "CreateQueue",
             r#"{"QueueName":"bad name"}"#.into(),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "CreateQueue",
@@ -288,14 +288,14 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             format!(r#"{{"QueueUrl":"{Q}"}}"#),
             400,
             "MissingParameter",
-            "MissingParameter",
+            "MissingRequiredParameterException",
         ),
         (
             "SendMessage",
             r#"{"MessageBody":"x"}"#.into(),
             400,
             "MissingParameter",
-            "MissingParameter",
+            "MissingRequiredParameterException",
         ),
         (
             "SendMessage",
@@ -309,14 +309,14 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             format!(r#"{{"QueueUrl":"{Q}","MessageBody":"x","DelaySeconds":901}}"#),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "SendMessage",
             format!(r#"{{"QueueUrl":"{Q}","MessageBody":"x","DelaySeconds":"5"}}"#),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "SendMessage",
@@ -325,7 +325,7 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             ),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "SendMessage",
@@ -334,7 +334,7 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             ),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "SendMessageBatch",
@@ -384,21 +384,21 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             format!(r#"{{"QueueUrl":"{Q}","ReceiptHandle":"forged","VisibilityTimeout":50000}}"#),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "ReceiveMessage",
             format!(r#"{{"QueueUrl":"{Q}","MaxNumberOfMessages":11}}"#),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "ReceiveMessage",
             format!(r#"{{"QueueUrl":"{Q}","WaitTimeSeconds":21}}"#),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "GetQueueAttributes",
@@ -427,19 +427,19 @@ fn json_protocol_errors_have_their_sqs_codes_and_statuses() {
             r#"{"SourceArn":"arn:aws:sqs:us-east-1:000000000000:errs"}"#.into(),
             400,
             "InvalidParameterValue",
-            "InvalidParameterValue",
+            "InvalidParameterValueException",
         ),
         (
             "CancelMessageMoveTask",
             r#"{"TaskHandle":"not-a-handle"}"#.into(),
-            400,
+            404,
             "ResourceNotFoundException",
             "ResourceNotFoundException",
         ),
         (
             "ListMessageMoveTasks",
             r#"{"SourceArn":"arn:aws:sqs:us-east-1:000000000000:missing"}"#.into(),
-            400,
+            404,
             "ResourceNotFoundException",
             "ResourceNotFoundException",
         ),
@@ -615,7 +615,12 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
         port,
         b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nContent-Length: 3145728\r\n\r\n",
     );
-    assert_json_error(&r, 400, "InvalidParameterValue", "InvalidParameterValue");
+    assert_json_error(
+        &r,
+        400,
+        "InvalidParameterValue",
+        "InvalidParameterValueException",
+    );
     // A chunked body that grows past the limit is cut off while it streams.
     let mut s = connect(port);
     s.write_all(b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -633,7 +638,12 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
         sent += chunk.len();
     }
     let r = read_response(&mut s, &mut Vec::new());
-    assert_json_error(&r, 400, "InvalidParameterValue", "InvalidParameterValue");
+    assert_json_error(
+        &r,
+        400,
+        "InvalidParameterValue",
+        "InvalidParameterValueException",
+    );
 
     // A message over 1 MiB inside a body under the limit: the SQS message-size error.
     let big = "x".repeat(1_048_577);
@@ -642,7 +652,12 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
         "SendMessage",
         &format!(r#"{{"QueueUrl":"http://h/000000000000/lim","MessageBody":"{big}"}}"#),
     );
-    assert_json_error(&r, 400, "InvalidParameterValue", "InvalidParameterValue");
+    assert_json_error(
+        &r,
+        400,
+        "InvalidParameterValue",
+        "InvalidParameterValueException",
+    );
     // Exactly 1 MiB is accepted.
     let ok = "y".repeat(1_048_576);
     let r = json(
@@ -866,6 +881,35 @@ fn a_second_broker_on_the_same_ports_fails_the_start() {
     let again = server::start(config(b_dir.path(), http, quic)).expect("after the first stopped");
     again.wait_ready().expect("ready");
     again.shutdown();
+}
+
+/// A starting broker holds its ports from its reservation until its shards listen, which
+/// recovery can make minutes: a second broker started in that window must fail as well. (The
+/// probe alone let it through for TCP: a bound socket that does not listen yet admits a probe
+/// with SO_REUSEADDR, and the second broker joined the first one's SO_REUSEPORT group.)
+#[test]
+fn a_port_held_by_a_starting_broker_is_refused_to_a_second() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let first = sluice_broker::http::reserve_port(free).expect("the first broker's reservation");
+    let e = sluice_broker::http::reserve_port(free)
+        .expect_err("a second broker on a port a starting broker holds");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    assert!(e.to_string().contains("SQS HTTP API on"), "{e}");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let quic = sluice_broker::native::reserve_port(udp).expect("the first broker's QUIC port");
+    let e = sluice_broker::native::reserve_port(udp).expect_err("a second broker on the QUIC port");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    // Released with the first broker: the ports can be taken again.
+    drop((first, quic));
+    sluice_broker::http::reserve_port(free).expect("released");
+    sluice_broker::native::reserve_port(udp).expect("released");
 }
 
 /// With auth off (the local default), a web page must not drive the API: a DNS-rebinding page

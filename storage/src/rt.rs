@@ -101,6 +101,55 @@ mod tests {
         );
     }
 
+    /// glommio is patched (vendor/README.md): an executor whose preemption timer fired before
+    /// it ran anything took that for "nothing to run" and parked — and a park installs no
+    /// preemption timer, so with runnable tasks and no I/O in flight it slept for good. A
+    /// 20 µs preemption timer often fires in that window; two tasks that only yield (no I/O,
+    /// no timers) must still finish. Unpatched: hung in 3 runs of 3.
+    #[test]
+    fn an_executor_preempted_before_running_does_not_park_with_runnable_tasks() {
+        const TURNS: u32 = 200_000;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let ex = super::executor_builder("preempted", glommio::Placement::Unbound)
+            .preempt_timer(std::time::Duration::from_micros(20))
+            .spin_before_park(std::time::Duration::from_micros(10))
+            .spawn(move || async move {
+                let yielders: Vec<_> = (0..2)
+                    .map(|_| {
+                        glommio::spawn_local(async {
+                            for _ in 0..TURNS {
+                                // Always yields: the task queue never drains.
+                                let mut yielded = false;
+                                std::future::poll_fn(|cx| {
+                                    if yielded {
+                                        std::task::Poll::Ready(())
+                                    } else {
+                                        yielded = true;
+                                        cx.waker().wake_by_ref();
+                                        std::task::Poll::Pending
+                                    }
+                                })
+                                .await;
+                            }
+                        })
+                    })
+                    .collect();
+                for y in yielders {
+                    y.await;
+                }
+            })
+            .expect("spawn executor");
+        std::thread::spawn(move || {
+            let _ = done_tx.send(ex.join().is_ok());
+        });
+        let finished = done_rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(
+            finished,
+            Ok(true),
+            "two yielding tasks did not finish: the executor parked with runnable tasks"
+        );
+    }
+
     #[test]
     fn transparent_huge_pages_can_be_turned_off_for_the_process() {
         super::disable_transparent_huge_pages().expect("prctl(PR_SET_THP_DISABLE)");

@@ -94,7 +94,16 @@ pub async fn dispatch(ctx: &Ctx<'_>, action: &str, mut p: Params) -> ActionResul
         }
         "PurgeQueue" => {
             let q = ctx.resolve(&mut p)?;
-            ctx.shard.purge(&q).await?;
+            ctx.shard.purge(&q).await.map_err(|e| {
+                let mut e = SqsError::from(e);
+                if e.code == "AWS.SimpleQueueService.PurgeQueueInProgress" {
+                    e.message = format!(
+                        "Only one PurgeQueue operation on {} is allowed every 60 seconds.",
+                        q.name
+                    );
+                }
+                e
+            })?;
             Ok(None)
         }
         "TagQueue" => {
@@ -137,7 +146,8 @@ pub async fn dispatch(ctx: &Ctx<'_>, action: &str, mut p: Params) -> ActionResul
         "DeleteMessage" => {
             let q = ctx.resolve(&mut p)?;
             let handle = p.str("ReceiptHandle")?;
-            ctx.shard.delete_message(&q, &handle).await?;
+            let r = ctx.shard.delete_message(&q, &handle).await;
+            r.map_err(|e| stale_handle(ctx, &q, &handle, e.into(), HandleUse::Delete))?;
             Ok(None)
         }
         "DeleteMessageBatch" => handle_batch(ctx, p, false).await,
@@ -146,25 +156,17 @@ pub async fn dispatch(ctx: &Ctx<'_>, action: &str, mut p: Params) -> ActionResul
             let handle = p.str("ReceiptHandle")?;
             let timeout =
                 visibility(&mut p)?.ok_or_else(|| SqsError::missing("VisibilityTimeout"))?;
-            ctx.shard.change_visibility(&q, &handle, timeout).await?;
+            let r = ctx.shard.change_visibility(&q, &handle, timeout).await;
+            r.map_err(|e| stale_handle(ctx, &q, &handle, e.into(), HandleUse::ChangeVisibility))?;
             Ok(None)
         }
         "ChangeMessageVisibilityBatch" => handle_batch(ctx, p, true).await,
         "ListDeadLetterSourceQueues" => list_dead_letter_sources(ctx, p),
         "StartMessageMoveTask" => {
-            let source = p.str("SourceArn")?;
-            let destination = p.opt_str("DestinationArn")?;
-            let rate = p.opt_int("MaxNumberOfMessagesPerSecond")?;
-            let rate = match rate {
-                None => None,
-                Some(r) if (1..=i64::from(MOVE_RATE_MAX)).contains(&r) => Some(r as u32),
-                Some(_) => {
-                    return Err(SqsError::invalid(
-                        "MaxNumberOfMessagesPerSecond",
-                        "must be 1 to 500",
-                    ))
-                }
-            };
+            let source =
+                arn_param(&mut p, "SourceArn")?.ok_or_else(|| SqsError::missing("SourceArn"))?;
+            let destination = arn_param(&mut p, "DestinationArn")?;
+            let rate = p.opt_int_in("MaxNumberOfMessagesPerSecond", 1, i64::from(MOVE_RATE_MAX))?;
             let handle = ctx
                 .shard
                 .start_move_task(
@@ -177,7 +179,8 @@ pub async fn dispatch(ctx: &Ctx<'_>, action: &str, mut p: Params) -> ActionResul
             Ok(Some(one("TaskHandle", s(handle))))
         }
         "ListMessageMoveTasks" => {
-            let source = p.str("SourceArn")?;
+            let source =
+                arn_param(&mut p, "SourceArn")?.ok_or_else(|| SqsError::missing("SourceArn"))?;
             let max = p.opt_int_in("MaxResults", 1, 10)?.unwrap_or(1);
             let tasks = ctx
                 .shard
@@ -211,6 +214,26 @@ pub async fn dispatch(ctx: &Ctx<'_>, action: &str, mut p: Params) -> ActionResul
             format!("The action {other} is not valid for this endpoint."),
         )),
     }
+}
+
+/// An ARN parameter of the move-task actions: something that is not shaped as an ARN at all
+/// is an invalid value (as SQS answers it), not a queue that does not exist.
+fn arn_param(p: &mut Params, name: &str) -> Result<Option<String>, SqsError> {
+    let Some(arn) = p.opt_str(name)? else {
+        return Ok(None);
+    };
+    let parts: Vec<&str> = arn.split(':').collect();
+    if parts.len() != 6 || parts[0] != "arn" || parts.iter().skip(1).any(|x| x.is_empty()) {
+        return Err(SqsError::new(
+            "InvalidParameterValue",
+            400,
+            format!(
+                "You must use this format to specify the {name}: \
+                 arn:<partition>:<service>:<region>:<account-id>:<resource-id>"
+            ),
+        ));
+    }
+    Ok(Some(arn))
 }
 
 fn move_task_entry(t: MoveTaskInfo) -> Out {
@@ -407,6 +430,10 @@ async fn get_queue_attributes(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
 /// A SendMessage's (or batch entry's) message, moved out of the parameters (no body copy).
 pub(crate) fn send_request(p: &mut Params) -> Result<(SendRequest, Option<String>), SqsError> {
     let body = p.str("MessageBody")?;
+    if body.is_empty() {
+        // As SQS: an empty body is a missing one.
+        return Err(SqsError::missing("MessageBody"));
+    }
     let delay_s = p.opt_int_in("DelaySeconds", 0, i64::from(DELAY_S_MAX))?;
     let attributes = p.message_attributes("MessageAttributes")?;
     let system = p.message_attributes("MessageSystemAttributes")?;
@@ -472,21 +499,60 @@ fn sent_members(
     m
 }
 
+/// A FIFO queue's sends need a MessageGroupId, and a MessageDeduplicationId unless the queue
+/// deduplicates by content. SQS words a missing group id of a SendMessage as a missing
+/// parameter, and fails a whole SendMessageBatch (not the entry) on either.
+fn fifo_send_rule(q: &QueueMeta, req: &SendRequest, batch: bool) -> Result<(), SqsError> {
+    if q.kind != crate::engine::attributes::QueueKind::Fifo {
+        return Ok(());
+    }
+    if req.group_id.is_none() {
+        let message = "The request must contain the parameter MessageGroupId.";
+        return Err(if batch {
+            SqsError::new("InvalidParameterValue", 400, message)
+        } else {
+            SqsError::new("MissingParameter", 400, message)
+        });
+    }
+    if req.dedup_id.is_none() && !q.parsed.content_based_dedup {
+        return Err(SqsError::new(
+            "InvalidParameterValue",
+            400,
+            "The queue should either have ContentBasedDeduplication enabled or \
+             MessageDeduplicationId provided explicitly",
+        ));
+    }
+    Ok(())
+}
+
 async fn send_message(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
     let q = ctx.resolve(&mut p)?;
     let (req, md5_system) = send_request(&mut p)?;
+    fifo_send_rule(&q, &req, false)?;
     let r = ctx.shard.send(&q, req).await?;
     Ok(Some(Out::Struct(sent_members(&r, md5_system))))
 }
 
 /// The request-level rules every batch shares: 1–10 entries with distinct, well-formed ids.
-pub(crate) fn batch_entries(p: &mut Params) -> Result<Vec<(String, Params)>, SqsError> {
+/// `entry` names an entry as the Query protocol does (`SendMessageBatchRequestEntry`), which
+/// SQS's message for an empty batch quotes.
+pub(crate) fn batch_entries(
+    p: &mut Params,
+    entry: &str,
+) -> Result<Vec<(String, Params)>, SqsError> {
     let entries = p.struct_list("Entries")?.unwrap_or_default();
     if entries.is_empty() {
-        return Err(crate::engine::EngineError::EmptyBatchRequest.into());
+        let mut e = SqsError::from(crate::engine::EngineError::EmptyBatchRequest);
+        e.message = format!("There should be at least one {entry} in the request.");
+        return Err(e);
     }
     if entries.len() > BATCH_ENTRIES_MAX {
-        return Err(crate::engine::EngineError::TooManyEntriesInBatchRequest.into());
+        let mut e = SqsError::from(crate::engine::EngineError::TooManyEntriesInBatchRequest);
+        e.message = format!(
+            "Maximum number of entries per request are {BATCH_ENTRIES_MAX}. You have sent {}.",
+            entries.len()
+        );
+        return Err(e);
     }
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(entries.len());
@@ -526,7 +592,7 @@ fn batch_result(ok_xml: &'static str, ok: Vec<Out>, failed: Vec<Out>) -> Out {
 
 async fn send_message_batch(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
     let q = ctx.resolve(&mut p)?;
-    let entries = batch_entries(&mut p)?;
+    let entries = batch_entries(&mut p, "SendMessageBatchRequestEntry")?;
     let n = entries.len();
     let mut good = Vec::with_capacity(n);
     let mut system_md5 = BTreeMap::new();
@@ -537,6 +603,7 @@ async fn send_message_batch(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
         ids.push(id.clone());
         match send_request(&mut e) {
             Ok((request, md5)) => {
+                fifo_send_rule(&q, &request, true)?;
                 if let Some(m) = md5 {
                     system_md5.insert(id.clone(), m);
                 }
@@ -582,6 +649,41 @@ async fn send_message_batch(ctx: &Ctx<'_>, mut p: Params) -> ActionResult {
     )))
 }
 
+/// What a receipt handle was used for.
+#[derive(Clone, Copy)]
+enum HandleUse {
+    Delete,
+    ChangeVisibility,
+}
+
+/// A handle this endpoint issued for this queue (it decodes) that the partition refuses is
+/// stale, not malformed: SQS reports that as `InvalidParameterValue` naming the handle —
+/// "Message does not exist or is not available for visibility timeout change" for a
+/// ChangeMessageVisibility (the message was deleted or received again since), "The receipt
+/// handle has expired" for a FIFO queue's DeleteMessage — and keeps `ReceiptHandleIsInvalid`
+/// for a handle that is not one at all. Other errors pass unchanged.
+fn stale_handle(
+    ctx: &Ctx<'_>,
+    q: &QueueMeta,
+    handle: &str,
+    e: SqsError,
+    how: HandleUse,
+) -> SqsError {
+    if e.code != "ReceiptHandleIsInvalid" || ctx.shard.decode_receipt(q, handle).is_err() {
+        return e;
+    }
+    let reason = match how {
+        HandleUse::ChangeVisibility => {
+            "Message does not exist or is not available for visibility timeout change."
+        }
+        HandleUse::Delete if q.kind == crate::engine::attributes::QueueKind::Fifo => {
+            "The receipt handle has expired."
+        }
+        HandleUse::Delete => return e,
+    };
+    SqsError::invalid_value("ReceiptHandle", handle, reason)
+}
+
 fn visibility(p: &mut Params) -> Result<Option<u32>, SqsError> {
     p.opt_int_in("VisibilityTimeout", 0, i64::from(VISIBILITY_TIMEOUT_S_MAX))
 }
@@ -591,8 +693,15 @@ fn visibility(p: &mut Params) -> Result<Option<u32>, SqsError> {
 /// parse fails on its own.
 async fn handle_batch(ctx: &Ctx<'_>, mut p: Params, change_visibility: bool) -> ActionResult {
     let q = ctx.resolve(&mut p)?;
-    let entries = batch_entries(&mut p)?;
+    let entry = if change_visibility {
+        "ChangeMessageVisibilityBatchRequestEntry"
+    } else {
+        "DeleteMessageBatchRequestEntry"
+    };
+    let entries = batch_entries(&mut p, entry)?;
     let q = &q;
+    // Each entry's handle, to word a stale one's failure as SQS does (`stale_handle`).
+    let mut handles: BTreeMap<String, String> = BTreeMap::new();
     let results: Vec<(String, Result<(), SqsError>)> = if change_visibility {
         let parsed = entries
             .into_iter()
@@ -600,6 +709,7 @@ async fn handle_batch(ctx: &Ctx<'_>, mut p: Params, change_visibility: bool) -> 
                 let entry = e.str("ReceiptHandle").and_then(|h| {
                     let t = visibility(&mut e)?
                         .ok_or_else(|| SqsError::missing("VisibilityTimeout"))?;
+                    handles.insert(id.clone(), h.clone());
                     Ok((h, t))
                 });
                 (id, entry)
@@ -612,12 +722,27 @@ async fn handle_batch(ctx: &Ctx<'_>, mut p: Params, change_visibility: bool) -> 
     } else {
         let parsed = entries
             .into_iter()
-            .map(|(id, mut e)| (id, e.str("ReceiptHandle")))
+            .map(|(id, mut e)| {
+                let h = e.str("ReceiptHandle");
+                if let Ok(h) = &h {
+                    handles.insert(id.clone(), h.clone());
+                }
+                (id, h)
+            })
             .collect();
         run_parsed_entries(parsed, |handles| ctx.shard.delete_message_batch(q, handles)).await
     };
+    let how = if change_visibility {
+        HandleUse::ChangeVisibility
+    } else {
+        HandleUse::Delete
+    };
     let (mut ok, mut failed) = (Vec::new(), Vec::new());
     for (id, r) in results {
+        let r = r.map_err(|e| match handles.get(&id) {
+            Some(h) => stale_handle(ctx, q, h, e, how),
+            None => e,
+        });
         match r {
             Ok(()) => ok.push(Out::Struct(vec![("Id", "Id", s(id))])),
             Err(e) => failed.push(failed_entry(id, &e)),

@@ -187,18 +187,31 @@ pub async fn serve(shard: Rc<Shard>) {
 /// (the metrics listener's port 0 once did: the shards' binds failed and HTTP requests reached
 /// the metrics server), and a port held by another program fails the start instead of leaving
 /// the broker running without its HTTP API.
+/// The port is also claimed for the broker's lifetime (`crate::ports::lock`), before any
+/// SO_REUSEPORT socket is bound: the probe cannot see a starting broker whose shards do not
+/// listen yet.
 pub fn reserve_port(
     addr: std::net::SocketAddr,
-) -> std::io::Result<(socket2::Socket, std::net::SocketAddr)> {
-    crate::ports::probe(addr, crate::ports::Transport::Tcp)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}")))?;
-    let socket = reuseport_socket(addr)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}")))?;
+) -> std::io::Result<(
+    socket2::Socket,
+    std::net::SocketAddr,
+    Option<crate::ports::PortLock>,
+)> {
+    use crate::ports::{lock, probe, Transport};
+    let context =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}"));
+    let claimed = lock(addr, Transport::Tcp).map_err(context)?;
+    probe(addr, Transport::Tcp).map_err(context)?;
+    let socket = reuseport_socket(addr).map_err(context)?;
     let bound = socket
         .local_addr()?
         .as_socket()
         .ok_or_else(|| std::io::Error::other("HTTP API: not an IP address"))?;
-    Ok((socket, bound))
+    let claimed = match claimed {
+        Some(l) => Some(l),
+        None => lock(bound, Transport::Tcp).map_err(context)?,
+    };
+    Ok((socket, bound, claimed))
 }
 
 /// A TCP socket bound to `addr` with SO_REUSEPORT (and SO_REUSEADDR), not listening.

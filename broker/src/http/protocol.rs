@@ -15,6 +15,7 @@
 
 use crate::engine::attributes::{AttributeValue, MessageAttribute};
 use crate::engine::record::Payload;
+use crate::engine::EngineError;
 use crate::error::ServiceError;
 use base64::Engine as _;
 use serde_json::{Map, Value};
@@ -71,6 +72,20 @@ impl SqsError {
         )
     }
 
+    /// `InvalidParameterValue` naming the value, in SQS's words: "Value 11 for parameter
+    /// MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided."
+    pub fn invalid_value(
+        param: &str,
+        value: impl std::fmt::Display,
+        reason: impl std::fmt::Display,
+    ) -> Self {
+        SqsError::new(
+            "InvalidParameterValue",
+            400,
+            format!("Value {value} for parameter {param} is invalid. Reason: {reason}"),
+        )
+    }
+
     pub fn unsupported(message: impl Into<String>) -> Self {
         SqsError::new("AWS.SimpleQueueService.UnsupportedOperation", 400, message)
     }
@@ -92,6 +107,24 @@ impl From<ServiceError> for SqsError {
                 tracing::error!(error = %e, "internal error answering an SQS request");
                 "We encountered an internal error. Please try again.".to_string()
             }
+            // SQS's wording for these (the codes are the same either way).
+            ServiceError::Engine(EngineError::InvalidAttributeName(name)) => {
+                // The engine may add why ("X applies only to FIFO queues"); SQS names it only.
+                let name = name.split(' ').next().unwrap_or(name);
+                format!("Unknown Attribute {name}.")
+            }
+            ServiceError::Engine(EngineError::InvalidBatchEntryId(_)) => {
+                "A batch entry id can only contain alphanumeric characters, hyphens and \
+                 underscores. It can be at most 80 letters long."
+                    .to_string()
+            }
+            ServiceError::Engine(EngineError::BatchEntryIdsNotDistinct(id)) => {
+                format!("Id {id} repeated.")
+            }
+            ServiceError::Engine(EngineError::BatchRequestTooLong { size_bytes }) => format!(
+                "Batch requests cannot be longer than {} bytes. You have sent {size_bytes} bytes.",
+                sluice_wire::limits::BATCH_PAYLOAD_BYTES_MAX
+            ),
             other => other.to_string(),
         };
         SqsError {
@@ -104,18 +137,22 @@ impl From<ServiceError> for SqsError {
     }
 }
 
-impl From<crate::engine::EngineError> for SqsError {
-    fn from(e: crate::engine::EngineError) -> Self {
+impl From<EngineError> for SqsError {
+    fn from(e: EngineError) -> Self {
         SqsError::from(ServiceError::from(e))
     }
 }
 
 /// The model's error shape name for a legacy code (see the `awsQueryError` traits of
 /// `sqs-api-model.json`): most shapes drop the `AWS.SimpleQueueService.` prefix; two are renamed.
+/// The two common errors the model does not declare are named as SQS's JSON protocol names them
+/// (`__type`), while `x-amzn-query-error` keeps their Query codes.
 pub fn shape_of(code: &'static str) -> &'static str {
     match code {
         "AWS.SimpleQueueService.NonExistentQueue" => "QueueDoesNotExist",
         "QueueAlreadyExists" => "QueueNameExists",
+        "InvalidParameterValue" => "InvalidParameterValueException",
+        "MissingParameter" => "MissingRequiredParameterException",
         "KMS.AccessDeniedException" => "KmsAccessDenied",
         "KMS.DisabledException" => "KmsDisabled",
         "KMS.InvalidKeyUsageException" => "KmsInvalidKeyUsage",
@@ -191,14 +228,19 @@ impl Params {
         }
     }
 
-    /// An integer in `min..=max`.
+    /// An integer in `min..=max`; outside, SQS's "Value 11 for parameter MaxNumberOfMessages
+    /// is invalid. Reason: Must be between 1 and 10, if provided."
     pub fn opt_int_in(&mut self, name: &str, min: i64, max: i64) -> Result<Option<u32>, SqsError> {
         match self.opt_int(name)? {
             None => Ok(None),
             Some(v) if (min..=max).contains(&v) => Ok(Some(v as u32)),
-            Some(v) => Err(SqsError::invalid(
+            Some(v) => Err(SqsError::invalid_value(
                 name,
-                format!("{v} is not between {min} and {max}"),
+                v,
+                match name {
+                    "WaitTimeSeconds" => format!("Must be >= {min} and <= {max}, if provided."),
+                    _ => format!("Must be between {min} and {max}, if provided."),
+                },
             )),
         }
     }
@@ -833,7 +875,13 @@ pub fn render_json_error(e: &SqsError, buf: &mut Vec<u8>) {
     buf.extend_from_slice(b"{\"__type\":");
     json_str(&format!("{JSON_ERROR_PREFIX}{}", e.shape), buf);
     buf.extend_from_slice(b",\"message\":");
-    json_str(&e.message, buf);
+    // SQS words this one error differently per protocol: the Query protocol's message names
+    // the "wsdl version", the JSON protocol's does not.
+    let message = match e.code {
+        "AWS.SimpleQueueService.NonExistentQueue" => "The specified queue does not exist.",
+        _ => &e.message,
+    };
+    json_str(message, buf);
     buf.push(b'}');
 }
 

@@ -123,9 +123,18 @@ pub const STREAM_STOP_CODE_MALFORMED: u32 = ErrorCode::MalformedFrame as u32;
 /// join, until the broker is ready (`BrokerHandle::wait_ready` drops it). A port something else
 /// already holds fails the start: another broker's SO_REUSEPORT socket would otherwise share its
 /// datagrams with ours, breaking both brokers' connections at random.
-pub fn reserve_port(addr: SocketAddr) -> std::io::Result<(std::net::UdpSocket, SocketAddr)> {
-    crate::ports::probe(addr, crate::ports::Transport::Udp)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("QUIC on {addr}: {e}")))?;
+/// The address is claimed for the broker's lifetime as well (`crate::ports::lock`).
+pub fn reserve_port(
+    addr: SocketAddr,
+) -> std::io::Result<(
+    std::net::UdpSocket,
+    SocketAddr,
+    Option<crate::ports::PortLock>,
+)> {
+    use crate::ports::{lock, probe, Transport};
+    let context = |e: std::io::Error| std::io::Error::new(e.kind(), format!("QUIC on {addr}: {e}"));
+    let claimed = lock(addr, Transport::Udp).map_err(context)?;
+    probe(addr, Transport::Udp).map_err(context)?;
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -135,7 +144,11 @@ pub fn reserve_port(addr: SocketAddr) -> std::io::Result<(std::net::UdpSocket, S
     socket.bind(&addr.into())?;
     let socket: std::net::UdpSocket = socket.into();
     let bound = socket.local_addr()?;
-    Ok((socket, bound))
+    let claimed = match claimed {
+        Some(l) => Some(l),
+        None => lock(bound, Transport::Udp).map_err(context)?,
+    };
+    Ok((socket, bound, claimed))
 }
 
 /// Makes the TLS identity exist before the shards start, so that they all load the same one

@@ -1325,6 +1325,16 @@ impl LocalExecutor {
         loop {
             self.reactor.sys.install_eventfd();
             if self.need_preempt() {
+                // Sluice patch (vendor/README.md): preempted before running anything is not
+                // "nothing to run". The caller parks when this returns false, and a park
+                // installs no preemption timer: with a queue still active (a runnable task)
+                // the executor slept until some unrelated I/O or timer woke it — forever if
+                // none was in flight. It happens when a latency-ring completion (the
+                // preemption timer itself) lands between the reactor's last look and this
+                // check.
+                if !ran && !self.queues.borrow().active_executors.is_empty() {
+                    ran = true;
+                }
                 break;
             }
             if !self.run_one_task_queue() {

@@ -358,7 +358,24 @@ fn kafka_target_runs_beside_quic_and_reports_the_ratios() {
     let work = tmp.path().join("work");
     let (w, o) = (work.to_str().expect("utf8"), out.to_str().expect("utf8"));
     let path = scenario("smoke-kafka");
-    perf(&["run", path.to_str().expect("utf8"), "--work", w, "--out", o]);
+    // Bounded: when a run misses its deadline, librdkafka's clients outlive the broker and
+    // their teardown can block the process (journal, 2026-12-06): fail instead of hanging.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-perf"))
+        .args(["run", path.to_str().expect("utf8"), "--work", w, "--out", o])
+        .spawn()
+        .expect("run sluice-perf");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sluice-perf run smoke-kafka did not end within 180 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(status.success(), "sluice-perf run smoke-kafka: {status}");
     let rec = result(&out, "smoke-kafka");
     let runs = rec["runs"].as_array().expect("runs");
     let targets: Vec<&str> = runs.iter().filter_map(|r| r["target"].as_str()).collect();

@@ -7,6 +7,8 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 # The Kafka compatibility suite (broker/tests/kafka_compat) drives kcat (librdkafka).
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+# The perf suite's Kafka target (`sluice-perf --features kafka`) links the system's librdkafka.
+pkg-config --exists rdkafka 2>/dev/null || missing+=(librdkafka-dev pkg-config)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq

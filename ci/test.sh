@@ -23,6 +23,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
 
+echo "== perf: the Kafka target (librdkafka, behind sluice-perf's kafka feature): lints and smoke run"
+cargo clippy -p sluice-perf --features kafka --all-targets -- -D warnings
+cargo test -p sluice-perf --features kafka --test smoke kafka_target
+
 echo "== SQS compatibility suite (real sluiced; boto3 JSON, AWS CLI, Query protocol)"
 cargo build -p sluice-broker --bin sluiced
 export SLUICE_BIN="$(pwd)/${CARGO_TARGET_DIR:-target}/debug/sluiced"

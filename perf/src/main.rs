@@ -13,6 +13,8 @@ mod cpu;
 mod echo;
 mod fio;
 mod http_vs_quic;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod loadgen;
 mod peers;
 mod queue_bench;
@@ -144,7 +146,8 @@ enum Cmd {
         /// Scenario files.
         #[arg(required = true)]
         scenarios: Vec<PathBuf>,
-        /// Sluice targets to run (default: the scenario's): sluice-quic, sluice-http.
+        /// Sluice targets to run (default: the scenario's): sluice-quic, sluice-http,
+        /// sluice-kafka (topics through librdkafka; needs the `kafka` feature).
         #[arg(long, value_delimiter = ',')]
         targets: Option<Vec<String>>,
         /// Peers to start and run in the same run, one at a time: nats-jetstream, rabbitmq-quorum,
@@ -176,6 +179,9 @@ enum Cmd {
         /// An external broker's SQS HTTP address.
         #[arg(long)]
         sluice_http: Option<std::net::SocketAddr>,
+        /// An external broker's Kafka address.
+        #[arg(long)]
+        sluice_kafka: Option<std::net::SocketAddr>,
         #[arg(long, default_value = "perf/work/run")]
         work: PathBuf,
         #[arg(long, default_value = "perf/results")]
@@ -238,6 +244,7 @@ fn main() {
             sluice_quic,
             cert,
             sluice_http,
+            sluice_kafka,
             work,
             out,
         } => {
@@ -254,6 +261,7 @@ fn main() {
                 sluice_quic,
                 cert,
                 sluice_http,
+                sluice_kafka,
             };
             let mut failures = Vec::new();
             for sc in &scenarios {

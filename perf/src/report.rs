@@ -193,6 +193,17 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
                     base.fsync_policy,
                     r.fsync_policy
                 );
+                // At an offered rate, a target that falls behind shows here too.
+                let _ = writeln!(
+                    s,
+                    "- {} / {} throughput at the offered {:.0} msg/s (sent, received and acknowledged): **{}** ({:.0} vs {:.0} msg/s)",
+                    base.target,
+                    r.target,
+                    base.offered_rate_per_s.unwrap_or_default(),
+                    ratio(base.through_msgs_per_s(), r.through_msgs_per_s()),
+                    base.through_msgs_per_s(),
+                    r.through_msgs_per_s()
+                );
             } else {
                 let _ = writeln!(
                     s,

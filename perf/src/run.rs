@@ -42,6 +42,7 @@ pub struct RunOptions {
     pub sluice_quic: Option<SocketAddr>,
     pub cert: Option<PathBuf>,
     pub sluice_http: Option<SocketAddr>,
+    pub sluice_kafka: Option<SocketAddr>,
 }
 
 /// Shards of the in-process broker unless `--shards` says otherwise: one per core, less the one
@@ -60,6 +61,7 @@ pub fn in_process_shards() -> usize {
 fn is_external(t: &str, o: &RunOptions) -> bool {
     match t {
         "sluice-quic" => o.sluice_quic.is_some(),
+        "sluice-kafka" => o.sluice_kafka.is_some(),
         _ => o.sluice_http.is_some(),
     }
 }
@@ -84,9 +86,10 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
     }
     let targets = o.targets.clone().unwrap_or_else(|| sc.targets.clone());
     for t in &targets {
-        if !["sluice-quic", "sluice-http"].contains(&t.as_str()) {
+        if !SLUICE_TARGETS.contains(&t.as_str()) {
             return Err(format!(
-                "target {t:?}: Sluice targets are sluice-quic and sluice-http; peers go in --peers"
+                "target {t:?}: Sluice targets are {}; peers go in --peers",
+                SLUICE_TARGETS.join(", ")
             ));
         }
     }
@@ -140,12 +143,13 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
                     quic: o.sluice_quic,
                     cert: o.cert.clone(),
                     http: o.sluice_http,
+                    kafka: o.sluice_kafka,
                 };
                 // A fresh broker per case and target, so no run inherits another's logs.
                 let broker = if is_external(t, o) {
                     None
                 } else {
-                    match InProcess::start(&o.work.join("sluice"), shards) {
+                    match InProcess::start(&o.work.join("sluice"), shards, t == "sluice-kafka") {
                         Ok(b) => Some(b),
                         Err(e) => {
                             rec.failed.push(miss(case, t, e));
@@ -168,6 +172,13 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
                         };
                         Box::new(SluiceQuic::new(addr, cert).metered(meter))
                     }
+                    "sluice-kafka" => match kafka_target(ep.kafka, meter) {
+                        Ok(k) => k,
+                        Err(e) => {
+                            rec.failed.push(miss(case, t, e));
+                            continue;
+                        }
+                    },
                     _ => Box::new(
                         SluiceHttp::new(ep.http.expect("set for in-process brokers"))
                             .metered(meter),
@@ -259,6 +270,30 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
         ));
     }
     Ok(files)
+}
+
+/// The Sluice targets a scenario may name.
+const SLUICE_TARGETS: &[&str] = &["sluice-quic", "sluice-http", "sluice-kafka"];
+
+/// Sluice's Kafka listener at `addr` through librdkafka (`src/kafka.rs`).
+#[cfg(feature = "kafka")]
+fn kafka_target(
+    addr: Option<SocketAddr>,
+    meter: Option<CpuMeter>,
+) -> Result<Box<dyn Target>, String> {
+    let addr = addr.ok_or("no Kafka listener (--sluice-kafka ADDR for an external broker)")?;
+    let k = crate::kafka::SluiceKafka::new(addr.to_string()).map_err(|e| e.to_string())?;
+    Ok(Box::new(k.metered(meter)))
+}
+
+#[cfg(not(feature = "kafka"))]
+fn kafka_target(
+    _addr: Option<SocketAddr>,
+    _meter: Option<CpuMeter>,
+) -> Result<Box<dyn Target>, String> {
+    Err("this sluice-perf was built without the `kafka` feature \
+         (cargo run --release -p sluice-perf --features kafka)"
+        .into())
 }
 
 fn miss(case: &Case, target: &str, reason: String) -> Missing {

@@ -38,6 +38,8 @@ pub struct Endpoints {
     /// The broker's certificate (PEM), trusted by the QUIC client.
     pub cert: Option<PathBuf>,
     pub http: Option<SocketAddr>,
+    /// The Kafka listener (`sluice-kafka`).
+    pub kafka: Option<SocketAddr>,
 }
 
 /// A broker started in this process for one run, on loopback with free ports; removed on drop.
@@ -49,8 +51,9 @@ pub struct InProcess {
 
 impl InProcess {
     /// Starts the embedded default with `shards` shards (each queue with a partition per
-    /// shard, fdatasync before every ack) in `dir` (emptied first).
-    pub fn start(dir: &Path, shards: usize) -> Result<InProcess, String> {
+    /// shard, fdatasync before every ack) in `dir` (emptied first), with its Kafka listener on
+    /// a free port if `kafka`.
+    pub fn start(dir: &Path, shards: usize, kafka: bool) -> Result<InProcess, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut c = BrokerConfig::embedded(dir.to_path_buf()).map_err(|e| e.to_string())?;
@@ -59,13 +62,14 @@ impl InProcess {
         c.http_addr = "127.0.0.1:0".parse().expect("literal");
         c.quic_addr = "127.0.0.1:0".parse().expect("literal");
         c.metrics_addr = "127.0.0.1:0".parse().expect("literal");
-        c.kafka_addr = None;
+        c.kafka_addr = kafka.then(|| "127.0.0.1:0".parse().expect("literal"));
         let broker = sluice_broker::server::start(c).map_err(|e| format!("start broker: {e}"))?;
         broker.wait_ready()?;
         let endpoints = Endpoints {
             quic: Some(broker.quic_addr()),
             cert: Some(dir.join("quic-selfsigned-cert.pem")),
             http: Some(broker.http_addr()),
+            kafka: broker.kafka_addr(),
         };
         Ok(InProcess {
             broker: Some(broker),

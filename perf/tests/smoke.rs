@@ -346,3 +346,55 @@ fn an_external_broker_is_named_as_such() {
     let md = std::fs::read_to_string(out.join("smoke-open-latest.md")).expect("report");
     assert!(md.contains("external broker"), "{md}");
 }
+
+/// The Kafka target (`--features kafka`: librdkafka against the in-process broker's Kafka
+/// listener) beside QUIC in one run: every acknowledged produce is consumed by the group, the
+/// server's CPU is measured for both, and the report gives their ratios.
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_target_runs_beside_quic_and_reports_the_ratios() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    let work = tmp.path().join("work");
+    let (w, o) = (work.to_str().expect("utf8"), out.to_str().expect("utf8"));
+    let path = scenario("smoke-kafka");
+    // Bounded: when a run misses its deadline, librdkafka's clients outlive the broker and
+    // their teardown can block the process (journal, 2026-12-06): fail instead of hanging.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-perf"))
+        .args(["run", path.to_str().expect("utf8"), "--work", w, "--out", o])
+        .spawn()
+        .expect("run sluice-perf");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sluice-perf run smoke-kafka did not end within 180 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(status.success(), "sluice-perf run smoke-kafka: {status}");
+    let rec = result(&out, "smoke-kafka");
+    let runs = rec["runs"].as_array().expect("runs");
+    let targets: Vec<&str> = runs.iter().filter_map(|r| r["target"].as_str()).collect();
+    assert_eq!(targets, ["sluice-quic", "sluice-kafka"], "{rec}");
+    for r in runs {
+        let sent = r["sent"].as_u64().expect("sent");
+        assert!(sent > 0, "nothing sent: {r}");
+        let g = &r["groups"][0];
+        assert_eq!(g["lost"], 0, "{g}");
+        assert_eq!(g["received"].as_u64(), Some(sent), "{g}");
+        assert!(
+            r["server_cpu_s"].as_f64().is_some_and(|s| s > 0.0),
+            "server CPU measured: {r}"
+        );
+    }
+    let md = std::fs::read_to_string(out.join("smoke-kafka-latest.md")).expect("report");
+    assert!(
+        md.contains("sluice-quic / sluice-kafka server CPU per message")
+            && md.contains("sluice-quic / sluice-kafka throughput"),
+        "{md}"
+    );
+}

@@ -75,6 +75,7 @@ pub fn served(key: i16) -> Option<(ApiKey, i16, i16)> {
 }
 
 pub struct Outcome {
+    /// A whole frame (size prefix included), as `encode_response` makes it.
     pub answer: Option<Vec<u8>>,
     pub close: bool,
 }
@@ -99,27 +100,40 @@ fn prefix(frame: &[u8]) -> (i16, i16, i32) {
 /// The correlation id and an error code alone: what an unknown API or version gets (its
 /// error code comes first in every response that has one, as in ApiVersions v0's layout).
 fn minimal(correlation_id: i32, code: i16) -> Vec<u8> {
-    let mut out = Vec::with_capacity(6);
+    let mut out = Vec::with_capacity(10);
+    out.extend_from_slice(&6i32.to_be_bytes());
     out.extend_from_slice(&correlation_id.to_be_bytes());
     out.extend_from_slice(&code.to_be_bytes());
     out
 }
 
-/// Header and body of a response, encoded at the request's version.
+/// A response as the frame that goes on the wire: its size, header and body, encoded at the
+/// request's version into one buffer sized up front (a fetch's records are copied into it once,
+/// and the buffer is neither grown nor copied again on its way to the socket).
 pub fn encode_response<R: Encodable>(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &R,
 ) -> Result<Vec<u8>, String> {
-    let mut buf = BytesMut::new();
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
+    let header_version = api.response_header_version(version);
+    let size = header
+        .compute_size(header_version)
+        .and_then(|h| Ok(h + body.compute_size(version)?))
+        .map_err(|e| e.to_string())?;
+    let size_field = i32::try_from(size).map_err(|_| format!("a response of {size} bytes"))?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.extend_from_slice(&size_field.to_be_bytes());
     header
-        .encode(&mut buf, api.response_header_version(version))
+        .encode(&mut buf, header_version)
         .map_err(|e| e.to_string())?;
     body.encode(&mut buf, version).map_err(|e| e.to_string())?;
-    Ok(buf.to_vec())
+    if buf.len() != 4 + size {
+        return Err(format!("encoded {} bytes, sized {size}", buf.len() - 4));
+    }
+    Ok(Vec::from(buf))
 }
 
 /// The response of `api` carrying only `code` (top level where the response has one there;

@@ -241,8 +241,7 @@ async fn produce(
                         .filter(|p| *p < t.partitions())
                         .ok_or(code::UNKNOWN_TOPIC_OR_PARTITION)?;
                     let bytes = pd.records.ok_or(code::INVALID_RECORD)?;
-                    let (recs, producer) = records::from_kafka(&bytes, now)?;
-                    let batch = sluice_storage::batch::encode(&recs).ok_or(code::INVALID_RECORD)?;
+                    let (batch, producer) = records::from_kafka(&bytes, now)?;
                     let produced = shard
                         .produce_as(&t, Some(p), batch, producer)
                         .await

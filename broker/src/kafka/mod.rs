@@ -204,11 +204,8 @@ async fn serve_connection(
     }
 }
 
-async fn write_frame(stream: &mut glommio::net::TcpStream, body: &[u8]) -> std::io::Result<()> {
-    let len = i32::try_from(body.len()).map_err(|_| std::io::Error::other("response too large"))?;
-    let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(body);
-    stream.write_all(&out).await?;
+/// Writes an answer: a whole frame, its size included (`dispatch::encode_response`).
+async fn write_frame(stream: &mut glommio::net::TcpStream, frame: &[u8]) -> std::io::Result<()> {
+    stream.write_all(frame).await?;
     stream.flush().await
 }

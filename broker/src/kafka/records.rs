@@ -1,6 +1,7 @@
 //! Kafka v2 record batches to and from Sluice's records. Produced batches are decoded (the
-//! codec checks their CRC32C) and the records stored in Sluice's own batch format; fetched
-//! batches are encoded from the stored records with the log's offsets and timestamps.
+//! codec checks their CRC32C) and their records written straight into one Sluice batch;
+//! fetched batches are encoded from the stored records (checksum verified) with the log's
+//! offsets and timestamps, their keys and values borrowed from the stored bytes, not copied.
 
 use super::dispatch::code;
 use crate::stream::{ProducerBatch, StreamError};
@@ -11,7 +12,7 @@ use kafka_protocol::records::{
     Compression, Record as KRecord, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
     TimestampType,
 };
-use sluice_storage::{BatchView, Record};
+use sluice_storage::{BatchBuilder, BatchView, Record, RecordView};
 
 /// Records in one produced partition's data (Sluice's batches stop at 2^20 records).
 pub const PRODUCE_RECORDS_MAX: usize = 1 << 20;
@@ -20,10 +21,18 @@ pub const PRODUCE_RECORDS_MAX: usize = 1 << 20;
 const MAGIC_AT: usize = 16;
 const ATTRIBUTES_AT: usize = 21;
 const BATCH_HEADER_BYTES: usize = 61;
+/// Headers per record and header name bytes that Sluice's record format holds (u16 fields).
+const RECORD_HEADERS_MAX: usize = u16::MAX as usize;
+const HEADER_NAME_BYTES_MAX: usize = u16::MAX as usize;
+/// A Sluice record's framing beyond its key, value and headers, at most (sizes the batch's
+/// buffer up front, so that it is not grown and copied while records are written).
+const SLUICE_RECORD_OVERHEAD_BYTES: usize = 32;
 
-/// A produced partition's batches as Sluice records, and the idempotent producer's sequence
-/// range if the batches carry one. `Err` is Kafka's error code.
-pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<Record>, Option<ProducerBatch>), i16> {
+/// A produced partition's batches as one Sluice batch (unsealed offsets: the log assigns
+/// them), and the idempotent producer's sequence range if the batches carry one. Records go
+/// from the decoded Kafka batch into the Sluice batch without another copy. `Err` is Kafka's
+/// error code.
+pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<u8>, Option<ProducerBatch>), i16> {
     // Checked before decoding: the codec has no decompressors here (no compression features).
     let mut at = 0usize;
     while at < bytes.len() {
@@ -51,13 +60,14 @@ pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<Record>, Option<Pro
     }
     let mut buf = bytes.clone();
     let sets = RecordBatchDecoder::decode_all(&mut buf).map_err(|_| code::CORRUPT_MESSAGE)?;
-    let mut out = Vec::new();
+    let count: usize = sets.iter().map(|s| s.records.len()).sum();
+    if count > PRODUCE_RECORDS_MAX {
+        return Err(code::MESSAGE_TOO_LARGE);
+    }
+    let mut batch = BatchBuilder::with_capacity(bytes.len() + count * SLUICE_RECORD_OVERHEAD_BYTES);
     let mut producer: Option<ProducerBatch> = None;
-    for set in sets {
-        for r in set.records {
-            if out.len() >= PRODUCE_RECORDS_MAX {
-                return Err(code::MESSAGE_TOO_LARGE);
-            }
+    for set in &sets {
+        for r in &set.records {
             if r.producer_id >= 0 && r.sequence >= 0 {
                 match &mut producer {
                     None => {
@@ -71,32 +81,55 @@ pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<Record>, Option<Pro
                     Some(p) => p.last_sequence = r.sequence,
                 }
             }
+            // Sluice's format holds what Kafka's can say but for these (u16 fields there).
+            if r.headers.len() > RECORD_HEADERS_MAX
+                || r.headers.keys().any(|k| k.len() > HEADER_NAME_BYTES_MAX)
+            {
+                return Err(code::INVALID_RECORD);
+            }
             let headers = r
                 .headers
-                .into_iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_bytes().to_vec(),
-                        v.map(|v| v.to_vec()).unwrap_or_default(),
-                    )
-                })
-                .collect();
-            out.push(Record {
-                timestamp_ms: if r.timestamp >= 0 {
+                .iter()
+                .map(|(k, v)| (k.as_bytes(), v.as_deref().unwrap_or_default()));
+            batch.push_parts(
+                if r.timestamp >= 0 {
                     r.timestamp
                 } else {
                     now_ms
                 },
-                key: r.key.map(|k| k.to_vec()),
-                value: r.value.map(|v| v.to_vec()).unwrap_or_default(),
+                r.key.as_deref(),
+                r.value.as_deref().unwrap_or_default(),
                 headers,
-            });
+            );
         }
     }
-    if out.is_empty() {
-        return Err(code::INVALID_RECORD);
+    let batch = batch.finish().ok_or(code::INVALID_RECORD)?;
+    Ok((batch, producer))
+}
+
+/// A stored record as a Kafka record whose key, value and header values are slices of
+/// `batch`, the stored batch it was read from (no copy; the encoder writes them once).
+fn kafka_record_in(batch: &Bytes, r: &RecordView<'_>) -> KRecord {
+    let mut headers = IndexMap::new();
+    for (k, v) in r.headers() {
+        let name = String::from_utf8_lossy(k).into_owned();
+        headers.insert(StrBytes::from_string(name), Some(batch.slice_ref(v)));
     }
-    Ok((out, producer))
+    KRecord {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: r.offset as i64,
+        sequence: -1,
+        timestamp: r.timestamp_ms,
+        key: r.key.map(|k| batch.slice_ref(k)),
+        value: Some(batch.slice_ref(r.value)),
+        headers,
+    }
 }
 
 fn kafka_record(offset: u64, record: Record) -> KRecord {
@@ -147,7 +180,7 @@ pub fn to_kafka(batches: &[Bytes], from: u64) -> Result<Bytes, StreamError> {
         for r in v.records() {
             let r = r.map_err(|e| StreamError::Internal(e.to_string()))?;
             if r.offset >= from {
-                records.push(kafka_record(r.offset, r.to_owned_record()));
+                records.push(kafka_record_in(b, &r));
             }
         }
         encode_set(&mut out, &records)?;
@@ -221,15 +254,21 @@ mod tests {
         r2.producer_epoch = 0;
         r2.sequence = 4;
         let bytes = produced(&[r, r2]);
-        let (records, p) = from_kafka(&bytes, 5).expect("decode");
+        let (mut stored, p) = from_kafka(&bytes, 5).expect("decode");
+        let view = BatchView::parse(&stored).expect("a valid Sluice batch");
+        view.validate_records().expect("records");
+        let records: Vec<Record> = view
+            .records()
+            .map(|r| r.expect("record").to_owned_record())
+            .collect();
         assert_eq!(records.len(), 2);
         assert_eq!(records[0].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(records[1].value, b"v1");
         let p = p.expect("idempotent");
         assert_eq!(
             (p.producer_id, p.first_sequence, p.last_sequence),
             (7, 3, 4)
         );
-        let mut stored = sluice_storage::batch::encode(&records).expect("records");
         sluice_storage::batch::set_base_offset(&mut stored, 40);
         let fetched = to_kafka(&[Bytes::from(stored)], 41).expect("encode");
         let mut buf = fetched.clone();
@@ -258,6 +297,16 @@ mod tests {
         assert_eq!(
             from_kafka(&good.slice(..good.len() - 3), 0).err(),
             Some(code::CORRUPT_MESSAGE)
+        );
+        // More headers than Sluice's record holds: refused, not a panic.
+        let mut many = kafka_record(0, Record::new(1, b"v".to_vec()));
+        for i in 0..=RECORD_HEADERS_MAX {
+            many.headers
+                .insert(StrBytes::from_string(i.to_string()), None);
+        }
+        assert_eq!(
+            from_kafka(&produced(&[many]), 0).err(),
+            Some(code::INVALID_RECORD)
         );
         let mut empty = Bytes::from(empty_batch(5, 9));
         let sets = RecordBatchDecoder::decode_all(&mut empty).expect("empty batch parses");

@@ -590,13 +590,17 @@ impl Shard {
                 member_id,
                 topics,
                 session_timeout_ms,
-            } => Ok(StreamReply::Assignment(self.coordinator()?.join(
-                &group,
-                member_id.as_deref(),
-                topics,
-                session_timeout_ms,
-                &*self.topic_partitions_of(),
-            )?)),
+            } => Ok(StreamReply::Assignment(
+                self.coordinator()?
+                    .join(
+                        &group,
+                        member_id.as_deref(),
+                        topics,
+                        session_timeout_ms,
+                        &*self.topic_partitions_of(),
+                    )
+                    .await?,
+            )),
             StreamOp::Heartbeat { group, member_id } => Ok(StreamReply::Assignment(
                 self.coordinator()?.heartbeat(&group, &member_id)?,
             )),

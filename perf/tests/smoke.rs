@@ -240,7 +240,9 @@ fn scenario_files_run_against_sluice_and_report() {
         assert!(
             md.contains("### Ratios")
                 && md.contains("fdatasync")
-                && md.contains("| server µs/msg | generator µs/msg | machine µs/msg |"),
+                && md.contains(
+                    "| server µs/msg sent | server µs/msg received | generator µs/msg sent / received | machine µs/msg sent / received |"
+                ),
             "{md}"
         );
     }

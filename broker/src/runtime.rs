@@ -175,3 +175,55 @@ impl Event {
         )
     }
 }
+
+/// Shares of each request class's task queue (see [`spawn_request`]).
+pub const REQUEST_CLASS_SHARES: usize = 1000;
+
+/// Request work a shard keeps apart, so that one kind saturating the core cannot starve the
+/// other: each class runs in its own glommio task queue with equal shares
+/// ([`REQUEST_CLASS_SHARES`]), and glommio's scheduler gives every queue with runnable tasks
+/// CPU in proportion to its shares. Everything else (QUIC, the mesh, timers) stays in the
+/// default queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestClass {
+    /// Appends to topic partitions (produce): verify, stage, wait for the commit.
+    Produce,
+    /// Reads of topic partitions (fetch): read, frame.
+    Fetch,
+}
+
+thread_local! {
+    static REQUEST_QUEUES: std::cell::OnceCell<[glommio::TaskQueueHandle; 2]> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// Spawns a request's work (detached) in its class's task queue on this executor; `None`: the
+/// default queue.
+pub fn spawn_request(class: Option<RequestClass>, f: impl Future<Output = ()> + 'static) {
+    let Some(class) = class else {
+        glommio::spawn_local(f).detach();
+        return;
+    };
+    let queue = REQUEST_QUEUES.with(|q| {
+        let qs = q.get_or_init(|| {
+            let make = |name: &str| {
+                glommio::executor().create_task_queue(
+                    glommio::Shares::Static(REQUEST_CLASS_SHARES),
+                    glommio::Latency::NotImportant,
+                    name,
+                )
+            };
+            [make("produce"), make("fetch")]
+        });
+        match class {
+            RequestClass::Produce => qs[0],
+            RequestClass::Fetch => qs[1],
+        }
+    });
+    match glommio::spawn_local_into(f, queue) {
+        Ok(t) => {
+            t.detach();
+        }
+        Err(e) => unreachable!("a task queue this thread created is gone: {e}"),
+    }
+}

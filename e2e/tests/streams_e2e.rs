@@ -740,3 +740,124 @@ fn operators_list_topics_and_groups_and_describe_a_group() {
     });
     broker.shutdown();
 }
+
+/// Issue 29: a group joins without redelivery. Four members join at once while records flow,
+/// a fifth joins later and one of the first leaves cleanly, each committing after every poll:
+/// every record is processed exactly once by the group (members that join together get one
+/// assignment; a rebalance hands a partition over at its owner's commit). Before the
+/// hand-over, the first member read every partition until its next heartbeat and the others
+/// re-read them from the last commit: hundreds of duplicates.
+#[test]
+fn members_joining_while_records_flow_see_each_record_once() {
+    let broker = TestBroker::start(None);
+    broker.run(|client| async move {
+        const PARTITIONS: u32 = 4;
+        const ROUNDS: usize = 40;
+        const PER_ROUND: usize = 100;
+        client
+            .create_topic(CreateTopicRequest {
+                name: "flow".into(),
+                partitions: PARTITIONS,
+                ..Default::default()
+            })
+            .await
+            .expect("create");
+        let options = GroupConsumerOptions {
+            session_timeout: Duration::from_secs(3),
+            max_records: 50,
+            max_bytes: 64 * 1024,
+            poll_wait: Duration::from_millis(20),
+        };
+        let seen: Seen = Arc::default();
+        let spawn_member = |stop: Arc<AtomicBool>| {
+            let (client, seen, options) = (client.clone(), seen.clone(), options.clone());
+            tokio::spawn(async move {
+                let mut m = GroupConsumer::join(&client, "g", &["flow"], options)
+                    .await
+                    .expect("join");
+                m.run(
+                    |r| {
+                        seen.lock()
+                            .expect("seen")
+                            .push((r.partition, r.offset, r.value.clone()))
+                    },
+                    || stop.load(Ordering::SeqCst),
+                )
+                .await
+                .expect("run");
+                m.close().await.expect("leave");
+            })
+        };
+        let producer = {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut p = client.topic_producer("flow").await.expect("producer");
+                for round in 0..ROUNDS {
+                    for i in 0..PER_ROUND {
+                        let n = round * PER_ROUND + i;
+                        let key = format!("k{}", n % 64);
+                        p.send(Some(key.as_bytes()), n.to_string().as_bytes())
+                            .await
+                            .expect("send");
+                    }
+                    p.flush().await.expect("flush");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        };
+        // Four members at once, while the producer runs.
+        let stops: Vec<Arc<AtomicBool>> = (0..5).map(|_| Arc::default()).collect();
+        let mut members: Vec<_> = stops[..4].iter().map(|s| spawn_member(s.clone())).collect();
+        // A fifth joins later; then one of the first four leaves (cleanly: after its commit).
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        members.push(spawn_member(stops[4].clone()));
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        stops[0].store(true, Ordering::SeqCst);
+        producer.await.expect("producer");
+        let total = ROUNDS * PER_ROUND;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let distinct: BTreeSet<(u32, u64)> = seen
+                .lock()
+                .expect("seen")
+                .iter()
+                .map(|(p, o, _)| (*p, *o))
+                .collect();
+            if distinct.len() >= total {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the group read {} of {total}",
+                distinct.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for s in &stops {
+            s.store(true, Ordering::SeqCst);
+        }
+        for m in members {
+            m.await.expect("member");
+        }
+        let seen = seen.lock().expect("seen");
+        let mut values: Vec<usize> = seen
+            .iter()
+            .map(|(_, _, v)| {
+                std::str::from_utf8(v)
+                    .expect("utf8")
+                    .parse()
+                    .expect("number")
+            })
+            .collect();
+        values.sort_unstable();
+        let delivered = values.len();
+        values.dedup();
+        assert_eq!(values.len(), total, "every record processed");
+        assert_eq!(
+            delivered - values.len(),
+            0,
+            "records processed twice by the group ({delivered} deliveries of {total})"
+        );
+    });
+    broker.shutdown();
+}

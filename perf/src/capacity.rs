@@ -123,7 +123,7 @@ fn queue_cycles_per_core(r: &Value, file: &str, cores: f64) -> (f64, String) {
 }
 
 /// The topic scenarios whose figures size the stream path.
-const TOPIC_SCENARIOS: [&str; 2] = ["fanout", "stream-iggy"];
+const TOPIC_SCENARIOS: [&str; 2] = ["fanout", "stream-fanout"];
 
 /// Reads the newest measured figures in `results`; command-line figures win.
 pub fn measured(results: &Path, l: &Load) -> Result<Measured, String> {

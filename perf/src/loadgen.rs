@@ -51,6 +51,8 @@ const ROUND_TRIP_RECEIVE_CHASE: Duration = Duration::from_secs(2);
 /// A producer held back by `backlog_max` looks again at least this often (a receive wakes it
 /// sooner; this covers a wake-up that came between its look and its wait).
 const BACKLOG_RECHECK: Duration = Duration::from_millis(5);
+/// A consume-only run's backlog must be written within this (it is not measured).
+const BACKLOG_FILL_MAX: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone)]
 pub enum Mode {
@@ -69,6 +71,19 @@ pub enum Mode {
     RoundTrip {
         rate_per_s: f64,
     },
+}
+
+/// What a run measures: both sides at once, or one side alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phase {
+    /// Producers and consumers together (the default).
+    #[default]
+    Mixed,
+    /// Producers alone: nothing is received, no delivery check; CPU per produced record.
+    ProduceOnly,
+    /// A backlog first (`messages_max` records, closed loop, not measured), then consumers
+    /// alone read it: the window starts when they start; CPU per consumed record.
+    ConsumeOnly,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -211,6 +226,7 @@ impl SizeDist {
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
     pub mode: Mode,
+    pub phase: Phase,
     pub profile: Profile,
     pub producers: usize,
     pub consumers: usize,
@@ -230,6 +246,9 @@ pub struct LoadSpec {
 impl LoadSpec {
     /// Topic consumer groups, or 1 (queues have one set of competing consumers).
     pub fn groups_read(&self) -> u32 {
+        if self.phase == Phase::ProduceOnly {
+            return 0;
+        }
         match self.shape {
             Shape::Topic { groups, .. } => groups,
             _ => 1,
@@ -238,7 +257,12 @@ impl LoadSpec {
 
     /// The longest a run may take: warm-up, measurement, drain, and slack for setup.
     pub fn deadline(&self) -> Duration {
-        self.warmup + self.duration + self.drain + Duration::from_secs(30)
+        let fill = if self.phase == Phase::ConsumeOnly {
+            BACKLOG_FILL_MAX
+        } else {
+            Duration::ZERO
+        };
+        fill + self.warmup + self.duration + self.drain + Duration::from_secs(30)
     }
 }
 
@@ -365,6 +389,15 @@ pub struct RunResult {
     /// this cost per message.
     pub machine_cpu_s: Option<f64>,
     pub machine_cpu_us_per_msg: Option<f64>,
+    /// What the run measured: "mixed", "produce-only" or "consume-only".
+    pub phase: String,
+    /// Records received in the window, summed over groups (every delivery, fan-out counted).
+    pub received_window: u64,
+    /// `server_cpu_s` per record received in the window, µs (a consume-only run's cost of a
+    /// consumed record; in a mixed run it carries the produce side too).
+    pub server_cpu_us_per_received: Option<f64>,
+    pub generator_cpu_us_per_received: Option<f64>,
+    pub machine_cpu_us_per_received: Option<f64>,
     pub send_mb_per_s: f64,
     pub groups: Vec<GroupResult>,
     pub latency: Latencies,
@@ -468,8 +501,9 @@ struct Shared {
     name: String,
     spec: LoadSpec,
     epoch: Instant,
-    warm_end: Instant,
-    measure_end: Instant,
+    /// The measured window; a consume-only run sets it when its consumers start.
+    warm_end: Cell<Instant>,
+    measure_end: Cell<Instant>,
     /// Messages handed out to producers so far (bounded by `messages_max`).
     allotted: Cell<u64>,
     producers_running: Cell<usize>,
@@ -483,6 +517,9 @@ struct Shared {
     clock: crate::clock::Clock,
     /// Notified when consumers received messages: producers held back by `backlog_max`.
     backlog_freed: tokio::sync::Notify,
+    /// Consume-only: when every group had every record (the window ends there if sooner).
+    all_received_at: Cell<Option<Instant>>,
+    all_received: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -519,7 +556,7 @@ impl Shared {
     /// A scheduled producer's next batch: waits until its intended time `t` and takes its
     /// size from the budget; `None` once the window or the budget is over.
     async fn slot(&self, t: Instant) -> Option<usize> {
-        if t >= self.measure_end {
+        if t >= self.measure_end.get() {
             return None;
         }
         let n = self.allot(self.spec.batch);
@@ -543,7 +580,7 @@ impl Shared {
     }
 
     fn in_window(&self, t: Instant) -> bool {
-        t >= self.warm_end && t < self.measure_end
+        t >= self.warm_end.get() && t < self.measure_end.get()
     }
 
     /// Sends one batch and records its outcome. `intended` is when the schedule wanted it sent.
@@ -559,7 +596,7 @@ impl Shared {
         let r = conn.send(&self.name, &msgs).await;
         let done = Instant::now();
         let mut st = self.stats.borrow_mut();
-        let measured = intended >= self.warm_end;
+        let measured = intended >= self.warm_end.get();
         if measured {
             st.send_lag
                 .saturating_record(us(start - intended.min(start)));
@@ -622,7 +659,14 @@ impl Shared {
         let Some(done_at) = self.producers_done_at.get() else {
             return false;
         };
-        if Instant::now() >= done_at + self.spec.drain {
+        // A consume-only run's consumers start after the producers: the drain follows the
+        // window.
+        let from = if self.spec.phase == Phase::ConsumeOnly {
+            done_at.max(self.measure_end.get())
+        } else {
+            done_at
+        };
+        if Instant::now() >= from + self.spec.drain {
             return true;
         }
         let st = self.stats.borrow();
@@ -748,16 +792,16 @@ async fn closed_producer(
             );
             loop {
                 let now = Instant::now();
-                if now >= sh.measure_end {
+                if now >= sh.measure_end.get() {
                     break;
                 }
                 if let Some(max) = backlog_max {
                     // Held back while the consumers are behind; a receive wakes it.
-                    while sh.backlog() > max && Instant::now() < sh.measure_end {
+                    while sh.backlog() > max && Instant::now() < sh.measure_end.get() {
                         let freed = sh.backlog_freed.notified();
                         let _ = tokio::time::timeout(BACKLOG_RECHECK, freed).await;
                     }
-                    if Instant::now() >= sh.measure_end {
+                    if Instant::now() >= sh.measure_end.get() {
                         break;
                     }
                 }
@@ -856,10 +900,10 @@ impl Shared {
             if msgs.is_empty() {
                 st.receives_empty += 1;
             }
-            if t0 >= self.warm_end && (record_empty || !msgs.is_empty()) {
+            if t0 >= self.warm_end.get() && (record_empty || !msgs.is_empty()) {
                 st.receive_call.saturating_record(us(now - t0));
             }
-            let warm_ns = (self.warm_end - self.epoch).as_nanos() as u64;
+            let warm_ns = (self.warm_end.get() - self.epoch).as_nanos() as u64;
             let now_ns = (now - self.epoch).as_nanos() as u64;
             let in_window = self.in_window(now);
             for m in msgs {
@@ -897,6 +941,13 @@ impl Shared {
         }
         if freed {
             self.backlog_freed.notify_waiters();
+            if self.spec.phase == Phase::ConsumeOnly && self.all_received_at.get().is_none() {
+                let st = self.stats.borrow();
+                if st.groups.iter().all(|g| g.unique >= st.sent) {
+                    self.all_received_at.set(Some(Instant::now()));
+                    self.all_received.notify_waiters();
+                }
+            }
         }
         let n = tokens.len();
         if n == 0 {
@@ -908,7 +959,7 @@ impl Shared {
         let mut st = self.stats.borrow_mut();
         match r {
             Ok(()) => {
-                if t1 >= self.warm_end {
+                if t1 >= self.warm_end.get() {
                     st.ack_call.saturating_record(us(done - t1));
                 }
                 if self.in_window(done) {
@@ -936,15 +987,21 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
     }
     let groups = spec.groups_read();
     let epoch = Instant::now();
-    let warm_end = epoch + spec.warmup;
+    // A consume-only run measures from when its consumers start (after the backlog).
+    let warm_end = match spec.phase {
+        Phase::ConsumeOnly => epoch + BACKLOG_FILL_MAX,
+        _ => epoch + spec.warmup,
+    };
     let sh = Rc::new(Shared {
         backlog_freed: tokio::sync::Notify::new(),
+        all_received_at: Cell::new(None),
+        all_received: tokio::sync::Notify::new(),
         clock: crate::clock::Clock::start(),
         name: name.to_string(),
         spec: spec.clone(),
         epoch,
-        warm_end,
-        measure_end: warm_end + spec.duration,
+        warm_end: Cell::new(warm_end),
+        measure_end: Cell::new(warm_end + spec.duration),
         allotted: Cell::new(0),
         producers_running: Cell::new(spec.producers),
         producers_done_at: Cell::new(None),
@@ -981,10 +1038,15 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         next_conn += 1;
         conns[(next_conn - 1) % conns.len()].clone()
     };
-    // Consumers first, so that they are polling (and topic members joined) when data comes.
-    for g in 0..groups {
-        for _ in 0..spec.consumers {
-            tasks.push(tokio::task::spawn_local(consumer(sh.clone(), conn(), g)));
+    // Consumers first, so that they are polling (and topic members joined) when data comes;
+    // a consume-only run starts them once the backlog is written.
+    let consumer_conns: Vec<Rc<dyn Conn>> = (0..groups as usize * spec.consumers)
+        .map(|_| conn())
+        .collect();
+    if spec.phase != Phase::ConsumeOnly {
+        for (i, c) in consumer_conns.iter().enumerate() {
+            let g = (i / spec.consumers) as u32;
+            tasks.push(tokio::task::spawn_local(consumer(sh.clone(), c.clone(), g)));
         }
     }
     for p in 0..spec.producers as u32 {
@@ -1008,22 +1070,64 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         };
         tasks.push(task);
     }
+    if spec.phase == Phase::ConsumeOnly {
+        let (sh, conns, per_group) = (sh.clone(), consumer_conns, spec.consumers);
+        tasks.push(tokio::task::spawn_local(async move {
+            while sh.producers_done_at.get().is_none() {
+                if Instant::now() >= sh.epoch + BACKLOG_FILL_MAX {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let warm_end = Instant::now() + sh.spec.warmup;
+            sh.warm_end.set(warm_end);
+            sh.measure_end.set(warm_end + sh.spec.duration);
+            let consumers: Vec<_> = conns
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    tokio::task::spawn_local(consumer(sh.clone(), c, (i / per_group) as u32))
+                })
+                .collect();
+            futures::future::join_all(consumers).await;
+        }));
+    }
     // CPU over the measured window: the server's (where this run can see it), the
-    // generator's, the machine's.
+    // generator's, the machine's. A consume-only window ends early once every record is in.
     let meter = target.cpu_meter();
-    let measure_end = sh.measure_end;
-    let cpu = async {
+    let sh_cpu = sh.clone();
+    let cpu = async move {
+        let sh = sh_cpu;
+        if spec.phase == Phase::ConsumeOnly {
+            while sh.producers_done_at.get().is_none() {
+                if Instant::now() >= sh.epoch + BACKLOG_FILL_MAX {
+                    return (CpuSeconds::default(), spec.duration);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // The consumers' task sets the window right after; let it run first.
+            tokio::task::yield_now().await;
+            while sh.warm_end.get() > Instant::now() + spec.warmup + Duration::from_secs(1) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let (warm_end, measure_end) = (sh.warm_end.get(), sh.measure_end.get());
         tokio::time::sleep_until(warm_end.into()).await;
         let start = CpuSample::take_off_thread(meter.clone()).await;
-        tokio::time::sleep_until(measure_end.into()).await;
+        let all_in = sh.all_received.notified();
+        if sh.all_received_at.get().is_none() {
+            let _ = tokio::time::timeout_at(measure_end.into(), all_in).await;
+        }
+        let end_at = Instant::now().min(measure_end);
         let end = CpuSample::take_off_thread(meter).await;
-        match (start, end) {
+        let cpu = match (start, end) {
             (Some(start), Some(end)) => end.since(&start),
             _ => CpuSeconds::default(),
-        }
+        };
+        (cpu, end_at.saturating_duration_since(warm_end))
     };
     let all = futures::future::join(futures::future::join_all(tasks), cpu);
-    let Ok((_, cpu)) = tokio::time::timeout(spec.deadline(), all).await else {
+    let Ok((_, (cpu, window))) = tokio::time::timeout(spec.deadline(), all).await else {
         return Err(format!(
             "{}: the run did not end within {:?} (a call hung?)",
             target.name(),
@@ -1031,7 +1135,8 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         ));
     };
     let st = sh.stats.borrow();
-    let secs = spec.duration.as_secs_f64();
+    // The window: its planned length, or shorter when a consume-only run read everything.
+    let secs = window.as_secs_f64().max(1e-3);
     let mean_body = if st.sent > 0 {
         st.sent_bytes as f64 / st.sent as f64
     } else {
@@ -1060,7 +1165,22 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
         cpu.filter(|_| st.sent_window > 0)
             .map(|s| s * 1e6 / st.sent_window as f64)
     };
+    let received_window: u64 = st.groups.iter().map(|g| g.recv_window).sum();
+    let per_received = |cpu: Option<f64>| {
+        cpu.filter(|_| received_window > 0)
+            .map(|s| s * 1e6 / received_window as f64)
+    };
     Ok(RunResult {
+        phase: match spec.phase {
+            Phase::Mixed => "mixed",
+            Phase::ProduceOnly => "produce-only",
+            Phase::ConsumeOnly => "consume-only",
+        }
+        .into(),
+        received_window,
+        server_cpu_us_per_received: per_received(cpu.server),
+        generator_cpu_us_per_received: per_received(cpu.generator),
+        machine_cpu_us_per_received: per_received(cpu.machine),
         target: target.name(),
         fsync_policy: target.fsync_policy(),
         case: name.to_string(),

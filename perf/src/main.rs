@@ -18,6 +18,7 @@ mod kafka;
 mod loadgen;
 mod peers;
 mod queue_bench;
+mod quic_floor;
 mod recovery;
 mod report;
 mod run;
@@ -137,6 +138,28 @@ enum Cmd {
         /// Concurrent workers per path.
         #[arg(long, default_value_t = 32)]
         workers: usize,
+        #[arg(long, default_value = "perf/results")]
+        out: PathBuf,
+    },
+    /// The QUIC floor of a consume: a plain quinn server answers small requests with
+    /// `--records` × `--record-bytes` from memory (a fetch's answer without the broker);
+    /// records/s and the server thread's CPU per record.
+    QuicFloor {
+        #[arg(long, default_value = "perf/work/quic-floor")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        records: usize,
+        #[arg(long, default_value_t = 2048)]
+        record_bytes: usize,
+        #[arg(long, default_value_t = 4)]
+        connections: usize,
+        /// Requests outstanding per connection.
+        #[arg(long, default_value_t = 1)]
+        in_flight: usize,
+        #[arg(long, default_value_t = 1.0)]
+        warmup_seconds: f64,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
         #[arg(long, default_value = "perf/results")]
         out: PathBuf,
     },
@@ -435,6 +458,47 @@ fn main() {
                 "sluice": r,
             });
             write_results(&out, kind, json, &report);
+        }
+        Cmd::QuicFloor {
+            dir,
+            records,
+            record_bytes,
+            connections,
+            in_flight,
+            warmup_seconds,
+            seconds,
+            out,
+        } => {
+            std::fs::create_dir_all(&out).expect("create results dir");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let r = rt.block_on(quic_floor::run(
+                &dir,
+                records * record_bytes,
+                record_bytes,
+                connections,
+                in_flight,
+                std::time::Duration::from_secs_f64(warmup_seconds),
+                std::time::Duration::from_secs_f64(seconds),
+            ));
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("quic-floor: {e}");
+                    std::process::exit(1);
+                }
+            };
+            let report = quic_floor::render(&r);
+            println!("{report}");
+            let json = serde_json::json!({
+                "kind": "quic-floor",
+                "unix_time": stamp(),
+                "machine": machine(),
+                "result": r,
+            });
+            write_results(&out, "quic-floor", json, &report);
         }
         Cmd::HttpVsQuic {
             dir,

@@ -374,24 +374,33 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
         );
         let _ = writeln!(
             s,
-            "| case | target | sent msg/s | server, cores | server µs/msg | generator µs/msg | machine µs/msg | all cores at this cost, msg/s |"
+            "| case | target | phase | sent msg/s | received msg/s (all groups) | server, cores | server µs/msg sent | server µs/msg received | generator µs/msg sent / received | machine µs/msg sent / received | all cores at this cost, msg/s |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
         let us = |u: Option<f64>| u.map_or("–".into(), |u| format!("{u:.1}"));
+        let both = |a: Option<f64>, b: Option<f64>| {
+            let mut cell = us(a);
+            cell.push_str(" / ");
+            cell.push_str(&us(b));
+            cell
+        };
         for r in &rec.runs {
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.0} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} |",
                 r.case,
                 r.target,
+                r.phase,
                 r.send_msgs_per_s,
+                r.received_window as f64 / r.measured_s.max(1e-9),
                 r.server_cpu_s.map_or("–".into(), |c| format!(
                     "{:.2}",
                     c / r.measured_s.max(1e-9)
                 )),
                 us(r.server_cpu_us_per_msg),
-                us(r.generator_cpu_us_per_msg),
-                us(r.machine_cpu_us_per_msg),
+                us(r.server_cpu_us_per_received),
+                both(r.generator_cpu_us_per_msg, r.generator_cpu_us_per_received),
+                both(r.machine_cpu_us_per_msg, r.machine_cpu_us_per_received),
                 r.machine_cpu_us_per_msg
                     .filter(|u| *u > 0.0)
                     .map_or("–".into(), |u| format!(

@@ -5,7 +5,7 @@
 //! A file may sweep the number of consumer groups of a topic (`groups = [1, 2, 4]`): it then
 //! expands into one [`Case`] per value, each run against every target in the same run.
 
-use crate::loadgen::{Arrival, LoadSpec, Mode, Profile, SizeDist};
+use crate::loadgen::{Arrival, LoadSpec, Mode, Phase, Profile, SizeDist};
 use crate::target::Shape;
 use serde::Deserialize;
 use std::path::Path;
@@ -54,6 +54,10 @@ struct LoadFile {
     /// or "rtt" (round trips at `rate_per_s`: each producer sends, receives back and deletes,
     /// one call at a time).
     mode: String,
+    /// "mixed" (default), "produce-only" (no consumers) or "consume-only" (a backlog of
+    /// `messages_max` first, then consumers alone, measured).
+    #[serde(default)]
+    phase: Option<String>,
     rate_per_s: Option<f64>,
     #[serde(default = "one")]
     in_flight: usize,
@@ -281,6 +285,28 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
         }
         m => return Err(format!("load.mode {m:?}: \"open\", \"closed\" or \"rtt\"")),
     };
+    let phase = match l.phase.as_deref().unwrap_or("mixed") {
+        "mixed" => Phase::Mixed,
+        "produce-only" => Phase::ProduceOnly,
+        "consume-only" => {
+            if !matches!(
+                mode,
+                Mode::Closed {
+                    backlog_max: None,
+                    ..
+                }
+            ) || l.messages_max.is_none()
+            {
+                return Err("load.phase \"consume-only\": needs a closed loop without backlog_max and messages_max (the backlog)".into());
+            }
+            Phase::ConsumeOnly
+        }
+        p => {
+            return Err(format!(
+                "load.phase {p:?}: \"mixed\", \"produce-only\" or \"consume-only\""
+            ))
+        }
+    };
     let profile = match &l.profile {
         None => Profile::Steady {
             arrival: Arrival::Uniform,
@@ -400,6 +426,7 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
             name,
             load: LoadSpec {
                 mode: mode.clone(),
+                phase,
                 profile: profile.clone(),
                 producers: l.producers,
                 consumers: l.consumers,

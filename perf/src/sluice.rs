@@ -28,6 +28,8 @@ pub const FSYNC_POLICY: &str = "fdatasync before every ack (group commit)";
 /// Session of topic group members: short, so that members joining at the start of a run learn
 /// of the rebalance (on their heartbeat, every third of it) within the warm-up.
 const GROUP_SESSION: Duration = Duration::from_secs(3);
+/// The most a member's fetch asks for (the broker's own cap is 8 MiB).
+const FETCH_BYTES_MAX: usize = 8 << 20;
 /// Group members one connection may hold per (topic, group).
 const MEMBERS_PER_CONN_MAX: usize = 64;
 
@@ -366,8 +368,10 @@ impl QuicConn {
                 let options = GroupConsumerOptions {
                     session_timeout: GROUP_SESSION,
                     max_records: max.max(1) as u32,
+                    // Room for `max` records of up to 4 KiB (the SDK's default, 1 MiB, held a
+                    // poll of 2 KiB records to ~500 whatever `receive_max` said).
+                    max_bytes: (max.max(1) * 4096).clamp(1 << 20, FETCH_BYTES_MAX) as u32,
                     poll_wait: wait,
-                    ..Default::default()
                 };
                 let gc = GroupConsumer::join(
                     &self.client,

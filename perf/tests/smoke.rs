@@ -158,6 +158,7 @@ fn scenario_files_run_against_sluice_and_report() {
         ("smoke-fifo", 2, vec![1, 1], None),
         ("smoke-topic", 2, vec![1, 2], Some("2")),
         ("smoke-rtt", 2, vec![1, 1], None),
+        ("smoke-stream-consume", 1, vec![1], None),
     ] {
         let path = scenario(name);
         let mut args = vec!["run", path.to_str().expect("utf8"), "--work", w, "--out", o];
@@ -239,7 +240,9 @@ fn scenario_files_run_against_sluice_and_report() {
         assert!(
             md.contains("### Ratios")
                 && md.contains("fdatasync")
-                && md.contains("| server µs/msg | generator µs/msg | machine µs/msg |"),
+                && md.contains(
+                    "| server µs/msg sent | server µs/msg received | generator µs/msg sent / received | machine µs/msg sent / received |"
+                ),
             "{md}"
         );
     }

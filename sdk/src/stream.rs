@@ -442,9 +442,14 @@ impl Default for GroupConsumerOptions {
     }
 }
 
-/// A member of a consumer group. [`poll`] heartbeats when due (learning of rebalances: on a new
-/// generation, positions restart from the group's committed offsets), then fetches from its
-/// partitions. [`commit`] commits the positions reached (manual); [`run`] polls, hands each
+/// A member heartbeats at least this often (and at least three times a session), so that a
+/// rebalance hands partitions over within a fraction of a second: the broker gives a partition
+/// to its new member only once the old one, told on its heartbeat, committed and released it.
+pub const HEARTBEAT_INTERVAL_MAX: Duration = Duration::from_millis(250);
+
+/// A member of a consumer group. [`poll`] heartbeats when due (learning of rebalances: a
+/// partition it lost has its position committed at once, which hands it over; a partition it
+/// gained starts from the group's committed offset), then fetches from its partitions. [`commit`] commits the positions reached (manual); [`run`] polls, hands each
 /// record to a handler and commits after the handler succeeded (at-least-once). [`seek`] moves
 /// a position.
 ///
@@ -496,21 +501,52 @@ impl GroupConsumer {
         match self.client.call(Request::JoinGroup(r)).await? {
             Response::JoinGroup(j) => {
                 self.member_id = j.member_id;
-                self.set_assignment(j.generation, j.assignment);
                 self.last_heartbeat = Instant::now();
+                self.set_assignment(j.generation, j.assignment).await;
                 Ok(())
             }
             other => unexpected(other),
         }
     }
 
-    fn set_assignment(&mut self, generation: u64, a: Vec<wire::TopicPartitionEntry>) {
-        if generation != self.generation {
-            // Another generation: positions restart from what the group committed.
-            self.positions.clear();
-        }
+    /// Takes a new assignment. Partitions it keeps keep their positions (nobody else read
+    /// them meanwhile: the broker gives a partition to one member at a time); the positions
+    /// of partitions it lost are committed first, which releases them to their new member
+    /// (an empty commit releases them too); gained ones start from the committed offset.
+    async fn set_assignment(&mut self, generation: u64, a: Vec<wire::TopicPartitionEntry>) {
+        let new: Vec<(String, u32)> = a.into_iter().map(|e| (e.topic, e.partition)).collect();
+        let lost: Vec<(String, u32)> = self
+            .assignment
+            .iter()
+            .filter(|k| !new.contains(k))
+            .cloned()
+            .collect();
         self.generation = generation;
-        self.assignment = a.into_iter().map(|e| (e.topic, e.partition)).collect();
+        self.assignment = new;
+        if lost.is_empty() {
+            return;
+        }
+        let offsets: Vec<wire::OffsetEntry> = lost
+            .iter()
+            .filter_map(|k| {
+                self.positions.remove(k).map(|o| wire::OffsetEntry {
+                    topic: k.0.clone(),
+                    partition: k.1,
+                    offset: o,
+                })
+            })
+            .collect();
+        let r = wire::CommitOffsetsRequest {
+            group: self.group.clone(),
+            member_id: self.member_id.clone(),
+            generation,
+            offsets,
+        };
+        // Best effort: if it fails, the broker releases them on the next heartbeat and the
+        // new member starts from the last commit (records after it are read again).
+        if let Err(e) = self.client.call(Request::CommitOffsets(r)).await {
+            tracing::debug!(error = %e, group = %self.group, "committing revoked partitions");
+        }
     }
 
     pub fn member_id(&self) -> &str {
@@ -533,14 +569,18 @@ impl GroupConsumer {
         };
         match self.client.call(Request::Heartbeat(r)).await {
             Ok(Response::Heartbeat(h)) => {
-                self.set_assignment(h.generation, h.assignment);
                 self.last_heartbeat = Instant::now();
+                self.set_assignment(h.generation, h.assignment).await;
                 Ok(())
             }
             Ok(other) => unexpected(other),
             Err(e) if e.code() == Some(ErrorCode::UnknownMember) => {
+                // Expired: others may have read our partitions since; start over from the
+                // group's commits.
                 self.member_id.clear();
                 self.generation = 0;
+                self.assignment.clear();
+                self.positions.clear();
                 self.rejoin().await
             }
             Err(e) => Err(e),
@@ -555,7 +595,9 @@ impl GroupConsumer {
 
     /// Heartbeats if a third of the session passed, then fetches from every assigned partition.
     pub async fn poll(&mut self) -> Result<Vec<ConsumedRecord>> {
-        if self.last_heartbeat.elapsed() >= self.options.session_timeout / 3 {
+        if self.last_heartbeat.elapsed()
+            >= (self.options.session_timeout / 3).min(HEARTBEAT_INTERVAL_MAX)
+        {
             self.heartbeat().await?;
         }
         if self.assignment.is_empty() {

@@ -126,6 +126,30 @@ pub async fn handle(ctx: &Ctx, request: Request, bytes: u64) -> Response {
     }
 }
 
+/// A topic's fetch, answered with its frame built from the fetched batches as they are held
+/// (`wire::encode_fetch_response`: one copy into the frame, none into an intermediate
+/// vector). `Err` holds the response to encode instead (an error).
+pub async fn handle_fetch(
+    ctx: &Ctx,
+    r: wire::FetchRequest,
+    bytes: u64,
+    request_id: u64,
+) -> std::result::Result<bytes::Bytes, Response> {
+    if let Err(e) = ctx.shard.admit(&ctx.caller.account, bytes) {
+        return Err(Response::Error(Failure::from(e).to_response()));
+    }
+    let fetched = super::streams::fetch_topic(ctx, r)
+        .await
+        .map_err(|f| Response::Error(f.to_response()))?;
+    wire::encode_fetch_response(
+        request_id,
+        &fetched.batches,
+        fetched.start_offset,
+        fetched.end_offset,
+    )
+    .map_err(|e| Response::Error(Failure::new(e.error_code(), e.to_string()).to_response()))
+}
+
 async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response> {
     let shard = &ctx.shard;
     Ok(match request {

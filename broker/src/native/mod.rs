@@ -807,23 +807,40 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         bytes,
     };
     let tx = tx.clone();
-    glommio::spawn_local(async move {
+    let class = match &request {
+        Request::Produce(_) => Some(crate::runtime::RequestClass::Produce),
+        Request::Fetch(_) => Some(crate::runtime::RequestClass::Fetch),
+        _ => None,
+    };
+    crate::runtime::spawn_request(class, async move {
         // A request whose client is gone is cancelled: above all a long poll, which would
         // otherwise lease a message for a receiver that cannot get it (the message would stay
         // invisible for its visibility timeout).
         let connection = in_flight.connection.clone();
         let started = std::time::Instant::now();
         let kind = request.kind();
-        let response = {
-            let work = std::pin::pin!(handlers::handle(&connection.ctx, request, bytes as u64));
+        // `Ok`: a frame already built (a topic fetch, from the batches as the log holds
+        // them); `Err`: a response to encode.
+        let answer = {
+            let ctx = &connection.ctx;
+            let work = std::pin::pin!(async move {
+                match request {
+                    Request::Fetch(r)
+                        if !r.topic.starts_with(crate::stream::QUEUE_TOPIC_PREFIX) =>
+                    {
+                        handlers::handle_fetch(ctx, r, bytes as u64, id).await
+                    }
+                    request => Err(handlers::handle(ctx, request, bytes as u64).await),
+                }
+            });
             let closed = std::pin::pin!(connection.quic.closed());
             match futures::future::select(work, closed).await {
-                futures::future::Either::Left((response, _)) => response,
+                futures::future::Either::Left((answer, _)) => answer,
                 futures::future::Either::Right(_) => return,
             }
         };
-        let error = match &response {
-            Response::Error(e) => Some(crate::metrics::ErrorKey::Native(e.code)),
+        let error = match &answer {
+            Err(Response::Error(e)) => Some(crate::metrics::ErrorKey::Native(e.code)),
             _ => None,
         };
         crate::metrics::record_request(
@@ -831,7 +848,7 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
             started.elapsed(),
             error,
         );
-        let frame = match encode_response(id, &response) {
+        let frame = match answer.or_else(|response| encode_response(id, &response)) {
             Ok(f) => f,
             Err(e) => {
                 tracing::error!(error = %e, "native: response does not encode");
@@ -845,8 +862,7 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         let mut in_flight = in_flight;
         in_flight.bytes += frame.len();
         let _ = tx.unbounded_send((frame, Some(in_flight)));
-    })
-    .detach();
+    });
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use super::handlers::{Ctx, Failure};
 use crate::stream::{
-    queue_view, FetchRequest, OffsetSpec, StreamError, TopicConfig, QUEUE_TOPIC_PREFIX,
+    queue_view, FetchReply, FetchRequest, OffsetSpec, StreamError, TopicConfig, QUEUE_TOPIC_PREFIX,
 };
 use sluice_wire::{self as wire, ErrorCode, Request, Response};
 
@@ -43,6 +43,22 @@ fn assignment(a: Vec<(String, u32)>) -> Vec<wire::TopicPartitionEntry> {
     a.into_iter()
         .map(|(topic, partition)| wire::TopicPartitionEntry { topic, partition })
         .collect()
+}
+
+/// A topic's fetch: whole batches in their stored bytes (the connection builds the answer's
+/// frame from them, `handlers::handle_fetch`).
+pub async fn fetch_topic(ctx: &Ctx, r: wire::FetchRequest) -> Result<FetchReply, Failure> {
+    let s = &ctx.shard;
+    // The answer must fit a frame: stay well below the wire's limit.
+    let max_bytes = (r.max_bytes as usize).min(wire::frame::FRAME_BYTES_MAX / 2);
+    let req = FetchRequest {
+        offset: r.offset,
+        max_bytes,
+        max_records: r.max_records,
+        wait_ms: u64::from(r.wait_ms),
+    };
+    let t = s.topic(ctx.caller.account.as_str(), &r.topic)?;
+    Ok(s.fetch(&t, r.partition, req).await?)
 }
 
 /// Runs one stream request (the caller routes only stream kinds here).
@@ -110,8 +126,7 @@ pub async fn dispatch(ctx: &Ctx, request: Request) -> Result<Response, Failure> 
                     end_offset: f.end_offset,
                 }));
             }
-            let t = s.topic(account, &r.topic)?;
-            let f = s.fetch(&t, r.partition, req).await?;
+            let f = fetch_topic(ctx, r).await?;
             let mut batches = Vec::with_capacity(f.batches.iter().map(|b| b.len()).sum());
             for b in &f.batches {
                 batches.extend_from_slice(b);

@@ -1,7 +1,7 @@
 //! The group coordinator on shard 0: the [`Groups`] state machine, its durable log of commits
 //! (`<data>/groups/`, replayed at start) and the session-expiry timer.
 
-use super::group::{Assignment, GroupRecord, Groups, TopicPartition};
+use super::group::{Assignment, GroupRecord, Groups, TopicPartition, JOIN_WAIT_MS_MAX};
 use super::kafka_group::{self, JoinRequest, JoinResult, KafkaGroups, Poll};
 use super::{StreamError, StreamResult};
 use crate::partition_log::{LocalLog, PartitionLog};
@@ -127,7 +127,10 @@ impl Coordinator {
         Ok(c)
     }
 
-    pub fn join(
+    /// Joins a member and answers once the group settled: no other member joined for
+    /// `JOIN_SETTLE_MS` (at most `JOIN_WAIT_MS_MAX`, and half the session), so members that
+    /// start together are told one assignment.
+    pub async fn join(
         &self,
         group: &str,
         member_id: Option<&str>,
@@ -135,16 +138,33 @@ impl Coordinator {
         session_timeout_ms: u64,
         partitions: &PartitionsOf,
     ) -> StreamResult<Assignment> {
+        let started = runtime::now_ms();
         let before = self.generation(group);
-        let a = self.groups.borrow_mut().join(
-            runtime::now_ms(),
+        let (id, changed) = self.groups.borrow_mut().register(
+            started,
             group,
             member_id,
             topics,
             session_timeout_ms,
             partitions,
         )?;
-        if Some(a.generation) != before {
+        if changed {
+            let latest = started + JOIN_WAIT_MS_MAX.min(session_timeout_ms / 2);
+            loop {
+                let now = runtime::now_ms();
+                let settles = self.groups.borrow().settles_at_ms(group).unwrap_or(now);
+                let until = settles.min(latest);
+                if now >= until || self.closed.get() {
+                    break;
+                }
+                runtime::sleep(Duration::from_millis(until - now)).await;
+            }
+        }
+        let a = self
+            .groups
+            .borrow_mut()
+            .heartbeat(runtime::now_ms(), group, &id)?;
+        if Some(a.generation) != before && changed {
             tracing::info!(
                 %group,
                 member = %a.member_id,
@@ -192,6 +212,14 @@ impl Coordinator {
         offsets: &[(TopicPartition, u64)],
     ) -> StreamResult<()> {
         if offsets.is_empty() {
+            // Nothing to store; it still releases what the member lost (see `group.rs`).
+            self.groups.borrow_mut().plan_commit(
+                runtime::now_ms(),
+                group,
+                member_id,
+                generation,
+                offsets,
+            )?;
             return Ok(());
         }
         self.log.wait_for_space(offsets.len() * 256 + 4096).await?;
@@ -419,6 +447,7 @@ mod tests {
                     .expect("open");
             let a = c
                 .join("t/g", None, vec!["t/x".into()], 60_000, &*parts)
+                .await
                 .expect("join");
             let mut max_segments = 0;
             for i in 0..1500u64 {

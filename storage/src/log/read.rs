@@ -8,8 +8,12 @@ use crate::error::{Result, StorageError};
 use crate::fs::{align_up, File, Fs, BLOCK_BYTES};
 use bytes::Bytes;
 
-/// Disk reads of batches are done in windows of this size (or one batch, if larger).
+/// Disk reads of batches are done in windows of this size (or one batch, if larger)...
 pub(super) const READ_WINDOW_BYTES: usize = 256 * 1024;
+/// ...or, for a read that asked for more, of what it asked for up to this: a consumer's fetch
+/// of 1,000 × 2 KiB records is one disk read, not eight (each awaited in turn) plus a re-read
+/// of every batch that did not fit the window it started in.
+pub(super) const READ_WINDOW_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 impl<F: Fs> Log<F> {
     /// Reads whole, verified batches from `offset` on, at least one batch (if any) and then up
@@ -28,7 +32,8 @@ impl<F: Fs> Log<F> {
                 break;
             };
             let mut done = false;
-            self.scan(base, pos, want, |_, b| {
+            let window = (max_bytes - total).clamp(READ_WINDOW_BYTES, READ_WINDOW_BYTES_MAX);
+            self.scan_with_window(base, pos, want, window, |_, b| {
                 if b.header.last_offset() < want {
                     return true;
                 }
@@ -84,8 +89,21 @@ impl<F: Fs> Log<F> {
     pub(super) async fn scan(
         &self,
         base: u64,
+        pos: u64,
+        want: u64,
+        f: impl FnMut(u64, ReadBatch) -> bool,
+    ) -> Result<()> {
+        self.scan_with_window(base, pos, want, READ_WINDOW_BYTES, f)
+            .await
+    }
+
+    /// [`Log::scan`] reading the disk in windows of `window_bytes` (at least one batch).
+    pub(super) async fn scan_with_window(
+        &self,
+        base: u64,
         mut pos: u64,
         want: u64,
+        window_bytes: usize,
         mut f: impl FnMut(u64, ReadBatch) -> bool,
     ) -> Result<()> {
         let (file, seg_size) = {
@@ -110,7 +128,7 @@ impl<F: Fs> Log<F> {
             let bytes = match self.cached_batch(base, pos) {
                 Some(b) => b,
                 None => {
-                    self.batch_from_disk(&*file, base, pos, seg_size, &mut window)
+                    self.batch_from_disk(&*file, base, pos, seg_size, window_bytes, &mut window)
                         .await?
                 }
             };
@@ -197,6 +215,7 @@ impl<F: Fs> Log<F> {
         base: u64,
         pos: u64,
         seg_size: u64,
+        window_bytes: usize,
         window: &mut Option<(u64, Bytes)>,
     ) -> Result<Bytes> {
         let path = || self.path(base, "log");
@@ -207,7 +226,7 @@ impl<F: Fs> Log<F> {
                 .is_some_and(|(s, b)| pos >= *s && pos + len <= s + b.len() as u64)
         };
         if !in_window(window, need_header.min(seg_size - pos)) {
-            let len = (READ_WINDOW_BYTES as u64).min(seg_size - pos) as usize;
+            let len = (window_bytes as u64).min(seg_size - pos) as usize;
             let data = file
                 .read_at(pos, len)
                 .await
@@ -225,7 +244,7 @@ impl<F: Fs> Log<F> {
             let data = file
                 .read_at(
                     pos,
-                    batch_len.max(READ_WINDOW_BYTES as u64).min(seg_size - pos) as usize,
+                    batch_len.max(window_bytes as u64).min(seg_size - pos) as usize,
                 )
                 .await
                 .map_err(|e| StorageError::io("read", path(), e))?;

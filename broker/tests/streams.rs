@@ -817,10 +817,13 @@ fn restart_keeps_topics_data_and_group_commits() {
             .await
             .expect("join");
         assert!(a.generation > generation);
+        // A commit is accepted from the member that owns the partition, whatever generation
+        // it names (the hand-over rule in `stream::group`); a member the group does not know
+        // cannot commit, with the old generation or any other.
         assert!(matches!(
-            s.commit_offsets(T, "g", &a.member_id, generation, &[("keep".into(), 0, 9)])
+            s.commit_offsets(T, "g", "gone", generation, &[("keep".into(), 0, 9)])
                 .await,
-            Err(StreamError::StaleGeneration { .. })
+            Err(StreamError::UnknownMember(_))
         ));
         s.commit_offsets(T, "g", &a.member_id, a.generation, &[("keep".into(), 0, 9)])
             .await

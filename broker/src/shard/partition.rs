@@ -40,12 +40,18 @@ const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
 /// DLQ moves: a receive's messages usually sit in a few consecutive batches, which one read
 /// returns; offsets beyond what it returned get reads of their own (a read always returns the
 /// batch holding its offset, however large).
-const CONTENT_READ_BYTES: usize = 256 * 1024;
+/// (A few hundred bytes in unit tests, so that the simulated partition's reads end before the
+/// offsets a receive wants and the rounds of `read_contents` are exercised.)
+const CONTENT_READ_BYTES: usize = if cfg!(test) { 300 } else { 256 * 1024 };
 /// A wanted offset this many records or more past the one being read gets a read of its own,
 /// and that one reads only the batch holding its offset: a FIFO receive's messages, one group's,
 /// sit as far apart in the log as the groups interleave (a long read would verify and copy
 /// hundreds of other groups' messages per message).
-const CONTENT_READ_GAP_RECORDS: u64 = 256;
+/// (Four in unit tests, so that the simulated partition's small logs take the far-apart path.)
+const CONTENT_READ_GAP_RECORDS: u64 = if cfg!(test) { 4 } else { 256 };
+/// Reads of one `read_contents` round in flight at once (a receive's ten far-apart messages
+/// are read together; a DLQ move step's hundreds, this many at a time).
+const CONTENT_READS_AT_ONCE: usize = 16;
 /// Bytes asked of one log read when loading never-received messages from the tail (the
 /// engine's `Tail`): a receive's worth and more of 2 KiB messages per read.
 const LOAD_READ_BYTES: usize = 1024 * 1024;
@@ -116,6 +122,37 @@ pub struct PartitionActor<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallCloc
     /// Message counts for metrics.
     ops: crate::metrics::PartitionOps,
     this: Weak<PartitionActor<L, C>>,
+}
+
+/// One log read of `read_contents`: from a wanted offset, either a long read covering the
+/// wanted offsets close after it, or only the batch holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ContentRead {
+    from: u64,
+    max_bytes: usize,
+    one_batch: bool,
+}
+
+/// The reads of one `read_contents` round, from its wanted offsets (sorted, distinct): a read
+/// starts at each wanted offset [`CONTENT_READ_GAP_RECORDS`] or more past the last read's
+/// start; a read followed by wanted offsets within that distance reads
+/// [`CONTENT_READ_BYTES`], one alone reads only its batch.
+fn plan_content_reads(want: &[(u64, usize)]) -> Vec<ContentRead> {
+    let mut plan: Vec<ContentRead> = Vec::new();
+    for &(offset, _) in want {
+        match plan.last_mut() {
+            Some(last) if offset - last.from < CONTENT_READ_GAP_RECORDS => {
+                last.max_bytes = CONTENT_READ_BYTES;
+                last.one_batch = false;
+            }
+            _ => plan.push(ContentRead {
+                from: offset,
+                max_bytes: 1,
+                one_batch: true,
+            }),
+        }
+    }
+    plan
 }
 
 /// The engine's records as one log batch, each encoded straight into it, the batch's buffer
@@ -207,8 +244,12 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
 
     /// The contents of the `Sent` records at `offsets` (any order, distinct), by position;
     /// `None` for an offset the log no longer holds (compacted away: the message is gone).
-    /// Sorted, the offsets are read in runs: one read from the lowest offset not yet found
-    /// returns that batch and the ones after it up to [`CONTENT_READ_BYTES`].
+    ///
+    /// Sorted, the wanted offsets are read in rounds: each round plans reads from the offsets
+    /// not settled yet (`plan_content_reads`) and issues them all at once, so that a receive
+    /// whose messages sit far apart in the log (a FIFO group's) waits for one round of small
+    /// reads, not for each in turn. A wanted offset inside what a read returned is settled
+    /// (found, or `None`); one past it goes to the next round.
     async fn read_contents(&self, offsets: &[u64]) -> ServiceResult<Vec<Option<Arc<Payload>>>> {
         let log = self.log();
         let mut out = vec![None; offsets.len()];
@@ -220,60 +261,62 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             }
         }
         want.sort_unstable();
-        let mut next = 0;
-        while next < want.len() {
-            let at = want[next].0;
-            if at < log.start_offset() || at >= log.end_offset() {
-                next += 1;
-                continue;
+        while !want.is_empty() {
+            let (start, end) = (log.start_offset(), log.end_offset());
+            want.retain(|w| w.0 >= start && w.0 < end);
+            let plan = plan_content_reads(&want);
+            let mut reads = Vec::with_capacity(plan.len());
+            for chunk in plan.chunks(CONTENT_READS_AT_ONCE) {
+                let batch = chunk.iter().map(|r| log.read(r.from, r.max_bytes));
+                reads.extend(futures::future::join_all(batch).await);
             }
-            let before = next;
-            let dense = want
-                .get(next + 1)
-                .is_some_and(|w| w.0 - at < CONTENT_READ_GAP_RECORDS);
-            let max_bytes = if dense { CONTENT_READ_BYTES } else { 1 };
-            // A one-batch read keeps the batch's other messages for the receives that follow:
-            // a FIFO backlog's batches hold the heads of the groups served next.
+            // What each read covered, [from, end): wanted offsets inside are settled.
+            let mut covered: Vec<(u64, u64)> = Vec::with_capacity(plan.len());
             let mut others = Vec::new();
-            for b in log.read(at, max_bytes).await? {
-                for r in b.view().records() {
-                    let r = r.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
-                    while next < want.len() && want[next].0 < r.offset {
-                        next += 1; // not in the log: left `None`
-                    }
-                    if next == want.len() || want[next].0 != r.offset {
-                        if !dense && r.offset < self.engine.borrow().next_offset() {
-                            if let Ok(rec) = EngineRecord::decode(r.value) {
-                                if matches!(rec.kind, RecordKind::Sent(_)) {
-                                    others.push((r.offset, rec));
+            let next_offset = self.engine.borrow().next_offset();
+            for (r, batches) in plan.iter().zip(reads) {
+                let mut reached = r.from;
+                for b in batches? {
+                    for rec in b.view().records() {
+                        let rec =
+                            rec.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
+                        let Ok(at) = want.binary_search_by_key(&rec.offset, |w| w.0) else {
+                            // A one-batch read keeps the batch's other messages for the
+                            // receives that follow: a FIFO backlog's batches hold the heads
+                            // of the groups served next.
+                            if r.one_batch && rec.offset < next_offset {
+                                if let Ok(e) = EngineRecord::decode(rec.value) {
+                                    if matches!(e.kind, RecordKind::Sent(_)) {
+                                        others.push((rec.offset, e));
+                                    }
                                 }
                             }
-                        }
-                        continue;
+                            continue;
+                        };
+                        let e = EngineRecord::decode(rec.value).map_err(|e| {
+                            ServiceError::Internal(format!("engine record at {}: {e}", rec.offset))
+                        })?;
+                        let RecordKind::Sent(sent) = e.kind else {
+                            return Err(ServiceError::Internal(format!(
+                                "no Sent record at offset {}",
+                                rec.offset
+                            )));
+                        };
+                        out[want[at].1] = Some(sent.payload);
                     }
-                    let rec = EngineRecord::decode(r.value).map_err(|e| {
-                        ServiceError::Internal(format!("engine record at {}: {e}", r.offset))
-                    })?;
-                    let RecordKind::Sent(sent) = rec.kind else {
-                        return Err(ServiceError::Internal(format!(
-                            "no Sent record at offset {}",
-                            r.offset
-                        )));
-                    };
-                    out[want[next].1] = Some(sent.payload);
-                    next += 1;
+                    reached = reached.max(b.header.next_offset());
                 }
-                if next == want.len() {
-                    break;
-                }
+                // A read that returned nothing at its offset: the log ends there.
+                covered.push((r.from, reached.max(r.from + 1)));
             }
             if !others.is_empty() {
                 self.keep_loaded(others);
             }
-            if next == before {
-                // The read returned nothing at `at`: the log ends there.
-                next += 1;
-            }
+            covered.sort_unstable();
+            want.retain(|&(offset, _)| {
+                let i = covered.partition_point(|c| c.0 <= offset);
+                !(i > 0 && offset < covered[i - 1].1)
+            });
         }
         Ok(out)
     }
@@ -1078,5 +1121,40 @@ struct WaiterGuard<'a>(&'a Cell<usize>);
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
         self.0.set(self.0.get() - 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{plan_content_reads, ContentRead, CONTENT_READ_BYTES, CONTENT_READ_GAP_RECORDS};
+
+    #[test]
+    fn content_reads_are_planned_one_per_cluster_of_near_offsets() {
+        let gap = CONTENT_READ_GAP_RECORDS;
+        let want: Vec<(u64, usize)> = [10, 11, 10 + gap - 1, 10 + gap, 10 + 3 * gap, 10 + 5 * gap]
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| (o, i))
+            .collect();
+        let dense = |from| ContentRead {
+            from,
+            max_bytes: CONTENT_READ_BYTES,
+            one_batch: false,
+        };
+        let alone = |from| ContentRead {
+            from,
+            max_bytes: 1,
+            one_batch: true,
+        };
+        assert_eq!(
+            plan_content_reads(&want),
+            vec![
+                dense(10),
+                alone(10 + gap),
+                alone(10 + 3 * gap),
+                alone(10 + 5 * gap)
+            ]
+        );
+        assert!(plan_content_reads(&[]).is_empty());
     }
 }

@@ -13,9 +13,11 @@
 //! (wall clock or virtual time).
 //!
 //! The engine keeps no message content (ARCHITECTURE.md): what a receive hands out and what a DLQ
-//! move forwards is read here from the messages' `Sent` records, once the command's own records
-//! are durable (the `Sent` records precede them in the log, so they are durable too), in as
-//! few log reads as the offsets allow (`read_contents`).
+//! move forwards is read here from the messages' `Sent` records, in as few log reads as the
+//! offsets allow, issued together (`read_contents`). A log read returns only committed records:
+//! when every `Sent` needed is committed already (a backlog), the reads run while the
+//! command's own records commit; otherwise once they are (the `Sent` records precede them in
+//! the log, so they are committed too). The reply waits for both.
 
 use crate::engine::{
     Command, Counters, Delivery, MoveRequest, MoveStart, Partition, PartitionConfig, Payload,
@@ -122,6 +124,21 @@ pub struct PartitionActor<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallCloc
     /// Message counts for metrics.
     ops: crate::metrics::PartitionOps,
     this: Weak<PartitionActor<L, C>>,
+}
+
+/// The offsets of the `Sent` records whose contents a command's reply and moves need.
+fn content_offsets<'a>(
+    reply: &'a Reply<Delivery>,
+    moves: &'a [MoveStart],
+) -> impl Iterator<Item = u64> + 'a {
+    let delivered: &[Delivery] = match reply {
+        Reply::Received(v) => v,
+        _ => &[],
+    };
+    delivered
+        .iter()
+        .map(|d| d.sent_offset)
+        .chain(moves.iter().map(|m| m.sent_offset))
 }
 
 /// One log read of `read_contents`: from a wanted offset, either a long read covering the
@@ -331,19 +348,11 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         reply: Reply<Delivery>,
         moves: Vec<MoveStart>,
     ) -> ServiceResult<(Reply, Vec<MoveRequest>)> {
-        let delivered: &[Delivery] = match &reply {
-            Reply::Received(v) => v,
-            _ => &[],
-        };
-        if delivered.is_empty() && moves.is_empty() {
+        let offsets: Vec<u64> = content_offsets(&reply, &moves).collect();
+        if offsets.is_empty() {
             let reply = reply.map_received(|_| Ok::<_, ServiceError>(Vec::new()))?;
             return Ok((reply, Vec::new()));
         }
-        let offsets: Vec<u64> = delivered
-            .iter()
-            .map(|d| d.sent_offset)
-            .chain(moves.iter().map(|m| m.sent_offset))
-            .collect();
         let mut contents = self.read_contents(&offsets).await?.into_iter();
         let reply = reply.map_received(|v| {
             Ok::<_, ServiceError>(
@@ -787,16 +796,33 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         if wake_polls {
             self.ready.notify();
         }
-        if let Some(t) = ticket {
-            let staged = std::time::Instant::now();
-            self.wait_committed(&log, t).await?;
-            crate::metrics::record_durable_wait(staged.elapsed());
-        }
+        let commit = async {
+            if let Some(t) = ticket {
+                let staged = std::time::Instant::now();
+                self.wait_committed(&log, t).await?;
+                crate::metrics::record_durable_wait(staged.elapsed());
+            }
+            Ok::<_, ServiceError>(())
+        };
+        // The contents a reply hands out come from `Sent` records. When every one of them is
+        // already committed (a backlog's), they are read while the command's own records
+        // commit: a cold receive waits for the longer of its write and its reads, not both.
+        // Otherwise (a message sent in this very group commit) they are read after it.
+        let committed_end = log.end_offset();
+        let read_now = content_offsets(&effects.reply, &effects.moves).all(|o| o < committed_end);
+        let contents = if read_now {
+            let (committed, contents) =
+                futures::join!(commit, self.with_contents(effects.reply, effects.moves));
+            committed?;
+            contents
+        } else {
+            commit.await?;
+            self.with_contents(effects.reply, effects.moves).await
+        };
         self.rearm.notify();
         if wakes {
             self.appended.notify();
         }
-        let contents = self.with_contents(effects.reply, effects.moves).await;
         self.maybe_compact(now);
         let (reply, moves) = match contents {
             Ok(c) => c,

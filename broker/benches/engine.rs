@@ -69,11 +69,21 @@ fn bytes_per_waiting_message(body_bytes: usize, messages: u64, resident: u32) ->
     (after - before) as f64 / messages as f64
 }
 
-/// Memory per message of a FIFO queue's backlog spread over `groups` groups (sent in round
-/// robin at 100,000 a second, never received): the heap bytes of the groups' wait lists per
-/// waiting message, and the bytes allocated per group by its first message (its entry, name,
-/// dedup entry and indexes).
-fn bytes_per_waiting_fifo_message(messages: u64, groups: u64) -> (f64, f64) {
+/// Memory of a FIFO queue's backlog spread over `groups` groups (sent in round robin at 100,000
+/// a second, within the dedup window, never received).
+struct FifoMemory {
+    /// Heap bytes of the groups' wait lists per waiting message.
+    wait_list: f64,
+    /// Bytes allocated per group by its first message (its entry, name, dedup entry, indexes).
+    per_group: f64,
+    /// Bytes allocated per message after the first of each group (all-in: wait list and dedup).
+    per_message: f64,
+    /// Of those, what is not the wait lists: the dedup table's bytes per entry (its index
+    /// included; every message has its own dedup id).
+    per_dedup_entry: f64,
+}
+
+fn bytes_per_waiting_fifo_message(messages: u64, groups: u64) -> FifoMemory {
     let mut p = Partition::new(PartitionConfig {
         queue_id: 1,
         partition: 0,
@@ -98,11 +108,19 @@ fn bytes_per_waiting_fifo_message(messages: u64, groups: u64) -> (f64, f64) {
         send(&mut p, i);
     }
     let per_group = (ALLOCATED_BYTES.load(Ordering::Relaxed) - before) as f64 / groups as f64;
+    let (before, waiting_before) = (ALLOCATED_BYTES.load(Ordering::Relaxed), p.waiting_bytes());
     for i in groups..groups + messages {
         send(&mut p, i);
     }
     black_box(&p);
-    (p.waiting_bytes() as f64 / p.entries() as f64, per_group)
+    let all = (ALLOCATED_BYTES.load(Ordering::Relaxed) - before) as f64;
+    let lists = (p.waiting_bytes() - waiting_before) as f64;
+    FifoMemory {
+        wait_list: p.waiting_bytes() as f64 / p.entries() as f64,
+        per_group,
+        per_message: all / messages as f64,
+        per_dedup_entry: (all - lists) / messages as f64,
+    }
 }
 
 fn send_of(body: &str) -> Command {
@@ -267,7 +285,21 @@ fn main() {
         println!("{b:>8.0} bytes/message  body {body_bytes} B, waiting in the log (the tail)");
     }
     println!("engine memory per waiting FIFO message (2,000,000 sent to 100,000 groups)");
-    let (per_msg, per_group) = bytes_per_waiting_fifo_message(1_900_000, 100_000);
-    println!("{per_msg:>8.1} bytes/message  its group's wait list (heap bytes / messages)");
-    println!("{per_group:>8.0} bytes/group    a group's first message (group, dedup entry)");
+    let m = bytes_per_waiting_fifo_message(1_900_000, 100_000);
+    println!(
+        "{:>8.1} bytes/message  its group's wait list (heap bytes / messages)",
+        m.wait_list
+    );
+    println!(
+        "{:>8.0} bytes/group    a group's first message (group, dedup entry)",
+        m.per_group
+    );
+    println!(
+        "{:>8.1} bytes/message  all-in, after each group's first (wait list, dedup entry)",
+        m.per_message
+    );
+    println!(
+        "{:>8.1} bytes/entry    of which the dedup table, per entry (index included)",
+        m.per_dedup_entry
+    );
 }

@@ -16,7 +16,9 @@
 //! # Layout (each layer uses only those above it in this list)
 //!
 //! * this file — the state: `Partition`'s fields, its entry types, limits, and pure reads of
-//!   the state (`compaction_floor`, `dedup_key`, `group_list`, counters, `dump`);
+//!   the state (`compaction_floor`, `dedup_hash`, `group_list`, counters, `dump`);
+//! * `dedup` — the FIFO deduplication table (a self-contained structure: keys hashed to 128
+//!   bits, entries in expiry order);
 //! * `apply` — records → state, and the timer effects that need no record (`advance`): what a
 //!   follower will run;
 //! * `replay` — rebuilding from the log (and a compacted one) through `apply`;
@@ -111,11 +113,13 @@ pub use super::types::{
 
 mod apply;
 mod decide;
+mod dedup;
 mod replay;
 mod snapshot;
 mod timers;
 
 pub use decide::validate_batch;
+use dedup::{DedupEntry, DedupTable, DEDUP_TABLE_MAX};
 pub use snapshot::{SnapshotError, SNAPSHOT_VERSION};
 
 /// FIFO deduplication interval.
@@ -466,15 +470,6 @@ impl Group {
 }
 
 #[derive(Debug)]
-struct DedupEntry {
-    message_id: MessageId,
-    seq: u64,
-    expires_ms: u64,
-    /// Log offset of the `Sent` record that made it (kept while the entry lives: CONTRACT.md C4).
-    offset: u64,
-}
-
-#[derive(Debug)]
 struct AttemptEntry {
     at_ms: u64,
     first_seq: u64,
@@ -515,8 +510,8 @@ pub struct Partition {
     timers: BinaryHeap<Reverse<Timer>>,
     counters: Counters,
     moving: BTreeSet<u64>,
-    dedup: HashMap<String, DedupEntry>,
-    dedup_order: VecDeque<(u64, String)>,
+    /// FIFO deduplication entries, oldest first, by key hash (see [`dedup`]).
+    dedup: DedupTable,
     attempts: HashMap<String, AttemptEntry>,
     attempt_order: BTreeMap<u64, String>,
     origins: HashMap<OriginKey, u64>,
@@ -576,8 +571,7 @@ impl Partition {
             timers: BinaryHeap::new(),
             counters: Counters::default(),
             moving: BTreeSet::new(),
-            dedup: HashMap::new(),
-            dedup_order: VecDeque::new(),
+            dedup: DedupTable::new(),
             attempts: HashMap::new(),
             attempt_order: BTreeMap::new(),
             origins: HashMap::new(),
@@ -735,11 +729,7 @@ impl Partition {
         if let Some(o) = self.live_floor() {
             need = need.min(o);
         }
-        if let Some(e) = self
-            .dedup_order
-            .front()
-            .and_then(|(_, k)| self.dedup.get(k))
-        {
+        if let Some(e) = self.dedup.front() {
             need = need.min(e.offset);
         }
         if let Some(e) = self
@@ -766,12 +756,33 @@ impl Partition {
         self.next_offset
     }
 
-    fn dedup_key(&self, group: Option<&str>, dedup_id: &str) -> String {
+    /// The deduplication table's key: xxh3-128 of the dedup id (scope queue) or of
+    /// `group NUL id` (scope message group; tokens are printable ASCII, so NUL cannot occur in
+    /// either part). Stable across processes and versions: snapshots hold it. Why 128 bits of
+    /// a non-cryptographic hash are enough: see [`dedup`].
+    fn dedup_hash(&self, group: Option<&str>, dedup_id: &str) -> u128 {
+        use xxhash_rust::xxh3::xxh3_128;
         match self.dedup_scope {
-            DedupScope::Queue => dedup_id.to_string(),
-            // Tokens are printable ASCII, so NUL cannot occur in either part.
-            DedupScope::MessageGroup => format!("{}\0{dedup_id}", group.unwrap_or("")),
+            DedupScope::Queue => xxh3_128(dedup_id.as_bytes()),
+            DedupScope::MessageGroup => {
+                let (g, d) = (group.unwrap_or("").as_bytes(), dedup_id.as_bytes());
+                let mut buf = [0u8; 320];
+                let n = g.len() + 1 + d.len();
+                if n > buf.len() {
+                    // Longer than tokens may be (a record from elsewhere): same bytes, on the heap.
+                    return xxh3_128([g, &[0], d].concat().as_slice());
+                }
+                buf[..g.len()].copy_from_slice(g);
+                buf[g.len() + 1..n].copy_from_slice(d);
+                xxh3_128(&buf[..n])
+            }
         }
+    }
+
+    /// The MessageId a dedup entry answers with.
+    fn dedup_message_id(&self, e: &DedupEntry) -> MessageId {
+        e.message_id
+            .unwrap_or_else(|| MessageId::derive(self.cfg.queue_id, self.cfg.partition, e.seq))
     }
 
     /// A canonical, order-independent picture of the whole state (for tests and inspection):
@@ -865,13 +876,15 @@ impl Partition {
                 g.name, g.msg_count, g.inflight, g.moving, g.last_served
             );
         }
-        let mut dedup: Vec<_> = self.dedup.iter().collect();
-        dedup.sort_by(|a, b| a.0.cmp(b.0));
-        for (k, e) in dedup {
+        for e in self.dedup.iter() {
             let _ = writeln!(
                 s,
-                "dedup {k:?} {} {} {} @{}",
-                e.message_id, e.seq, e.expires_ms, e.offset
+                "dedup {:032x} {} {} {} @{}",
+                e.hash,
+                self.dedup_message_id(&e),
+                e.seq,
+                e.expires_ms,
+                e.offset
             );
         }
         for (seq, k) in &self.attempt_order {

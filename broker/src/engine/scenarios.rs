@@ -6,7 +6,7 @@ use super::attributes::{
 };
 use super::partition::*;
 use super::receipt::Receipt;
-use super::record::{MessageId, MoveDestination, Payload, Record, RecordKind};
+use super::record::{MessageId, MoveDestination, Payload, Record, RecordKind, Sent};
 use super::EngineError;
 use super::ReplayError;
 
@@ -1116,6 +1116,93 @@ fn dedup_survives_compaction_and_restart() {
     assert!(!next.duplicate);
     assert!(next.sequence_number > first.sequence_number);
     assert!(next.message_id > first.message_id);
+}
+
+#[test]
+fn the_dedup_table_is_bounded_keeps_other_message_ids_and_snapshots_in_order() {
+    let mut q = Q::new(QueueKind::Fifo, |_, l| l.dedup_entries_max = 3);
+    let sent: Vec<SentReply> = (0..3)
+        .map(|i| q.fifo_send(T0 + i, "g", &format!("m{i}"), &format!("d{i}")))
+        .collect();
+    let dup = q.fifo_send(T0 + 10, "other", "other", "d0");
+    assert!(dup.duplicate);
+    assert_eq!(
+        (dup.message_id, dup.sequence_number),
+        (sent[0].message_id, sent[0].sequence_number)
+    );
+    // The bound counts entries, not messages: a fourth key is refused, a duplicate is not.
+    assert!(matches!(
+        q.send(
+            T0 + 10,
+            SendRequest {
+                body: "x".into(),
+                group_id: Some("g".into()),
+                dedup_id: Some("d3".into()),
+                ..Default::default()
+            }
+        ),
+        Err(EngineError::OverLimit("deduplication table is full"))
+    ));
+    // A Sent whose MessageId is not the derived one (a record written otherwise) keeps its own.
+    let foreign = MessageId([0xab; 16]);
+    q.log.push(Record {
+        at_ms: T0 + 20,
+        kind: RecordKind::Sent(Sent {
+            id: 3,
+            message_id: foreign,
+            visible_at_ms: T0 + 20,
+            payload: std::sync::Arc::new(Payload::new(
+                "f".into(),
+                Vec::new(),
+                Some("g".into()),
+                Some("d-foreign".into()),
+            )),
+            origin: None,
+            redriven: false,
+        }),
+    });
+    let p = replay_from(&q, 0).expect("replay");
+    // A snapshot keeps the entries in order, with the foreign id, and restores the same state.
+    let bytes = p.snapshot().expect("snapshot");
+    let restored = Partition::restore(q.cfg.clone(), &bytes).expect("restore");
+    assert_eq!(restored.dump(), p.dump());
+    let dump = p.dump();
+    let lines: Vec<&str> = dump.lines().filter(|l| l.starts_with("dedup ")).collect();
+    assert_eq!(lines.len(), 4, "{dump}");
+    for (i, l) in lines.iter().enumerate() {
+        let at = if i < 3 { T0 + i as u64 } else { T0 + 20 };
+        assert!(
+            l.contains(&format!(" {i} {} @", at + DEDUP_WINDOW_MS)),
+            "{l}"
+        );
+    }
+    assert!(lines[3].contains(&foreign.to_string()), "{}", lines[3]);
+    for p in [p, restored] {
+        let mut q = Q {
+            p,
+            cfg: q.cfg.clone(),
+            log: q.log.clone(),
+        };
+        let again = q.fifo_send(T0 + 30, "g", "y", "d-foreign");
+        assert!(again.duplicate);
+        assert_eq!(again.message_id, foreign);
+        assert_eq!(again.sequence_number, Some(3));
+        // Entries expire oldest first, each five minutes after its Sent.
+        q.tick(T0 + 1 + DEDUP_WINDOW_MS);
+        assert!(
+            !q.fifo_send(T0 + 1 + DEDUP_WINDOW_MS, "g", "z", "d0")
+                .duplicate
+        );
+        let d2 = q.fifo_send(T0 + 1 + DEDUP_WINDOW_MS, "g", "z", "d2");
+        assert_eq!(
+            (d2.duplicate, d2.sequence_number),
+            (true, sent[2].sequence_number)
+        );
+        assert!(
+            q.fifo_send(T0 + 1 + DEDUP_WINDOW_MS, "g", "z", "d-foreign")
+                .duplicate
+        );
+    }
 }
 
 #[test]

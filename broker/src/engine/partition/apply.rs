@@ -53,18 +53,8 @@ impl Partition {
         }
         self.expire_tail(now);
         self.expire_waiting(now);
-        while let Some((expires, _)) = self.dedup_order.front() {
-            if *expires > now {
-                break;
-            }
-            let (expires, key) = self.dedup_order.pop_front().expect("front exists");
-            if self
-                .dedup
-                .get(&key)
-                .is_some_and(|e| e.expires_ms == expires)
-            {
-                self.dedup.remove(&key);
-            }
+        while self.dedup.front_expires_ms().is_some_and(|e| e <= now) {
+            self.dedup.pop_front();
         }
         while let Some((&seq, key)) = self.attempt_order.first_key_value() {
             let at = self.attempts.get(key).map_or(0, |e| e.at_ms);
@@ -875,21 +865,20 @@ impl Partition {
 
     // ----- groups' wait lists: messages that wait in the log only (see `WaitList`) -----
 
+    /// A FIFO message sent here (no origin) gets its dedup entry, unless its key has one.
     fn note_dedup(&mut self, s: &Sent, d: &str, at: u64, offset: u64) {
-        let key = self.dedup_key(s.payload.group_id.as_deref(), d);
-        if !self.dedup.contains_key(&key) {
-            let expires_ms = at + DEDUP_WINDOW_MS;
-            self.dedup.insert(
-                key.clone(),
-                DedupEntry {
-                    message_id: s.message_id,
-                    seq: s.id,
-                    expires_ms,
-                    offset,
-                },
-            );
-            self.dedup_order.push_back((expires_ms, key));
-        }
+        let hash = self.dedup_hash(s.payload.group_id.as_deref(), d);
+        // Most MessageIds are the one derived from the id; a record written otherwise keeps its
+        // own (`DedupEntry::message_id`). A table at `DEDUP_TABLE_MAX` (beyond any limit a
+        // decision allows) keeps no more.
+        let derived = MessageId::derive(self.cfg.queue_id, self.cfg.partition, s.id);
+        self.dedup.insert(DedupEntry {
+            hash,
+            seq: s.id,
+            expires_ms: at + DEDUP_WINDOW_MS,
+            offset,
+            message_id: (s.message_id != derived).then_some(s.message_id),
+        });
     }
 
     /// A message joins its group's wait list: counted (visible, in its group), no entry.

@@ -272,17 +272,18 @@ impl Partition {
         let payload =
             Payload::with_md5_body(req.body, md5_body, req.attributes, req.group_id, dedup_id);
         if let Some(d) = &payload.dedup_id {
-            let key = self.dedup_key(payload.group_id.as_deref(), d);
-            if let Some(e) = self.dedup.get(&key) {
+            let hash = self.dedup_hash(payload.group_id.as_deref(), d);
+            if let Some(e) = self.dedup.get(hash) {
                 return Ok(SentReply {
-                    message_id: e.message_id,
+                    message_id: self.dedup_message_id(&e),
                     sequence_number: Some(e.seq),
                     md5_body: payload.md5_body(),
                     md5_attributes: payload.md5_attributes,
                     duplicate: true,
                 });
             }
-            if self.dedup.len() >= self.cfg.limits.dedup_entries_max as usize {
+            let max = (self.cfg.limits.dedup_entries_max as usize).min(DEDUP_TABLE_MAX);
+            if self.dedup.len() >= max {
                 return Err(EngineError::OverLimit("deduplication table is full"));
             }
         }

@@ -7,8 +7,9 @@
 //! from the log alone (checkpoints, `compaction_floor`) keeps working without one: a missing,
 //! torn or stale snapshot only makes a restart slower, never wrong.
 //!
-//! Format, version 2, little-endian; strings are u16 length + UTF-8 (version 1 had no wait
-//! lists; a version-1 snapshot is ignored and the log replayed):
+//! Format, version 3, little-endian; strings are u16 length + UTF-8. Version 1 had no wait
+//! lists; version 2 kept dedup keys as strings, sorted, and their order apart. A snapshot of an
+//! older version is ignored and the log replayed (once, after an upgrade):
 //!
 //! ```text
 //! "SLQS" | u8 version | u64 queue_id | u32 partition | u64 next_offset
@@ -17,8 +18,9 @@
 //! opt<(u64 offset, u64 live_floor, u64 at_ms)> last_checkpoint | u32 n, n × u64 checkpoints
 //! u32 n, n × (str name, u64 last_served, u64 k, k > 0: waiting)           groups
 //! u64 n, n × message (below)                                             entries, by id
-//! u32 n, n × (str key, [16] message_id, u64 seq, u64 expires, u64 offset) dedup
-//! u32 n, n × (u64 expires, str key)                                      dedup order
+//! u32 n, n × ([16] key hash, u64 seq, u64 expires, u64 offset, opt<[16]> message_id) dedup,
+//!   oldest first (the key is xxh3-128 of the dedup key; the message id only when it is not
+//!   the one derived from seq)
 //! u32 n, n × (str key, u64 at, u64 first_seq, u64 offset, u32 k, k × (u64, u32)) attempts
 //! u32 n, n × (u64 queue, u32 partition, u64 id, u64 expires)              move origins
 //! u32 n, n × (u64 expires, u64 queue, u32 partition, u64 id, u64 offset)  origin order
@@ -43,7 +45,7 @@ use super::*;
 const MAGIC: &[u8; 4] = b"SLQS";
 /// The snapshot format written; restore reads this version only (an unknown one is ignored
 /// by the shard, which then replays the log).
-pub const SNAPSHOT_VERSION: u8 = 2;
+pub const SNAPSHOT_VERSION: u8 = 3;
 
 /// Why a snapshot cannot be used (the shard then replays from the log).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -170,20 +172,19 @@ impl Partition {
                 }
             }
         }
-        let mut dedup: Vec<_> = self.dedup.iter().collect();
-        dedup.sort_by(|a, b| a.0.cmp(b.0));
-        put32(&mut w, dedup.len() as u32);
-        for (k, e) in dedup {
-            put_str(&mut w, k);
-            w.extend_from_slice(&e.message_id.0);
+        put32(&mut w, self.dedup.len() as u32);
+        for e in self.dedup.iter() {
+            w.extend_from_slice(&e.hash.to_le_bytes());
             put64(&mut w, e.seq);
             put64(&mut w, e.expires_ms);
             put64(&mut w, e.offset);
-        }
-        put32(&mut w, self.dedup_order.len() as u32);
-        for (expires, k) in &self.dedup_order {
-            put64(&mut w, *expires);
-            put_str(&mut w, k);
+            match e.message_id {
+                None => w.push(0),
+                Some(id) => {
+                    w.push(1);
+                    w.extend_from_slice(&id.0);
+                }
+            }
         }
         put32(&mut w, self.attempt_order.len() as u32);
         for k in self.attempt_order.values() {
@@ -420,19 +421,27 @@ impl Partition {
                 p.moving.insert(id);
             }
         }
-        for _ in 0..r.len32(40)? {
-            let key = r.str()?;
+        let mut last_seq = None;
+        for _ in 0..r.len32(41)? {
             let e = DedupEntry {
-                message_id: MessageId(r.arr16()?),
+                hash: u128::from_le_bytes(r.arr16()?),
                 seq: r.u64()?,
                 expires_ms: r.u64()?,
                 offset: r.u64()?,
+                message_id: match r.u8()? {
+                    0 => None,
+                    1 => Some(MessageId(r.arr16()?)),
+                    _ => return Err(bad("bad flag")),
+                },
             };
-            p.dedup.insert(key, e);
-        }
-        for _ in 0..r.len32(10)? {
-            let expires = r.u64()?;
-            p.dedup_order.push_back((expires, r.str()?));
+            // In insertion order: sequence numbers grow (they are the `Sent` records' ids).
+            if last_seq.is_some_and(|s| s >= e.seq) {
+                return Err(bad("dedup entries out of order"));
+            }
+            last_seq = Some(e.seq);
+            if !p.dedup.insert(e) {
+                return Err(bad("a dedup key listed twice"));
+            }
         }
         for _ in 0..r.len32(30)? {
             let key = r.str()?;

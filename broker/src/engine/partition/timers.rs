@@ -9,7 +9,7 @@ impl Partition {
     /// nothing to do.
     pub fn next_deadline_ms(&self) -> Option<u64> {
         let timer = self.timers.peek().map(|Reverse(t)| t.0);
-        let dedup = self.dedup_order.front().map(|e| e.0);
+        let dedup = self.dedup.front_expires_ms();
         let attempt = self
             .attempt_order
             .values()

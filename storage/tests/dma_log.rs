@@ -404,3 +404,41 @@ fn a_segment_allocates_space_as_it_fills() {
         "a large segment keeps about a chunk zeroed ahead: {alloc} for {data}: {allocated:?}"
     );
 }
+
+/// Concurrent readers of the same far-off batch (a FIFO queue's receives, each wanting another
+/// message of it) share one disk read of its window: each gets the batch, verified, and the
+/// disk is read once per distinct window, not once per reader. (Without the sharing the disk
+/// reads equal the readers.)
+#[test]
+fn concurrent_reads_of_one_window_share_one_disk_read() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (_offs, active) = write_batches(tmp.path(), 300);
+    assert!(active > 20, "want sealed batches to read");
+    let dir = tmp.path().to_path_buf();
+    let (disk, shared) = on_glommio(move || async move {
+        let fs = DmaFs::new(&dir).await.expect("fs");
+        let log = Log::open(fs, dir.join("p0"), config()).await.expect("open");
+        let before = log.stats();
+        // Eight readers of offset 10 and eight of offset 20, all at once.
+        let reads = (0..16u64).map(|i| {
+            let log = &log;
+            async move {
+                let o = if i % 2 == 0 { 10 } else { 20 };
+                let b = log.read(o, 1).await.expect("read");
+                let r = b[0].view().records().next().expect("record").expect("ok");
+                assert!(r.value == value(o, 0).as_slice(), "offset {o}");
+            }
+        });
+        futures::future::join_all(reads).await;
+        let after = log.stats();
+        (
+            after.disk_reads - before.disk_reads,
+            after.shared_reads - before.shared_reads,
+        )
+    });
+    assert!(
+        disk <= 4,
+        "16 readers of two windows read the disk {disk} times"
+    );
+    assert_eq!(disk + shared, 16, "every reader read or shared once");
+}

@@ -131,6 +131,8 @@ pub struct LogStats {
     pub corruptions_detected: u64,
     pub cache_hits: u64,
     pub disk_reads: u64,
+    /// Reads answered by another reader's disk read of the same window, in flight.
+    pub shared_reads: u64,
     pub segments_deleted: u64,
     pub torn_tail_bytes_truncated: u64,
     /// Durable-write durations of successful group commits.
@@ -192,6 +194,9 @@ struct Inner<F: Fs> {
     cache_bytes: usize,
     index_cache: VecDeque<(u64, Rc<SealedIndexes>)>,
     index_cache_bytes: usize,
+    /// Disk reads in flight by (segment base, position, length), with the readers waiting to
+    /// share each one's bytes (`Log::read_window`).
+    reads_in_flight: std::collections::HashMap<(u64, u64, usize), Vec<read::WindowWaiter>>,
     stats: LogStats,
 }
 

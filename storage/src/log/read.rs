@@ -8,6 +8,35 @@ use crate::error::{Result, StorageError};
 use crate::fs::{align_up, File, Fs, BLOCK_BYTES};
 use bytes::Bytes;
 
+/// A reader waiting for another's read of the same window (`Log::read_window`).
+pub(super) type WindowWaiter =
+    futures::channel::oneshot::Sender<std::result::Result<Bytes, SharedIoError>>;
+
+/// A disk read's error, as each reader that shared the read gets it.
+#[derive(Debug, Clone)]
+pub(super) struct SharedIoError {
+    raw: Option<i32>,
+    kind: std::io::ErrorKind,
+    message: String,
+}
+
+impl SharedIoError {
+    fn of(e: &std::io::Error) -> Self {
+        SharedIoError {
+            raw: e.raw_os_error(),
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    fn to_io(&self) -> std::io::Error {
+        match self.raw {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(self.kind, self.message.clone()),
+        }
+    }
+}
+
 /// Disk reads of batches are done in windows of this size (or one batch, if larger), or of
 /// what a smaller read asked for, down to [`READ_WINDOW_BYTES_MIN`]...
 pub(super) const READ_WINDOW_BYTES: usize = 256 * 1024;
@@ -233,12 +262,7 @@ impl<F: Fs> Log<F> {
         };
         if !in_window(window, need_header.min(seg_size - pos)) {
             let len = (window_bytes as u64).min(seg_size - pos) as usize;
-            let data = file
-                .read_at(pos, len)
-                .await
-                .map_err(|e| StorageError::io("read", path(), e))?;
-            self.inner.borrow_mut().stats.disk_reads += 1;
-            *window = Some((pos, Bytes::from(data)));
+            *window = Some((pos, self.read_window(file, base, pos, len).await?));
         }
         let (ws, wb) = window.as_ref().expect("filled above");
         let from = (pos - ws) as usize;
@@ -259,6 +283,94 @@ impl<F: Fs> Log<F> {
         }
         let (ws, wb) = window.as_ref().expect("filled above");
         Ok(wb.slice((pos - ws) as usize..))
+    }
+
+    /// Reads `len` bytes at `pos` of segment `base` from disk. Readers that want the same
+    /// window while one read of it is in flight wait for that read and share its bytes: a FIFO
+    /// queue's concurrent receives each want a message of the same far-off batch (the groups
+    /// served one after another are the ones sent together), and read it once, not once each.
+    /// If the first reader goes away before its read completes, the others read for themselves.
+    async fn read_window(&self, file: &F::File, base: u64, pos: u64, len: usize) -> Result<Bytes> {
+        let key = (base, pos, len);
+        let waiting = {
+            let mut i = self.inner.borrow_mut();
+            match i.reads_in_flight.get_mut(&key) {
+                Some(waiters) => {
+                    let (tx, rx) = futures::channel::oneshot::channel();
+                    waiters.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    i.reads_in_flight.insert(key, Vec::new());
+                    None
+                }
+            }
+        };
+        let path = || self.path(base, "log");
+        if let Some(rx) = waiting {
+            match rx.await {
+                Ok(Ok(bytes)) => {
+                    self.inner.borrow_mut().stats.shared_reads += 1;
+                    return Ok(bytes);
+                }
+                Ok(Err(e)) => return Err(StorageError::io("read", path(), e.to_io())),
+                Err(futures::channel::oneshot::Canceled) => {
+                    let data = file
+                        .read_at(pos, len)
+                        .await
+                        .map_err(|e| StorageError::io("read", path(), e))?;
+                    self.inner.borrow_mut().stats.disk_reads += 1;
+                    return Ok(Bytes::from(data));
+                }
+            }
+        }
+        /// Takes the window's entry out of the map when the read ends or is dropped (its
+        /// waiters' senders dropped with it: they read for themselves).
+        struct InFlight<'a, F: Fs> {
+            log: &'a Log<F>,
+            key: (u64, u64, usize),
+        }
+        impl<F: Fs> InFlight<'_, F> {
+            fn finish(self) -> Vec<WindowWaiter> {
+                let waiters = self
+                    .log
+                    .inner
+                    .borrow_mut()
+                    .reads_in_flight
+                    .remove(&self.key);
+                std::mem::forget(self);
+                waiters.unwrap_or_default()
+            }
+        }
+        impl<F: Fs> Drop for InFlight<'_, F> {
+            fn drop(&mut self) {
+                self.log
+                    .inner
+                    .borrow_mut()
+                    .reads_in_flight
+                    .remove(&self.key);
+            }
+        }
+        let in_flight = InFlight { log: self, key };
+        let read = file.read_at(pos, len).await;
+        let waiters = in_flight.finish();
+        self.inner.borrow_mut().stats.disk_reads += 1;
+        match read {
+            Ok(data) => {
+                let bytes = Bytes::from(data);
+                for w in waiters {
+                    let _ = w.send(Ok(bytes.clone()));
+                }
+                Ok(bytes)
+            }
+            Err(e) => {
+                let shared = SharedIoError::of(&e);
+                for w in waiters {
+                    let _ = w.send(Err(shared.clone()));
+                }
+                Err(StorageError::io("read", path(), e))
+            }
+        }
     }
 
     /// The first offset whose record timestamp is >= `ts_ms`, or `None` if every record is

@@ -185,6 +185,7 @@ impl<F: Fs> Log<F> {
                 cache_bytes: 0,
                 index_cache: VecDeque::new(),
                 index_cache_bytes: 0,
+                reads_in_flight: Default::default(),
                 stats: LogStats::default(),
             }),
         };

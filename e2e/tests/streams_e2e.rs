@@ -883,10 +883,13 @@ fn prefetched_records_are_dropped_on_seek_and_close_commits_what_was_handed_out(
             .await
             .expect("create");
         let mut p = client.topic_producer("pipe").await.expect("producer");
+        // Batches of 50 (a fetch returns whole batches).
         for i in 0..N {
             p.send(None, i.to_string().as_bytes()).await.expect("send");
+            if i % 50 == 49 {
+                p.flush().await.expect("flush");
+            }
         }
-        p.flush().await.expect("flush");
         let options = GroupConsumerOptions {
             session_timeout: Duration::from_secs(10),
             max_records: 50,
@@ -935,6 +938,79 @@ fn prefetched_records_are_dropped_on_seek_and_close_commits_what_was_handed_out(
             .expect("join");
         assert!(next.poll().await.expect("poll").is_empty());
         next.close().await.expect("close");
+    });
+    broker.shutdown();
+}
+
+/// Issue 29: a partition revoked while its prefetch waits at the broker (a long poll) has that
+/// fetch dropped: records written to it after the hand-over reach its new owner, never the old
+/// member, even though the old member's fetch would have answered with them.
+#[test]
+fn a_revoked_partitions_prefetch_is_dropped() {
+    let broker = TestBroker::start(Some(1));
+    broker.run(|client| async move {
+        client
+            .create_topic(CreateTopicRequest {
+                name: "moving".into(),
+                partitions: 2,
+                ..Default::default()
+            })
+            .await
+            .expect("create");
+        let options = GroupConsumerOptions {
+            session_timeout: Duration::from_secs(10),
+            max_records: 50,
+            max_bytes: 64 * 1024,
+            // Long polls: the prefetch of each partition waits at the broker for records.
+            poll_wait: Duration::from_secs(2),
+            ..GroupConsumerOptions::default()
+        };
+        let mut a = GroupConsumer::join(&client, "movers", &["moving"], options.clone())
+            .await
+            .expect("join a");
+        assert_eq!(a.assignment().len(), 2);
+        // Empty partitions: this poll's fetches stay in flight as long polls.
+        assert!(a.poll().await.expect("poll").is_empty());
+        let b = GroupConsumer::join(&client, "movers", &["moving"], options)
+            .await
+            .expect("join b");
+        // `a` learns that it lost one partition (and releases it by committing).
+        let before: Vec<(String, u32)> = a.assignment().to_vec();
+        a.heartbeat().await.expect("heartbeat");
+        let lost: Vec<u32> = before
+            .iter()
+            .filter(|k| !a.assignment().contains(k))
+            .map(|k| k.1)
+            .collect();
+        assert_eq!(
+            lost.len(),
+            1,
+            "a gives one partition to b: {:?}",
+            a.assignment()
+        );
+        let lost = lost[0];
+        // Records for the lost partition: `a`'s old long poll on it would answer with them.
+        let key = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| partition_for_key(k.as_bytes(), 2) == lost)
+            .expect("a key");
+        let mut p = client.topic_producer("moving").await.expect("producer");
+        for i in 0..10 {
+            p.send(Some(key.as_bytes()), format!("r{i}").as_bytes())
+                .await
+                .expect("send");
+        }
+        p.flush().await.expect("flush");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..3 {
+            let got = a.poll().await.expect("poll");
+            assert!(
+                got.iter().all(|r| r.partition != lost),
+                "a handed out records of partition {lost}, revoked before they were written"
+            );
+        }
+        a.close().await.expect("close a");
+        b.close().await.expect("close b");
     });
     broker.shutdown();
 }

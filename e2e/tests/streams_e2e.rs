@@ -28,6 +28,7 @@ fn options() -> GroupConsumerOptions {
         max_records: 50,
         max_bytes: 64 * 1024,
         poll_wait: Duration::from_millis(20),
+        ..GroupConsumerOptions::default()
     }
 }
 
@@ -767,6 +768,7 @@ fn members_joining_while_records_flow_see_each_record_once() {
             max_records: 50,
             max_bytes: 64 * 1024,
             poll_wait: Duration::from_millis(20),
+            ..GroupConsumerOptions::default()
         };
         let seen: Seen = Arc::default();
         let spawn_member = |stop: Arc<AtomicBool>| {
@@ -858,6 +860,157 @@ fn members_joining_while_records_flow_see_each_record_once() {
             0,
             "records processed twice by the group ({delivered} deliveries of {total})"
         );
+    });
+    broker.shutdown();
+}
+
+/// Issue 29, the consumer pipeline: a member's next fetch of each partition is in flight while
+/// the application handles the last poll (prefetch), commits go in the background, and what
+/// was handed out is what counts. A seek drops the partition's prefetched records (the next
+/// poll starts where it was sought, not where the prefetch was); `close` commits the positions
+/// handed out, so a member that never called `commit` still hands over without redelivery.
+#[test]
+fn prefetched_records_are_dropped_on_seek_and_close_commits_what_was_handed_out() {
+    let broker = TestBroker::start(Some(1));
+    broker.run(|client| async move {
+        const N: usize = 200;
+        client
+            .create_topic(CreateTopicRequest {
+                name: "pipe".into(),
+                partitions: 1,
+                ..Default::default()
+            })
+            .await
+            .expect("create");
+        let mut p = client.topic_producer("pipe").await.expect("producer");
+        // Batches of 50 (a fetch returns whole batches).
+        for i in 0..N {
+            p.send(None, i.to_string().as_bytes()).await.expect("send");
+            if i % 50 == 49 {
+                p.flush().await.expect("flush");
+            }
+        }
+        let options = GroupConsumerOptions {
+            session_timeout: Duration::from_secs(10),
+            max_records: 50,
+            max_bytes: 64 * 1024,
+            poll_wait: Duration::from_millis(20),
+            commit_interval: Duration::from_secs(3600),
+            ..GroupConsumerOptions::default()
+        };
+        let mut m = GroupConsumer::join(&client, "pipe-g", &["pipe"], options.clone())
+            .await
+            .expect("join");
+        // First poll: offsets 0..50; the fetch of 50..100 is now in flight (prefetch).
+        let first = m.poll().await.expect("poll");
+        assert_eq!(first.first().map(|r| r.offset), Some(0));
+        assert_eq!(first.len(), 50);
+        // Let the prefetch answer, then seek back: its records must not be handed out.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        m.seek("pipe", 0, 10);
+        let again = m.poll().await.expect("poll");
+        assert_eq!(
+            again.first().map(|r| r.offset),
+            Some(10),
+            "the poll after a seek starts at the sought offset, not at the prefetch"
+        );
+        let mut last = again.last().map(|r| r.offset).expect("records");
+        while last + 1 < N as u64 {
+            let recs = m.poll().await.expect("poll");
+            if let Some(r) = recs.first() {
+                assert_eq!(r.offset, last + 1, "in order, no gap, no repeat");
+            }
+            if let Some(r) = recs.last() {
+                last = r.offset;
+            }
+        }
+        // No commit was asked for (and the interval is an hour): close commits the end.
+        m.close().await.expect("close");
+        let committed = client.fetch_committed("pipe-g").await.expect("committed");
+        assert_eq!(
+            committed.get(&("pipe".to_string(), 0)),
+            Some(&(N as u64)),
+            "close commits what was handed out: {committed:?}"
+        );
+        // The next member starts there: nothing is read twice.
+        let mut next = GroupConsumer::join(&client, "pipe-g", &["pipe"], options)
+            .await
+            .expect("join");
+        assert!(next.poll().await.expect("poll").is_empty());
+        next.close().await.expect("close");
+    });
+    broker.shutdown();
+}
+
+/// Issue 29: a partition revoked while its prefetch waits at the broker (a long poll) has that
+/// fetch dropped: records written to it after the hand-over reach its new owner, never the old
+/// member, even though the old member's fetch would have answered with them.
+#[test]
+fn a_revoked_partitions_prefetch_is_dropped() {
+    let broker = TestBroker::start(Some(1));
+    broker.run(|client| async move {
+        client
+            .create_topic(CreateTopicRequest {
+                name: "moving".into(),
+                partitions: 2,
+                ..Default::default()
+            })
+            .await
+            .expect("create");
+        let options = GroupConsumerOptions {
+            session_timeout: Duration::from_secs(10),
+            max_records: 50,
+            max_bytes: 64 * 1024,
+            // Long polls: the prefetch of each partition waits at the broker for records.
+            poll_wait: Duration::from_secs(2),
+            ..GroupConsumerOptions::default()
+        };
+        let mut a = GroupConsumer::join(&client, "movers", &["moving"], options.clone())
+            .await
+            .expect("join a");
+        assert_eq!(a.assignment().len(), 2);
+        // Empty partitions: this poll's fetches stay in flight as long polls.
+        assert!(a.poll().await.expect("poll").is_empty());
+        let b = GroupConsumer::join(&client, "movers", &["moving"], options)
+            .await
+            .expect("join b");
+        // `a` learns that it lost one partition (and releases it by committing).
+        let before: Vec<(String, u32)> = a.assignment().to_vec();
+        a.heartbeat().await.expect("heartbeat");
+        let lost: Vec<u32> = before
+            .iter()
+            .filter(|k| !a.assignment().contains(k))
+            .map(|k| k.1)
+            .collect();
+        assert_eq!(
+            lost.len(),
+            1,
+            "a gives one partition to b: {:?}",
+            a.assignment()
+        );
+        let lost = lost[0];
+        // Records for the lost partition: `a`'s old long poll on it would answer with them.
+        let key = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| partition_for_key(k.as_bytes(), 2) == lost)
+            .expect("a key");
+        let mut p = client.topic_producer("moving").await.expect("producer");
+        for i in 0..10 {
+            p.send(Some(key.as_bytes()), format!("r{i}").as_bytes())
+                .await
+                .expect("send");
+        }
+        p.flush().await.expect("flush");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..3 {
+            let got = a.poll().await.expect("poll");
+            assert!(
+                got.iter().all(|r| r.partition != lost),
+                "a handed out records of partition {lost}, revoked before they were written"
+            );
+        }
+        a.close().await.expect("close a");
+        b.close().await.expect("close b");
     });
     broker.shutdown();
 }

@@ -11,6 +11,7 @@ mod capacity;
 mod clock;
 mod cpu;
 mod echo;
+mod fetch_probe;
 mod fio;
 mod http_vs_quic;
 #[cfg(feature = "kafka")]
@@ -160,6 +161,24 @@ enum Cmd {
         warmup_seconds: f64,
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        #[arg(long, default_value = "perf/results")]
+        out: PathBuf,
+    },
+    /// Where one fetch's time goes: a broker in process holds one partition of `--records` ×
+    /// `--record-bytes` (its tail cache), one client fetches all of it, one fetch at a time,
+    /// for each `--windows` (the client's QUIC stream receive window, bytes); call and SDK
+    /// decode times.
+    FetchProbe {
+        #[arg(long, default_value = "perf/work/fetch-probe")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        records: usize,
+        #[arg(long, default_value_t = 2048)]
+        record_bytes: usize,
+        #[arg(long, default_value_t = 50)]
+        fetches: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1250000,10813440")]
+        windows: Vec<u32>,
         #[arg(long, default_value = "perf/results")]
         out: PathBuf,
     },
@@ -499,6 +518,42 @@ fn main() {
                 "result": r,
             });
             write_results(&out, "quic-floor", json, &report);
+        }
+        Cmd::FetchProbe {
+            dir,
+            records,
+            record_bytes,
+            fetches,
+            windows,
+            out,
+        } => {
+            std::fs::create_dir_all(&out).expect("create results dir");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let rows = match rt.block_on(fetch_probe::run(
+                &dir,
+                records,
+                record_bytes,
+                fetches.max(1),
+                &windows,
+            )) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("fetch-probe: {e}");
+                    std::process::exit(1);
+                }
+            };
+            let report = fetch_probe::render(&rows);
+            println!("{report}");
+            let json = serde_json::json!({
+                "kind": "fetch-probe",
+                "unix_time": stamp(),
+                "machine": machine(),
+                "rows": rows,
+            });
+            write_results(&out, "fetch-probe", json, &report);
         }
         Cmd::HttpVsQuic {
             dir,

@@ -372,6 +372,9 @@ impl QuicConn {
                     // poll of 2 KiB records to ~500 whatever `receive_max` said).
                     max_bytes: (max.max(1) * 4096).clamp(1 << 20, FETCH_BYTES_MAX) as u32,
                     poll_wait: wait,
+                    // The SDK's defaults: the next fetch of each partition in flight while
+                    // the generator counts the last one; commits in the background.
+                    ..GroupConsumerOptions::default()
                 };
                 let gc = GroupConsumer::join(
                     &self.client,
@@ -417,7 +420,9 @@ impl QuicConn {
             .and_then(|v| v.get(idx as usize).cloned())
             .ok_or_else(|| err("ack for an unknown group member"))?;
         let mut gc = member.lock().await;
-        match gc.commit().await {
+        // In the background, at most every `commit_interval` (a rebalance commits the
+        // positions of what it moves at once, so nothing handed out is read twice).
+        match gc.commit_if_due().await {
             Ok(()) => Ok(()),
             // A rebalance since the last heartbeat: the records will be read again by the new
             // owner (at-least-once; the generator counts them as duplicates).

@@ -424,11 +424,21 @@ impl TopicProducer {
 #[derive(Debug, Clone)]
 pub struct GroupConsumerOptions {
     pub session_timeout: Duration,
-    /// Per partition and poll.
+    /// Per partition and fetch.
     pub max_records: u32,
+    /// Per partition and fetch. With `prefetch`, a member holds at most two fetches' worth
+    /// per partition: the records the last poll handed out and the next fetch in flight.
     pub max_bytes: u32,
-    /// How long a poll waits on one partition when nothing is there.
+    /// How long a poll waits when nothing is there.
     pub poll_wait: Duration,
+    /// Keep each assigned partition's next fetch in flight while the application handles
+    /// what the last poll returned (one fetch per partition; its records are handed out by a
+    /// later poll, or dropped if the partition is revoked or sought first). Default true.
+    pub prefetch: bool,
+    /// [`GroupConsumer::run`] and [`GroupConsumer::commit_if_due`] commit the positions
+    /// reached at most this often, in the background; a partition handed to another member,
+    /// the end of `run` and [`GroupConsumer::close`] commit at once. Default 200 ms.
+    pub commit_interval: Duration,
 }
 
 impl Default for GroupConsumerOptions {
@@ -438,6 +448,8 @@ impl Default for GroupConsumerOptions {
             max_records: 500,
             max_bytes: 1024 * 1024,
             poll_wait: Duration::from_millis(100),
+            prefetch: true,
+            commit_interval: Duration::from_millis(200),
         }
     }
 }
@@ -447,14 +459,41 @@ impl Default for GroupConsumerOptions {
 /// to its new member only once the old one, told on its heartbeat, committed and released it.
 pub const HEARTBEAT_INTERVAL_MAX: Duration = Duration::from_millis(250);
 
+/// A poll waits this much longer than `poll_wait` for a fetch's answer before it returns
+/// empty-handed (the fetch goes on; a later poll hands out its records).
+const POLL_ANSWER_SLACK: Duration = Duration::from_millis(100);
+
+type PartitionKey = (String, u32);
+
+/// A fetch in flight for one partition, from the partition's position.
+struct FetchInFlight {
+    id: u64,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A finished fetch, as its task reports it.
+struct FetchDone {
+    key: PartitionKey,
+    id: u64,
+    from: u64,
+    result: Result<Fetched>,
+}
+
 /// A member of a consumer group. [`poll`] heartbeats when due (learning of rebalances: a
 /// partition it lost has its position committed at once, which hands it over; a partition it
-/// gained starts from the group's committed offset), then fetches from its partitions. [`commit`] commits the positions reached (manual); [`run`] polls, hands each
-/// record to a handler and commits after the handler succeeded (at-least-once). [`seek`] moves
-/// a position.
+/// gained starts from the group's committed offset), then hands out what its partitions'
+/// fetches returned. With [`GroupConsumerOptions::prefetch`] each partition's next fetch is
+/// in flight while the application handles the last poll's records. [`commit`] commits the
+/// positions reached (manual); [`commit_if_due`] does it in the background at most every
+/// `commit_interval`; [`run`] polls, hands each record to a handler and commits (when due,
+/// and at its end) after the handler returned (at-least-once). [`seek`] moves a position.
+///
+/// A position is what the member handed out: a partition's prefetched records are not part
+/// of it until a poll returns them, and are dropped if the partition is revoked or sought.
 ///
 /// [`poll`]: GroupConsumer::poll
 /// [`commit`]: GroupConsumer::commit
+/// [`commit_if_due`]: GroupConsumer::commit_if_due
 /// [`run`]: GroupConsumer::run
 /// [`seek`]: GroupConsumer::seek
 pub struct GroupConsumer {
@@ -464,9 +503,21 @@ pub struct GroupConsumer {
     options: GroupConsumerOptions,
     member_id: String,
     generation: u64,
-    assignment: Vec<(String, u32)>,
-    positions: HashMap<(String, u32), u64>,
+    assignment: Vec<PartitionKey>,
+    /// Per partition: the offset after what polls handed out (what a commit commits, and
+    /// where the partition's fetch in flight starts).
+    positions: HashMap<PartitionKey, u64>,
     last_heartbeat: Instant,
+    /// At most one fetch per partition.
+    fetches: HashMap<PartitionKey, FetchInFlight>,
+    next_fetch_id: u64,
+    fetched_tx: tokio::sync::mpsc::UnboundedSender<FetchDone>,
+    fetched_rx: tokio::sync::mpsc::UnboundedReceiver<FetchDone>,
+    /// A commit sent in the background (`commit_if_due`), not answered yet.
+    committing: Option<tokio::task::JoinHandle<Result<()>>>,
+    last_commit: Instant,
+    /// The positions last sent in a commit (a commit with nothing new is not sent).
+    committed: HashMap<PartitionKey, u64>,
 }
 
 impl GroupConsumer {
@@ -476,6 +527,7 @@ impl GroupConsumer {
         topics: &[&str],
         options: GroupConsumerOptions,
     ) -> Result<GroupConsumer> {
+        let (fetched_tx, fetched_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut c = GroupConsumer {
             client: client.clone(),
             group: group.to_string(),
@@ -486,6 +538,13 @@ impl GroupConsumer {
             assignment: Vec::new(),
             positions: HashMap::new(),
             last_heartbeat: Instant::now(),
+            fetches: HashMap::new(),
+            next_fetch_id: 0,
+            fetched_tx,
+            fetched_rx,
+            committing: None,
+            last_commit: Instant::now(),
+            committed: HashMap::new(),
         };
         c.rejoin().await?;
         Ok(c)
@@ -509,13 +568,14 @@ impl GroupConsumer {
         }
     }
 
-    /// Takes a new assignment. Partitions it keeps keep their positions (nobody else read
-    /// them meanwhile: the broker gives a partition to one member at a time); the positions
-    /// of partitions it lost are committed first, which releases them to their new member
-    /// (an empty commit releases them too); gained ones start from the committed offset.
+    /// Takes a new assignment. Partitions it keeps keep their positions and fetches in flight
+    /// (nobody else read them meanwhile: the broker gives a partition to one member at a
+    /// time); a partition it lost has its fetch cancelled (prefetched records are dropped) and
+    /// its position committed, which releases it to its new member (an empty commit releases
+    /// them too); gained ones start from the committed offset.
     async fn set_assignment(&mut self, generation: u64, a: Vec<wire::TopicPartitionEntry>) {
-        let new: Vec<(String, u32)> = a.into_iter().map(|e| (e.topic, e.partition)).collect();
-        let lost: Vec<(String, u32)> = self
+        let new: Vec<PartitionKey> = a.into_iter().map(|e| (e.topic, e.partition)).collect();
+        let lost: Vec<PartitionKey> = self
             .assignment
             .iter()
             .filter(|k| !new.contains(k))
@@ -526,6 +586,12 @@ impl GroupConsumer {
         if lost.is_empty() {
             return;
         }
+        for k in &lost {
+            self.cancel_fetch(k);
+            self.committed.remove(k);
+        }
+        // A background commit lands first (it cannot overwrite the one below).
+        let _ = self.finish_background_commit().await;
         let offsets: Vec<wire::OffsetEntry> = lost
             .iter()
             .filter_map(|k| {
@@ -581,19 +647,98 @@ impl GroupConsumer {
                 self.generation = 0;
                 self.assignment.clear();
                 self.positions.clear();
+                self.committed.clear();
+                self.cancel_all_fetches();
+                if let Some(c) = self.committing.take() {
+                    c.abort();
+                }
                 self.rejoin().await
             }
             Err(e) => Err(e),
         }
     }
 
-    /// Moves the position of an assigned partition (the next poll reads from `offset`).
+    /// Moves the position of an assigned partition (the next poll reads from `offset`; what
+    /// was prefetched for it is dropped).
     pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) {
-        self.positions
-            .insert((topic.to_string(), partition), offset);
+        let key = (topic.to_string(), partition);
+        self.cancel_fetch(&key);
+        self.positions.insert(key, offset);
     }
 
-    /// Heartbeats if a third of the session passed, then fetches from every assigned partition.
+    fn cancel_fetch(&mut self, key: &PartitionKey) {
+        if let Some(f) = self.fetches.remove(key) {
+            f.task.abort();
+        }
+    }
+
+    fn cancel_all_fetches(&mut self) {
+        for (_, f) in self.fetches.drain() {
+            f.task.abort();
+        }
+    }
+
+    /// Starts the fetch of `key` from its position (replacing one in flight).
+    fn start_fetch(&mut self, key: PartitionKey, from: u64) {
+        self.next_fetch_id += 1;
+        let id = self.next_fetch_id;
+        let client = self.client.clone();
+        let tx = self.fetched_tx.clone();
+        let (max_bytes, max_records, wait) = (
+            self.options.max_bytes,
+            self.options.max_records,
+            self.options.poll_wait,
+        );
+        let k = key.clone();
+        let task = tokio::spawn(async move {
+            let result = client
+                .fetch_records(&k.0, k.1, from, max_bytes, max_records, wait)
+                .await;
+            let _ = tx.send(FetchDone {
+                key: k,
+                id,
+                from,
+                result,
+            });
+        });
+        if let Some(old) = self.fetches.insert(key, FetchInFlight { id, task }) {
+            old.task.abort();
+        }
+    }
+
+    /// Takes a finished fetch: `Ok(false)` if it is stale (its partition was revoked or
+    /// sought since, or the fetch replaced); else its records go to `out`, the position moves
+    /// past them and (prefetch) the partition's next fetch starts.
+    async fn take_fetched(&mut self, d: FetchDone, out: &mut Vec<ConsumedRecord>) -> Result<bool> {
+        if self.fetches.get(&d.key).map(|f| f.id) != Some(d.id) {
+            return Ok(false);
+        }
+        self.fetches.remove(&d.key);
+        match d.result {
+            Ok(f) => {
+                let next = f.next_offset.max(d.from);
+                self.positions.insert(d.key.clone(), next);
+                if self.options.prefetch {
+                    self.start_fetch(d.key, next);
+                }
+                out.extend(f.records);
+            }
+            Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
+                // Retention removed what we had not read: go on from the earliest kept.
+                let start = self
+                    .client
+                    .list_offset(&d.key.0, d.key.1, Seek::Earliest)
+                    .await?;
+                self.positions.insert(d.key, start);
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(true)
+    }
+
+    /// Heartbeats when due (at least every third of the session), then returns the records
+    /// of the assigned partitions' fetches that have answered, waiting up to about
+    /// `poll_wait` for one with records.
     pub async fn poll(&mut self) -> Result<Vec<ConsumedRecord>> {
         if self.last_heartbeat.elapsed()
             >= (self.options.session_timeout / 3).min(HEARTBEAT_INTERVAL_MAX)
@@ -613,77 +758,153 @@ impl GroupConsumer {
         } else {
             BTreeMap::new()
         };
-        let mut out = Vec::new();
-        for (topic, p) in self.assignment.clone() {
-            let key = (topic.clone(), p);
+        for key in self.assignment.clone() {
+            if self.fetches.contains_key(&key) {
+                continue;
+            }
             let pos = match self.positions.get(&key).or(committed.get(&key)) {
                 Some(o) => *o,
-                None => self.client.list_offset(&topic, p, Seek::Earliest).await?,
-            };
-            let wait = if out.is_empty() {
-                self.options.poll_wait
-            } else {
-                Duration::ZERO
-            };
-            let fetched = self
-                .client
-                .fetch_records(
-                    &topic,
-                    p,
-                    pos,
-                    self.options.max_bytes,
-                    self.options.max_records,
-                    wait,
-                )
-                .await;
-            let f = match fetched {
-                Ok(f) => f,
-                Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
-                    // Retention removed what we had not read: go on from the earliest kept.
-                    let start = self.client.list_offset(&topic, p, Seek::Earliest).await?;
-                    self.positions.insert(key, start);
-                    continue;
+                None => {
+                    self.client
+                        .list_offset(&key.0, key.1, Seek::Earliest)
+                        .await?
                 }
-                Err(e) => return Err(e),
             };
-            self.positions.insert(key, f.next_offset.max(pos));
-            out.extend(f.records);
+            self.positions.insert(key.clone(), pos);
+            self.start_fetch(key, pos);
+        }
+        let deadline = tokio::time::Instant::now() + self.options.poll_wait + POLL_ANSWER_SLACK;
+        let mut out = Vec::new();
+        let mut answered: Vec<PartitionKey> = Vec::new();
+        loop {
+            let done = if out.is_empty() {
+                match tokio::time::timeout_at(deadline, self.fetched_rx.recv()).await {
+                    Ok(Some(d)) => d,
+                    // The sender lives in `self`: never closed; a timeout returns empty.
+                    Ok(None) | Err(_) => break,
+                }
+            } else {
+                // Records in hand: add whatever else has answered, without waiting.
+                match self.fetched_rx.try_recv() {
+                    Ok(d) => d,
+                    Err(_) => break,
+                }
+            };
+            let key = done.key.clone();
+            if self.take_fetched(done, &mut out).await? && !answered.contains(&key) {
+                answered.push(key);
+            }
+            if out.is_empty() && self.assignment.iter().all(|k| answered.contains(k)) {
+                // Every partition answered, with nothing: an empty poll.
+                break;
+            }
         }
         Ok(out)
+    }
+
+    fn offsets_to_commit(&self, only_new: bool) -> Vec<wire::OffsetEntry> {
+        self.assignment
+            .iter()
+            .filter_map(|k| {
+                let o = *self.positions.get(k)?;
+                if only_new && self.committed.get(k) == Some(&o) {
+                    return None;
+                }
+                Some(wire::OffsetEntry {
+                    topic: k.0.clone(),
+                    partition: k.1,
+                    offset: o,
+                })
+            })
+            .collect()
+    }
+
+    fn commit_request(&self, offsets: Vec<wire::OffsetEntry>) -> wire::CommitOffsetsRequest {
+        wire::CommitOffsetsRequest {
+            group: self.group.clone(),
+            member_id: self.member_id.clone(),
+            generation: self.generation,
+            offsets,
+        }
+    }
+
+    fn note_committed(&mut self, offsets: &[wire::OffsetEntry]) {
+        for o in offsets {
+            self.committed
+                .insert((o.topic.clone(), o.partition), o.offset);
+        }
+        self.last_commit = Instant::now();
+    }
+
+    /// Waits for the background commit, if any, and returns its result.
+    async fn finish_background_commit(&mut self) -> Result<()> {
+        let Some(task) = self.committing.take() else {
+            return Ok(());
+        };
+        let r = match task.await {
+            Ok(r) => r,
+            Err(e) => Err(Error::ConnectionLost(format!("commit task: {e}"))),
+        };
+        if r.is_err() {
+            // Not known to be stored: the next commit sends every position again.
+            self.committed.clear();
+        }
+        r
     }
 
     /// Commits the positions reached on the assigned partitions. A rebalance since the last
     /// heartbeat makes it fail (`StaleGeneration` / `PartitionNotAssigned`): heartbeat and go on.
     pub async fn commit(&mut self) -> Result<()> {
-        let offsets: Vec<wire::OffsetEntry> = self
-            .assignment
-            .iter()
-            .filter_map(|k| {
-                self.positions.get(k).map(|o| wire::OffsetEntry {
-                    topic: k.0.clone(),
-                    partition: k.1,
-                    offset: *o,
-                })
-            })
-            .collect();
+        // An earlier background commit lands first; its outcome is superseded by this one.
+        let _ = self.finish_background_commit().await;
+        let offsets = self.offsets_to_commit(false);
         if offsets.is_empty() {
             return Ok(());
         }
-        let r = wire::CommitOffsetsRequest {
-            group: self.group.clone(),
-            member_id: self.member_id.clone(),
-            generation: self.generation,
-            offsets,
-        };
+        let r = self.commit_request(offsets.clone());
         match self.client.call(Request::CommitOffsets(r)).await? {
-            Response::CommitOffsets(_) => Ok(()),
+            Response::CommitOffsets(_) => {
+                self.note_committed(&offsets);
+                Ok(())
+            }
             other => unexpected(other),
         }
     }
 
+    /// Sends a commit of the positions reached in the background if `commit_interval` passed
+    /// since the last one, none is in flight and a position moved. Returns the error of an
+    /// earlier background commit that failed (after a rebalance: `StaleGeneration`,
+    /// `PartitionNotAssigned` or `UnknownMember`; heartbeat and go on).
+    pub async fn commit_if_due(&mut self) -> Result<()> {
+        if let Some(task) = &self.committing {
+            if !task.is_finished() {
+                return Ok(());
+            }
+            self.finish_background_commit().await?;
+        }
+        if self.last_commit.elapsed() < self.options.commit_interval {
+            return Ok(());
+        }
+        let offsets = self.offsets_to_commit(true);
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let r = self.commit_request(offsets.clone());
+        self.note_committed(&offsets);
+        let client = self.client.clone();
+        self.committing = Some(tokio::spawn(async move {
+            match client.call(Request::CommitOffsets(r)).await? {
+                Response::CommitOffsets(_) => Ok(()),
+                other => unexpected(other),
+            }
+        }));
+        Ok(())
+    }
+
     /// Polls until `until` returns true; each polled record goes to `handler`, and the
-    /// positions are committed after the handler returned for all of them (at-least-once: a
-    /// crash before the commit redelivers). A rebalance only costs a failed commit.
+    /// positions are committed after the handler returned for them: in the background at
+    /// most every `commit_interval`, and at once when `run` ends (at-least-once: a crash
+    /// before a commit redelivers). A rebalance only costs a failed commit.
     pub async fn run<H, U>(&mut self, mut handler: H, mut until: U) -> Result<()>
     where
         H: FnMut(&ConsumedRecord),
@@ -694,35 +915,53 @@ impl GroupConsumer {
             for r in &recs {
                 handler(r);
             }
-            if !recs.is_empty() {
-                match self.commit().await {
-                    Ok(()) => {}
-                    Err(e)
-                        if matches!(
-                            e.code(),
-                            Some(ErrorCode::StaleGeneration)
-                                | Some(ErrorCode::PartitionNotAssigned)
-                                | Some(ErrorCode::UnknownMember)
-                        ) =>
-                    {
-                        self.heartbeat().await?;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            let committed = self.commit_if_due().await;
+            self.after_commit(committed).await?;
         }
-        Ok(())
+        let committed = self.commit().await;
+        self.after_commit(committed).await
     }
 
-    /// Leaves the group (its partitions go to the other members at once).
-    pub async fn close(self) -> Result<()> {
+    /// A commit refused because of a rebalance is followed by a heartbeat (which learns of
+    /// it); other errors are returned.
+    async fn after_commit(&mut self, r: Result<()>) -> Result<()> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some(ErrorCode::StaleGeneration)
+                        | Some(ErrorCode::PartitionNotAssigned)
+                        | Some(ErrorCode::UnknownMember)
+                ) =>
+            {
+                self.heartbeat().await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Commits the positions reached (best effort: a refused commit is logged) and leaves the
+    /// group (its partitions go to the other members at once, from those positions).
+    pub async fn close(mut self) -> Result<()> {
+        self.cancel_all_fetches();
+        if let Err(e) = self.commit().await {
+            tracing::debug!(error = %e, group = %self.group, "committing before leaving");
+        }
         let r = wire::LeaveGroupRequest {
-            group: self.group,
-            member_id: self.member_id,
+            group: std::mem::take(&mut self.group),
+            member_id: std::mem::take(&mut self.member_id),
         };
         match self.client.call(Request::LeaveGroup(r)).await? {
             Response::LeaveGroup(_) => Ok(()),
             other => unexpected(other),
         }
+    }
+}
+
+impl Drop for GroupConsumer {
+    fn drop(&mut self) {
+        // Prefetches stop with the member (a background commit is left to land).
+        self.cancel_all_fetches();
     }
 }

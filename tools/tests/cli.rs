@@ -888,6 +888,7 @@ fn topic_group_and_tail_commands() {
         max_records: 100,
         max_bytes: 1 << 20,
         poll_wait: Duration::from_millis(50),
+        ..GroupConsumerOptions::default()
     };
     let mut member = rt
         .block_on(GroupConsumer::join(

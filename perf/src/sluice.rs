@@ -12,7 +12,7 @@ use sluice_broker::server::BrokerHandle;
 use sluice_sdk::stream::partition_for_key;
 use sluice_sdk::types::{CreateTopicRequest, SendMessageBatchRequestEntry};
 use sluice_sdk::{
-    Client, ClientOptions, ErrorCode, GroupConsumer, GroupConsumerOptions, ReceiveOptions, Trust,
+    Client, ClientOptions, GroupConsumer, GroupConsumerOptions, ReceiveOptions, Trust,
 };
 use sluice_wire::batch::BatchBuilder;
 // SQS batch calls take at most 10 entries.
@@ -426,16 +426,7 @@ impl QuicConn {
             Ok(()) => Ok(()),
             // A rebalance since the last heartbeat: the records will be read again by the new
             // owner (at-least-once; the generator counts them as duplicates).
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some(ErrorCode::StaleGeneration)
-                        | Some(ErrorCode::PartitionNotAssigned)
-                        | Some(ErrorCode::UnknownMember)
-                ) =>
-            {
-                gc.heartbeat().await.map_err(err)
-            }
+            Err(e) if e.is_rebalance() => gc.heartbeat().await.map_err(err),
             Err(e) => Err(err(e)),
         }
     }

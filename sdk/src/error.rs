@@ -58,6 +58,18 @@ impl Error {
         }
     }
 
+    /// Whether a group member's request was refused because the group rebalanced since its
+    /// last heartbeat (a stale generation, a partition it no longer owns, or a membership the
+    /// group dropped): the member learns its new assignment by heartbeating.
+    pub fn is_rebalance(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(ErrorCode::StaleGeneration)
+                | Some(ErrorCode::PartitionNotAssigned)
+                | Some(ErrorCode::UnknownMember)
+        )
+    }
+
     /// The SQS error code (`AWS.SimpleQueueService.NonExistentQueue`, …), for errors the broker
     /// answered.
     pub fn sqs_code(&self) -> Option<&'static str> {

@@ -927,16 +927,7 @@ impl GroupConsumer {
     async fn after_commit(&mut self, r: Result<()>) -> Result<()> {
         match r {
             Ok(()) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some(ErrorCode::StaleGeneration)
-                        | Some(ErrorCode::PartitionNotAssigned)
-                        | Some(ErrorCode::UnknownMember)
-                ) =>
-            {
-                self.heartbeat().await
-            }
+            Err(e) if e.is_rebalance() => self.heartbeat().await,
             Err(e) => Err(e),
         }
     }

@@ -568,7 +568,14 @@ impl<'a> Iterator for RecordIter<'a> {
         let r = parse_record(self.rest, self.index);
         match r {
             Ok((mut view, used)) => {
-                view.offset = self.base_offset + u64::from(self.index);
+                let Some(offset) = self.base_offset.checked_add(u64::from(self.index)) else {
+                    self.failed = true;
+                    return Some(Err(BatchError::MalformedRecord {
+                        index: self.index,
+                        why: "offset past the largest u64",
+                    }));
+                };
+                view.offset = offset;
                 self.rest = &self.rest[used..];
                 self.index += 1;
                 Some(Ok(view))

@@ -17,7 +17,7 @@
 //!
 //! * this file — the state: `Partition`'s fields, its entry types, limits, and pure reads of
 //!   the state (`compaction_floor`, `dedup_hash`, `group_list`, counters, `dump`);
-//! * `dedup` — the FIFO deduplication table (a self-contained structure: keys hashed to 128
+//! * `dedup` — the FIFO deduplication table (a self-contained structure: keys hashed to 96
 //!   bits, entries in expiry order);
 //! * `apply` — records → state, and the timer effects that need no record (`advance`): what a
 //!   follower will run;
@@ -305,7 +305,7 @@ struct Waiting {
 /// The messages of a group (FIFO, or a fair queue's) that wait in the log only, in id order:
 /// never-received messages with nothing else to decide about them (no delay, no origin, a
 /// derived MessageId), of which memory keeps only (id, log offset, time) as varint deltas from
-/// the one before — about 7 bytes each, 13 with spare capacity ([`WAITING_MESSAGE_BYTES`]).
+/// the one before — about 7 bytes each, 9 with spare capacity ([`WAITING_MESSAGE_BYTES`] budgets 13).
 /// A waiting message gets its entry when a record names it (its receive, or a move), by the
 /// same rule live and on replay; until then it counts as visible, may be its group's head, and
 /// expires with its retention.
@@ -331,6 +331,11 @@ impl WaitList {
             }
             Some(b) => {
                 debug_assert!(w.id > b.id && w.offset > b.offset && w.at_ms >= b.at_ms);
+                // Grow by a quarter, not double: the lists of a large FIFO backlog are most of
+                // its memory after the dedup table, and doubling leaves a third of it spare.
+                if self.bytes.capacity() - self.bytes.len() < 3 * 10 {
+                    self.bytes.reserve_exact(self.bytes.len() / 4 + 32);
+                }
                 put_varint(&mut self.bytes, w.id - b.id);
                 put_varint(&mut self.bytes, w.offset - b.offset);
                 put_varint(&mut self.bytes, w.at_ms - b.at_ms);
@@ -634,9 +639,10 @@ impl Partition {
         !self.ready.is_empty() || self.tail.as_ref().is_some_and(|t| t.count > 0)
     }
 
-    /// Message entries and waiting messages held (what a snapshot's size grows with).
+    /// Message entries, waiting messages and dedup entries held (what a snapshot's size grows
+    /// with).
     pub fn entries(&self) -> usize {
-        self.msgs.len() + self.waiting as usize
+        self.msgs.len() + self.waiting as usize + self.dedup.len()
     }
 
     /// Messages waiting in their groups' lists, without an entry.
@@ -756,25 +762,25 @@ impl Partition {
         self.next_offset
     }
 
-    /// The deduplication table's key: xxh3-128 of the dedup id (scope queue) or of
-    /// `group NUL id` (scope message group; tokens are printable ASCII, so NUL cannot occur in
-    /// either part). Stable across processes and versions: snapshots hold it. Why 128 bits of
-    /// a non-cryptographic hash are enough: see [`dedup`].
+    /// The deduplication table's key: 96 bits of xxh3-128 ([`dedup::key_hash`]) of the dedup
+    /// id (scope queue) or of `group NUL id` (scope message group; tokens are printable ASCII,
+    /// so NUL cannot occur in either part). Stable across processes and versions: snapshots
+    /// hold it. Why 96 bits of a non-cryptographic hash are enough: see [`dedup`].
     fn dedup_hash(&self, group: Option<&str>, dedup_id: &str) -> u128 {
-        use xxhash_rust::xxh3::xxh3_128;
+        use dedup::key_hash;
         match self.dedup_scope {
-            DedupScope::Queue => xxh3_128(dedup_id.as_bytes()),
+            DedupScope::Queue => key_hash(dedup_id.as_bytes()),
             DedupScope::MessageGroup => {
                 let (g, d) = (group.unwrap_or("").as_bytes(), dedup_id.as_bytes());
                 let mut buf = [0u8; 320];
                 let n = g.len() + 1 + d.len();
                 if n > buf.len() {
                     // Longer than tokens may be (a record from elsewhere): same bytes, on the heap.
-                    return xxh3_128([g, &[0], d].concat().as_slice());
+                    return key_hash([g, &[0], d].concat().as_slice());
                 }
                 buf[..g.len()].copy_from_slice(g);
                 buf[g.len() + 1..n].copy_from_slice(d);
-                xxh3_128(&buf[..n])
+                key_hash(&buf[..n])
             }
         }
     }

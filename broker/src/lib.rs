@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod http;
 pub mod kafka;
+pub mod memory;
 pub mod metadata;
 pub mod metrics;
 pub mod native;

@@ -125,6 +125,9 @@ impl BrokerHandle {
         for t in self.threads {
             let _ = t.join();
         }
+        // The shards' state is freed: hand it back now (a process that goes on, such as one that
+        // runs the broker again, would otherwise hold it until it allocates again).
+        crate::memory::release_freed_memory();
     }
 }
 

@@ -20,6 +20,9 @@ pub struct LocalLog<F: Fs> {
 /// The snapshot's file in the log's directory (the storage log ignores names it does not own,
 /// and removes stray `*.tmp` files when it opens).
 const SNAPSHOT_FILE: &str = "engine.snapshot";
+/// A snapshot is read and written in pieces of this size (block-aligned): each I/O buffer is
+/// a piece, not a second copy of a snapshot that can take a hundred MiB (a large FIFO state).
+const SNAPSHOT_IO_BYTES: usize = 8 << 20;
 
 impl<F: Fs> LocalLog<F> {
     /// The storage log underneath (offline tools and tests).
@@ -54,8 +57,19 @@ impl<F: Fs> PartitionLog for LocalLog<F> {
             move |e| StorageError::io(op, path, e)
         };
         let f = self.fs.open(&path, false).await.map_err(io("open"))?;
-        let size = f.size().await.map_err(io("stat"))?;
-        let bytes = f.read_at(0, size as usize).await.map_err(io("read"))?;
+        let size = f.size().await.map_err(io("stat"))? as usize;
+        let mut bytes = Vec::with_capacity(size);
+        while bytes.len() < size {
+            let want = SNAPSHOT_IO_BYTES.min(size - bytes.len());
+            let piece = f
+                .read_at(bytes.len() as u64, want)
+                .await
+                .map_err(io("read"))?;
+            if piece.is_empty() {
+                break;
+            }
+            bytes.extend_from_slice(&piece);
+        }
         f.close().await.map_err(io("close"))?;
         Ok(Some(bytes))
     }
@@ -75,7 +89,10 @@ impl<F: Fs> PartitionLog for LocalLog<F> {
         let mut pos = 0;
         while pos < block.len() {
             let n = f
-                .write_at(pos as u64, &block[pos..])
+                .write_at(
+                    pos as u64,
+                    &block[pos..block.len().min(pos + SNAPSHOT_IO_BYTES)],
+                )
                 .await
                 .map_err(io("write"))?;
             if n == 0 {

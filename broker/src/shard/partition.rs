@@ -28,7 +28,7 @@ use crate::partition_log::{LocalLog, PartitionLog, Staged};
 use crate::runtime::{self, Clock, Event, WallClock};
 use sluice_storage::batch::BatchBuilder;
 use sluice_storage::fs::DmaFs;
-use sluice_storage::LogConfig;
+use sluice_storage::{LogConfig, ReadBatch};
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
@@ -71,8 +71,16 @@ const SNAPSHOT_INTERVAL_RECORDS: u64 = 50_000;
 /// ...or after this long, if any record was written since...
 const SNAPSHOT_INTERVAL_MS: u64 = 30_000;
 /// ...or as often as compaction runs while the newest holds compaction back and the engine
-/// holds at most this many entries (a snapshot of ~1 MiB).
+/// holds at most this many entries (a snapshot of ~1 MiB)...
 const SNAPSHOT_CHEAP_ENTRIES: usize = 10_000;
+/// ...but, once the last one took more than [`SNAPSHOT_SMALL_BYTES`], never before the log has
+/// grown by this many times its bytes. A large
+/// state (a FIFO backlog's dedup table and wait lists: ~25 bytes a message) then costs at most
+/// half again the log's writes, and a restart reads one snapshot plus at most twice its bytes
+/// of log, whatever the state's size.
+const SNAPSHOT_LOG_RATIO: u64 = 2;
+/// A snapshot this small is cheap whatever the log did since (see [`SNAPSHOT_LOG_RATIO`]).
+const SNAPSHOT_SMALL_BYTES: u64 = 1 << 20;
 /// Compaction looks at a partition's log at most this often.
 pub const COMPACTION_INTERVAL_MS: u64 = 1000;
 
@@ -112,6 +120,10 @@ pub struct PartitionActor<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallCloc
     snapshot: Cell<Option<(u64, u64)>>,
     snapshot_ms: Cell<u64>,
     snapshotting: Cell<bool>,
+    /// Bytes of the last snapshot taken (0 before the first since start), and of the batches
+    /// staged since it was taken (see [`SNAPSHOT_LOG_RATIO`]).
+    snapshot_bytes: Cell<u64>,
+    staged_since_snapshot: Cell<u64>,
     /// Counts rebuilds: a snapshot taken before one must not be written after it.
     generation: Cell<u64>,
     /// Contents read while loading from the tail, by the offset of their `Sent` record, and
@@ -232,6 +244,8 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             snapshot: Cell::new(snapshot),
             snapshot_ms: Cell::new(started_ms),
             snapshotting: Cell::new(false),
+            snapshot_bytes: Cell::new(0),
+            staged_since_snapshot: Cell::new(0),
             generation: Cell::new(0),
             loaded: RefCell::new(Default::default()),
             loading: Cell::new(false),
@@ -563,7 +577,12 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
                 return None;
             }
         };
-        let engine = match Partition::restore(config.clone(), &bytes) {
+        let restored = Partition::restore(config.clone(), &bytes);
+        if bytes.len() as u64 > SNAPSHOT_SMALL_BYTES {
+            drop(bytes);
+            crate::memory::release_freed_memory();
+        }
+        let engine = match restored {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(
@@ -631,18 +650,21 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             && last_need < engine.compaction_floor()
             && engine.entries() <= SNAPSHOT_CHEAP_ENTRIES
             && now >= self.snapshot_ms.get() + COMPACTION_INTERVAL_MS;
-        // A large state (FIFO wait lists hold a few bytes per waiting message) is written
-        // less often by count: at most one entry's bytes per 4 records appended.
-        let interval = SNAPSHOT_INTERVAL_RECORDS.max(engine.entries() as u64 / 4);
-        let due = since >= interval
-            || (since > 0 && now >= self.snapshot_ms.get() + SNAPSHOT_INTERVAL_MS)
-            || (since > 0 && holds_back);
+        let paid = self.snapshot_bytes.get() <= SNAPSHOT_SMALL_BYTES
+            || self.staged_since_snapshot.get()
+                >= SNAPSHOT_LOG_RATIO.saturating_mul(self.snapshot_bytes.get());
+        let due = paid
+            && (since >= SNAPSHOT_INTERVAL_RECORDS
+                || (since > 0 && now >= self.snapshot_ms.get() + SNAPSHOT_INTERVAL_MS)
+                || (since > 0 && holds_back));
         if !due {
             return;
         }
         let Some(bytes) = engine.snapshot() else {
             return;
         };
+        self.snapshot_bytes.set(bytes.len() as u64);
+        self.staged_since_snapshot.set(0);
         let need = engine.snapshot_needs_from();
         drop(engine);
         let Some(this) = self.this.upgrade() else {
@@ -650,8 +672,14 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         };
         self.snapshotting.set(true);
         self.snapshot_ms.set(now);
+        let large = bytes.len() as u64 > SNAPSHOT_SMALL_BYTES;
         runtime::spawn(async move {
-            match this.write_snapshot(offset, bytes).await {
+            let written = this.write_snapshot(offset, bytes).await;
+            if large {
+                // Its buffer is freed: give the memory back now, not when the shard next works.
+                crate::memory::release_freed_memory();
+            }
+            match written {
                 Ok(true) => this.snapshot.set(Some((offset, need))),
                 Ok(false) => {}
                 Err(e) => tracing::warn!(
@@ -681,40 +709,33 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         };
         let engine = RefCell::new(engine);
         let end = log.end_offset();
-        while at < end {
-            let batches = log.read(at, REPLAY_READ_BYTES).await?;
-            if batches.is_empty() {
-                break;
-            }
-            for b in &batches {
-                for r in b.view().records() {
-                    let r = r.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
-                    if r.offset < at {
-                        continue;
-                    }
-                    let rec = EngineRecord::decode(r.value).map_err(|e| {
-                        ServiceError::Internal(format!("engine record at {}: {e}", r.offset))
-                    })?;
-                    // A record about a message the partition had loaded from its tail after
-                    // the state replay started from: load it here too first.
-                    loop {
-                        let Some(from) = engine.borrow().load_needed_for(&rec) else {
-                            break;
-                        };
-                        if Self::load_tail(&log, &engine, from).await?.is_none()
-                            || engine.borrow().load_needed_for(&rec) == Some(from)
-                        {
-                            return Err(ServiceError::Internal(format!(
-                                "replay at offset {}: the tail cannot be loaded from {from}",
-                                r.offset
-                            )));
-                        }
-                    }
-                    engine.borrow_mut().replay_at(r.offset, &rec).map_err(|e| {
-                        ServiceError::Internal(format!("replay at offset {}: {e}", r.offset))
-                    })?;
+        // Each read is issued before the batches of the one before are applied, so the disk
+        // and the engine work at once (a replay is otherwise a read, then the CPU, in turn).
+        let mut batches = if at < end {
+            log.read(at, REPLAY_READ_BYTES).await?
+        } else {
+            Vec::new()
+        };
+        while !batches.is_empty() {
+            let next_at = batches.last().map_or(at, |b| b.header.next_offset());
+            let read_next = async {
+                if next_at < end {
+                    log.read(next_at, REPLAY_READ_BYTES).await.map(Some)
+                } else {
+                    Ok(None)
                 }
-                at = b.header.next_offset();
+            };
+            let apply = async {
+                // Let the runtime submit the read first (glommio submits at its ring polls,
+                // which a task that computes without yielding holds back).
+                sluice_storage::fs::yield_now().await;
+                Self::replay_batches(&log, &engine, &batches, &mut at).await
+            };
+            let (next, applied) = futures::join!(read_next, apply);
+            applied?;
+            match next? {
+                Some(b) => batches = b,
+                None => break,
             }
         }
         let mut engine = engine.into_inner();
@@ -722,6 +743,47 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             .finish_replay(end)
             .map_err(|e| ServiceError::Internal(format!("replay of {}: {e}", dir.display())))?;
         Ok((log, engine, snapshot))
+    }
+
+    /// Applies `batches` (read from `*at` on) to the engine being replayed, moving `*at` past
+    /// each.
+    async fn replay_batches(
+        log: &L,
+        engine: &RefCell<Partition>,
+        batches: &[ReadBatch],
+        at: &mut u64,
+    ) -> ServiceResult<()> {
+        for b in batches {
+            for r in b.view().records() {
+                let r = r.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
+                if r.offset < *at {
+                    continue;
+                }
+                let rec = EngineRecord::decode_without_content(r.value).map_err(|e| {
+                    ServiceError::Internal(format!("engine record at {}: {e}", r.offset))
+                })?;
+                // A record about a message the partition had loaded from its tail after the
+                // state replay started from: load it here too first.
+                loop {
+                    let Some(from) = engine.borrow().load_needed_for(&rec) else {
+                        break;
+                    };
+                    if Self::load_tail(log, engine, from).await?.is_none()
+                        || engine.borrow().load_needed_for(&rec) == Some(from)
+                    {
+                        return Err(ServiceError::Internal(format!(
+                            "replay at offset {}: the tail cannot be loaded from {from}",
+                            r.offset
+                        )));
+                    }
+                }
+                engine.borrow_mut().replay_at(r.offset, &rec).map_err(|e| {
+                    ServiceError::Internal(format!("replay at offset {}: {e}", r.offset))
+                })?;
+            }
+            *at = b.header.next_offset();
+        }
+        Ok(())
     }
 
     /// After a failed commit the engine is ahead of the log: reopen the log (recovery decides
@@ -854,7 +916,10 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         if records.is_empty() {
             return Ok(None);
         }
-        match log.stage(encode_records(records, now)) {
+        let batch = encode_records(records, now);
+        self.staged_since_snapshot
+            .set(self.staged_since_snapshot.get() + batch.len() as u64);
+        match log.stage(batch) {
             Ok(Staged { info, ticket, .. }) if info.base_offset == first_offset => Ok(Some(ticket)),
             Ok(Staged { info, ticket, .. }) => {
                 // The engine's offsets feed its compaction floor: they must be the log's.

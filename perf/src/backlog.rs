@@ -83,8 +83,13 @@ pub struct BacklogResult {
     pub sent_per_s: f64,
     /// Resident memory of the whole process (broker + generator), MiB.
     pub rss_empty_mib: f64,
+    /// Three seconds after the fill: the backlog's cost, with no snapshot being written.
     pub rss_full_mib: f64,
+    /// The peak during the fill (a snapshot's encoded bytes are held while it is written).
+    pub rss_fill_peak_mib: f64,
     pub rss_after_restart_mib: f64,
+    /// The peak during the clean restart (the snapshot's bytes and the state built from them).
+    pub rss_restart_peak_mib: f64,
     pub empty_start_s: f64,
     /// Start to ready after a clean stop (snapshot at the log's end).
     pub restart_clean_s: f64,
@@ -103,11 +108,25 @@ pub struct BacklogResult {
 }
 
 fn rss_mib() -> f64 {
+    status_mib("VmRSS:")
+}
+
+/// The process's peak resident memory since it started (or since `reset_peak_rss`), MiB.
+fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM:")
+}
+
+fn reset_peak_rss() {
+    // "5" resets the peak resident set size (proc(5), /proc/pid/clear_refs).
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn status_mib(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
@@ -305,6 +324,10 @@ pub fn run(
     let t = Instant::now();
     fill(&b, shards, messages, shape);
     let fill_s = t.elapsed().as_secs_f64();
+    let rss_fill_peak_mib = peak_rss_mib();
+    // What the backlog itself costs: after the snapshot the fill's end started is written (its
+    // encoded bytes are held until then, a transient the peak above includes).
+    std::thread::sleep(Duration::from_secs(3));
     let rss_full_mib = rss_mib();
     if counted(&b, queue) != messages {
         return Err("the broker does not count every message sent".into());
@@ -316,8 +339,10 @@ pub fn run(
         .collect();
     stop(b);
     let log_bytes = dir_bytes(&dir.join("queues"));
+    reset_peak_rss();
     let (b, restart_clean_s) = start(dir);
     let rss_after_restart_mib = rss_mib();
+    let rss_restart_peak_mib = peak_rss_mib();
     let after = counted(&b, queue);
     stop(b);
     if after != messages {
@@ -360,7 +385,9 @@ pub fn run(
         sent_per_s: messages as f64 / fill_s,
         rss_empty_mib,
         rss_full_mib,
+        rss_fill_peak_mib,
         rss_after_restart_mib,
+        rss_restart_peak_mib,
         empty_start_s,
         restart_clean_s,
         restart_periodic_snapshot_s,
@@ -389,6 +416,7 @@ pub fn render(r: &BacklogResult) -> String {
          logs) in {:.1} s ({:.0} msg/s sent); {}.\n\n\
          | | value |\n|---|---|\n\
          | RSS, empty → full → after restart (whole process, MiB) | {:.0} → {:.0} → {:.0} |\n\
+         | peak RSS during the fill / the clean restart (MiB) | {:.0} / {:.0} |\n\
          | start to ready: empty dir / clean stop / periodic snapshot (kill -9) / no snapshot (s) | {:.2} / {:.2} / {:.2} / {:.2} |\n\
          | receive+delete from the cold backlog (msg/s, CPU µs/msg) | {:.0} ({:.1}) |\n\
          | hot path send→receive→delete (msg/s, CPU µs/msg) | {:.0} ({:.1}) |\n\
@@ -403,6 +431,8 @@ pub fn render(r: &BacklogResult) -> String {
         r.rss_empty_mib,
         r.rss_full_mib,
         r.rss_after_restart_mib,
+        r.rss_fill_peak_mib,
+        r.rss_restart_peak_mib,
         r.empty_start_s,
         r.restart_clean_s,
         r.restart_periodic_snapshot_s,

@@ -442,3 +442,45 @@ fn concurrent_reads_of_one_window_share_one_disk_read() {
     );
     assert_eq!(disk + shared, 16, "every reader read or shared once");
 }
+
+/// A reader that goes through the log in reads of a fixed size (a replay, a stream consumer)
+/// reads each byte from disk about once: the batch that crosses the end of a read's window is
+/// read alone, not with a whole new window the read will not use. (Before, such a reader read
+/// the disk twice over.)
+#[test]
+fn a_sequential_reader_reads_the_disk_once() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().to_path_buf();
+    let (read_bytes, log_bytes) = on_glommio(move || async move {
+        let fs = DmaFs::new(&dir).await.expect("fs");
+        let log = Log::open(fs.clone(), dir.join("p0"), config())
+            .await
+            .expect("open");
+        for i in 0..400u64 {
+            log.append_records(&batch_records(i, 3))
+                .await
+                .expect("append");
+        }
+        log.close().await.expect("close");
+        // Reopened: nothing in the cache, every read goes to the disk.
+        let log = Log::open(fs, dir.join("p0"), config()).await.expect("open");
+        let before = log.stats();
+        let mut at = log.start_offset();
+        while at < log.end_offset() {
+            let batches = log.read(at, 48 * 1024).await.expect("read");
+            for b in &batches {
+                for (k, r) in b.view().records().enumerate() {
+                    let r = r.expect("record");
+                    assert!(r.value == value(b.header.base_offset / 3, k).as_slice());
+                }
+            }
+            at = batches.last().expect("a batch").header.next_offset();
+        }
+        let read = log.stats().disk_read_bytes - before.disk_read_bytes;
+        (read, log.size_bytes())
+    });
+    assert!(
+        read_bytes * 10 <= log_bytes * 12,
+        "read {read_bytes} bytes from disk for a log of {log_bytes}"
+    );
+}

@@ -131,6 +131,8 @@ pub struct LogStats {
     pub corruptions_detected: u64,
     pub cache_hits: u64,
     pub disk_reads: u64,
+    /// Bytes those reads asked of the disk.
+    pub disk_read_bytes: u64,
     /// Reads answered by another reader's disk read of the same window, in flight.
     pub shared_reads: u64,
     pub segments_deleted: u64,

@@ -68,7 +68,7 @@ impl<F: Fs> Log<F> {
             };
             let mut done = false;
             let window = (max_bytes - total).clamp(READ_WINDOW_BYTES_MIN, READ_WINDOW_BYTES_MAX);
-            self.scan_with_window(base, pos, want, window, |_, b| {
+            self.scan_with_window(base, pos, want, window, true, |_, b| {
                 if b.header.last_offset() < want {
                     return true;
                 }
@@ -128,17 +128,22 @@ impl<F: Fs> Log<F> {
         want: u64,
         f: impl FnMut(u64, ReadBatch) -> bool,
     ) -> Result<()> {
-        self.scan_with_window(base, pos, want, READ_WINDOW_BYTES, f)
+        self.scan_with_window(base, pos, want, READ_WINDOW_BYTES, false, f)
             .await
     }
 
-    /// [`Log::scan`] reading the disk in windows of `window_bytes` (at least one batch).
+    /// [`Log::scan`] reading the disk in windows of `window_bytes` (at least one batch). With
+    /// `bounded`, `window_bytes` is all the caller wants from `pos` (a read of at most that
+    /// much): a window read after the first asks only for what is left of it (a batch that
+    /// crosses the first window's end is read alone, not with a whole new window the caller
+    /// will not use — which made a sequential reader read the disk twice over).
     pub(super) async fn scan_with_window(
         &self,
         base: u64,
         mut pos: u64,
         want: u64,
         window_bytes: usize,
+        bounded: bool,
         mut f: impl FnMut(u64, ReadBatch) -> bool,
     ) -> Result<()> {
         let (file, seg_size) = {
@@ -155,7 +160,15 @@ impl<F: Fs> Log<F> {
         };
         let mut expected: Option<u64> = (pos == 0).then_some(base);
         let mut window: Option<(u64, Bytes)> = None;
+        let mut first = pos;
         while pos < seg_size {
+            let window_now = if bounded {
+                window_bytes
+                    .saturating_sub(pos.saturating_sub(first) as usize)
+                    .max(BLOCK_BYTES as usize)
+            } else {
+                window_bytes
+            };
             if self.cached_gap(base, pos) {
                 pos = align_up(pos);
                 continue;
@@ -163,7 +176,7 @@ impl<F: Fs> Log<F> {
             let bytes = match self.cached_batch(base, pos) {
                 Some(b) => b,
                 None => {
-                    self.batch_from_disk(&*file, base, pos, seg_size, window_bytes, &mut window)
+                    self.batch_from_disk(&*file, base, pos, seg_size, window_now, &mut window)
                         .await?
                 }
             };
@@ -188,6 +201,7 @@ impl<F: Fs> Log<F> {
                 None if h.base_offset > want => {
                     // A stale index hint: restart from the segment's start.
                     pos = 0;
+                    first = 0;
                     expected = Some(base);
                     window = None;
                     continue;
@@ -278,7 +292,10 @@ impl<F: Fs> Log<F> {
                 )
                 .await
                 .map_err(|e| StorageError::io("read", path(), e))?;
-            self.inner.borrow_mut().stats.disk_reads += 1;
+            let mut i = self.inner.borrow_mut();
+            i.stats.disk_reads += 1;
+            i.stats.disk_read_bytes += data.len() as u64;
+            drop(i);
             *window = Some((pos, Bytes::from(data)));
         }
         let (ws, wb) = window.as_ref().expect("filled above");
@@ -319,7 +336,10 @@ impl<F: Fs> Log<F> {
                         .read_at(pos, len)
                         .await
                         .map_err(|e| StorageError::io("read", path(), e))?;
-                    self.inner.borrow_mut().stats.disk_reads += 1;
+                    let mut i = self.inner.borrow_mut();
+                    i.stats.disk_reads += 1;
+                    i.stats.disk_read_bytes += data.len() as u64;
+                    drop(i);
                     return Ok(Bytes::from(data));
                 }
             }
@@ -354,7 +374,11 @@ impl<F: Fs> Log<F> {
         let in_flight = InFlight { log: self, key };
         let read = file.read_at(pos, len).await;
         let waiters = in_flight.finish();
-        self.inner.borrow_mut().stats.disk_reads += 1;
+        {
+            let mut i = self.inner.borrow_mut();
+            i.stats.disk_reads += 1;
+            i.stats.disk_read_bytes += read.as_ref().map_or(0, |d| d.len() as u64);
+        }
         match read {
             Ok(data) => {
                 let bytes = Bytes::from(data);

@@ -74,10 +74,9 @@ const SNAPSHOT_INTERVAL_MS: u64 = 30_000;
 /// holds at most this many entries (a snapshot of ~1 MiB)...
 const SNAPSHOT_CHEAP_ENTRIES: usize = 10_000;
 /// ...but, once the last one took more than [`SNAPSHOT_SMALL_BYTES`], never before the log has
-/// grown by this many times its bytes. A large
-/// state (a FIFO backlog's dedup table and wait lists: ~25 bytes a message) then costs at most
-/// half again the log's writes, and a restart reads one snapshot plus at most twice its bytes
-/// of log, whatever the state's size.
+/// grown by this many times its bytes. A large state (a FIFO backlog's dedup table and wait
+/// lists: ~25 bytes a message) then costs at most half again the log's writes, and a restart
+/// reads one snapshot plus at most twice its bytes of log, whatever the state's size.
 const SNAPSHOT_LOG_RATIO: u64 = 2;
 /// A snapshot this small is cheap whatever the log did since (see [`SNAPSHOT_LOG_RATIO`]).
 const SNAPSHOT_SMALL_BYTES: u64 = 1 << 20;

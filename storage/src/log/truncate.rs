@@ -21,7 +21,8 @@ use super::Log;
 use crate::error::{Result, StorageError};
 use crate::fs::{align_down, align_up, File, Fs, BLOCK_BYTES};
 
-/// Bytes zeroed by one durable write while truncating (back to front).
+/// Bytes zeroed by one durable write while truncating (back to front), at most: see
+/// `Log::truncate_zero_step`.
 const TRUNCATE_ZERO_STEP_BYTES: u64 = 256 * 1024;
 
 impl<F: Fs> Log<F> {
@@ -164,8 +165,9 @@ impl<F: Fs> Log<F> {
         let path = self.path(base, "log");
         let mut hi = align_up(size);
         let lo = align_up(cut);
+        let step = self.truncate_zero_step();
         while hi > lo {
-            let from = hi.saturating_sub(TRUNCATE_ZERO_STEP_BYTES).max(lo);
+            let from = hi.saturating_sub(step).max(lo);
             let zeros = vec![0u8; (hi - from) as usize];
             write_all_with(&*file, from, &zeros, true)
                 .await
@@ -198,6 +200,20 @@ impl<F: Fs> Log<F> {
         i.proj_first_ts = first_ts;
         i.stats.fsyncs += 1;
         Ok(())
+    }
+
+    /// Bytes zeroed by one durable write of a truncation. A power loss during the write may
+    /// leave any of its blocks zeroed and the others not: the first batch it broke may start up
+    /// to a batch before the step, and data may survive to the step's end. Recovery takes
+    /// invalid bytes followed by valid data for a torn write only within its torn window of
+    /// the first invalid batch, and for corruption beyond: so a step and a batch together
+    /// stay within that window.
+    fn truncate_zero_step(&self) -> u64 {
+        let fits = self
+            .config
+            .torn_window_bytes()
+            .saturating_sub(self.config.batch_bytes_max as u64 + BLOCK_BYTES);
+        align_down(fits.min(TRUNCATE_ZERO_STEP_BYTES)).max(BLOCK_BYTES)
     }
 
     /// Drops a segment from memory and every cache.

@@ -292,14 +292,18 @@ impl<F: Fs> Log<F> {
                 )
                 .await
                 .map_err(|e| StorageError::io("read", path(), e))?;
-            let mut i = self.inner.borrow_mut();
-            i.stats.disk_reads += 1;
-            i.stats.disk_read_bytes += data.len() as u64;
-            drop(i);
+            self.count_disk_read(data.len());
             *window = Some((pos, Bytes::from(data)));
         }
         let (ws, wb) = window.as_ref().expect("filled above");
         Ok(wb.slice((pos - ws) as usize..))
+    }
+
+    /// Counts one read of the disk of `bytes` bytes in the stats.
+    fn count_disk_read(&self, bytes: usize) {
+        let mut i = self.inner.borrow_mut();
+        i.stats.disk_reads += 1;
+        i.stats.disk_read_bytes += bytes as u64;
     }
 
     /// Reads `len` bytes at `pos` of segment `base` from disk. Readers that want the same
@@ -336,10 +340,7 @@ impl<F: Fs> Log<F> {
                         .read_at(pos, len)
                         .await
                         .map_err(|e| StorageError::io("read", path(), e))?;
-                    let mut i = self.inner.borrow_mut();
-                    i.stats.disk_reads += 1;
-                    i.stats.disk_read_bytes += data.len() as u64;
-                    drop(i);
+                    self.count_disk_read(data.len());
                     return Ok(Bytes::from(data));
                 }
             }
@@ -374,11 +375,7 @@ impl<F: Fs> Log<F> {
         let in_flight = InFlight { log: self, key };
         let read = file.read_at(pos, len).await;
         let waiters = in_flight.finish();
-        {
-            let mut i = self.inner.borrow_mut();
-            i.stats.disk_reads += 1;
-            i.stats.disk_read_bytes += read.as_ref().map_or(0, |d| d.len() as u64);
-        }
+        self.count_disk_read(read.as_ref().map_or(0, Vec::len));
         match read {
             Ok(data) => {
                 let bytes = Bytes::from(data);

@@ -455,19 +455,28 @@ impl<'a> BatchView<'a> {
     /// Record structure is checked by [`BatchView::validate_records`], which untrusted input
     /// from producers must pass before it is appended.
     pub fn parse(b: &'a [u8]) -> Result<BatchView<'a>, BatchError> {
+        let view = Self::parse_verified_before(b)?;
+        let computed = checksum(view.bytes, view.header.version);
+        if computed != view.header.checksum {
+            return Err(BatchError::ChecksumMismatch {
+                stored: view.header.checksum,
+                computed,
+            });
+        }
+        Ok(view)
+    }
+
+    /// [`BatchView::parse`] without the checksum, for bytes this process verified (or built)
+    /// before and kept in memory since: a log's cache of what it appended. Header and length are
+    /// still checked, so a caller's bug surfaces as an error, not as a wrong read. Bytes from a
+    /// disk or a peer go through [`BatchView::parse`].
+    pub fn parse_verified_before(b: &'a [u8]) -> Result<BatchView<'a>, BatchError> {
         let header = BatchHeader::parse(b)?;
         let len = header.batch_len as usize;
         if b.len() < len {
             return Err(BatchError::Truncated {
                 needed: len,
                 available: b.len(),
-            });
-        }
-        let computed = checksum(&b[..len], header.version);
-        if computed != header.checksum {
-            return Err(BatchError::ChecksumMismatch {
-                stored: header.checksum,
-                computed,
             });
         }
         Ok(BatchView {
@@ -846,6 +855,23 @@ mod tests {
             assert!(BatchView::parse(&bytes[..len]).is_err(), "len {len}");
         }
         assert!(BatchView::parse(&bytes).is_ok());
+    }
+
+    #[test]
+    fn parse_verified_before_checks_all_but_the_checksum() {
+        let bytes = encode(&[Record::new(1, b"kept".to_vec())]).expect("non-empty");
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(BatchView::parse(&flipped).is_err());
+        let view = BatchView::parse_verified_before(&flipped).expect("header and length hold");
+        assert_eq!(view.bytes.len(), bytes.len());
+        for len in 0..bytes.len() {
+            assert!(
+                BatchView::parse_verified_before(&bytes[..len]).is_err(),
+                "len {len}"
+            );
+        }
     }
 
     #[test]

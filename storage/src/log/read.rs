@@ -173,15 +173,23 @@ impl<F: Fs> Log<F> {
                 pos = align_up(pos);
                 continue;
             }
-            let bytes = match self.cached_batch(base, pos) {
-                Some(b) => b,
-                None => {
+            // The cache holds what this log appended, verified when it was staged: a hit is
+            // not hashed again (for a consumer reading the tail, that was every byte once more).
+            let (bytes, cached) = match self.cached_batch(base, pos) {
+                Some(b) => (b, true),
+                None => (
                     self.batch_from_disk(&*file, base, pos, seg_size, window_now, &mut window)
-                        .await?
-                }
+                        .await?,
+                    false,
+                ),
             };
             let path = || self.path(base, "log");
-            let view = match BatchView::parse(&bytes) {
+            let parsed = if cached {
+                BatchView::parse_verified_before(&bytes)
+            } else {
+                BatchView::parse(&bytes)
+            };
+            let view = match parsed {
                 Ok(v) => v,
                 Err(_) if is_gap(&bytes, pos) => {
                     pos = align_up(pos);

@@ -83,6 +83,32 @@ const SNAPSHOT_SMALL_BYTES: u64 = 1 << 20;
 /// Compaction looks at a partition's log at most this often.
 pub const COMPACTION_INTERVAL_MS: u64 = 1000;
 
+/// What decides whether a partition's next snapshot is due.
+#[derive(Debug, Clone, Copy)]
+struct SnapshotPace {
+    /// Records the engine applied since the last snapshot's offset.
+    records_since: u64,
+    /// Since the last snapshot was started.
+    ms_since: u64,
+    /// The last snapshot holds compaction back and a new one would be cheap.
+    holds_back: bool,
+    /// The last snapshot's size (0 before the first).
+    last_bytes: u64,
+    /// Bytes of log staged since the last snapshot.
+    log_bytes_since: u64,
+}
+
+/// The snapshot rule: after [`SNAPSHOT_INTERVAL_RECORDS`] records, after
+/// [`SNAPSHOT_INTERVAL_MS`] with any record, or sooner while a cheap one holds compaction back —
+/// but a large last snapshot first waits for [`SNAPSHOT_LOG_RATIO`] times its bytes of log.
+fn snapshot_due(p: SnapshotPace) -> bool {
+    let paid = p.last_bytes <= SNAPSHOT_SMALL_BYTES
+        || p.log_bytes_since >= SNAPSHOT_LOG_RATIO.saturating_mul(p.last_bytes);
+    paid && (p.records_since >= SNAPSHOT_INTERVAL_RECORDS
+        || (p.records_since > 0 && p.ms_since >= SNAPSHOT_INTERVAL_MS)
+        || (p.records_since > 0 && p.holds_back))
+}
+
 /// Where DLQ moves go: the shard forwards them to the dead-letter queue's partition.
 pub type MoveSink = Rc<dyn Fn(MoveRequest)>;
 
@@ -649,13 +675,13 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             && last_need < engine.compaction_floor()
             && engine.entries() <= SNAPSHOT_CHEAP_ENTRIES
             && now >= self.snapshot_ms.get() + COMPACTION_INTERVAL_MS;
-        let paid = self.snapshot_bytes.get() <= SNAPSHOT_SMALL_BYTES
-            || self.staged_since_snapshot.get()
-                >= SNAPSHOT_LOG_RATIO.saturating_mul(self.snapshot_bytes.get());
-        let due = paid
-            && (since >= SNAPSHOT_INTERVAL_RECORDS
-                || (since > 0 && now >= self.snapshot_ms.get() + SNAPSHOT_INTERVAL_MS)
-                || (since > 0 && holds_back));
+        let due = snapshot_due(SnapshotPace {
+            records_since: since,
+            ms_since: now.saturating_sub(self.snapshot_ms.get()),
+            holds_back,
+            last_bytes: self.snapshot_bytes.get(),
+            log_bytes_since: self.staged_since_snapshot.get(),
+        });
         if !due {
             return;
         }
@@ -1216,7 +1242,75 @@ impl Drop for WaiterGuard<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{plan_content_reads, ContentRead, CONTENT_READ_BYTES, CONTENT_READ_GAP_RECORDS};
+    use super::{
+        plan_content_reads, snapshot_due, ContentRead, SnapshotPace, CONTENT_READ_BYTES,
+        CONTENT_READ_GAP_RECORDS, SNAPSHOT_INTERVAL_MS, SNAPSHOT_INTERVAL_RECORDS,
+        SNAPSHOT_SMALL_BYTES,
+    };
+
+    #[test]
+    fn a_large_snapshot_waits_for_twice_its_bytes_of_log() {
+        let quiet = SnapshotPace {
+            records_since: 0,
+            ms_since: 0,
+            holds_back: false,
+            last_bytes: 0,
+            log_bytes_since: 0,
+        };
+        // Small (or no) last snapshot: the record and time rules alone.
+        assert!(!snapshot_due(quiet));
+        let busy = SnapshotPace {
+            records_since: SNAPSHOT_INTERVAL_RECORDS,
+            ..quiet
+        };
+        assert!(snapshot_due(busy));
+        assert!(snapshot_due(SnapshotPace {
+            records_since: 1,
+            ms_since: SNAPSHOT_INTERVAL_MS,
+            ..quiet
+        }));
+        assert!(snapshot_due(SnapshotPace {
+            records_since: 1,
+            holds_back: true,
+            ..quiet
+        }));
+        assert!(!snapshot_due(SnapshotPace {
+            records_since: 0,
+            ms_since: SNAPSHOT_INTERVAL_MS,
+            holds_back: true,
+            ..quiet
+        }));
+        // A 130 MB last snapshot (a FIFO backlog's dedup table): no rule fires before 260 MB of
+        // log, every rule may after.
+        let large = 130 << 20;
+        for pace in [
+            busy,
+            SnapshotPace {
+                records_since: 1,
+                ms_since: 10 * SNAPSHOT_INTERVAL_MS,
+                holds_back: true,
+                ..quiet
+            },
+        ] {
+            let with = |log| SnapshotPace {
+                last_bytes: large,
+                log_bytes_since: log,
+                ..pace
+            };
+            assert!(!snapshot_due(with(0)));
+            assert!(!snapshot_due(with(2 * large - 1)));
+            assert!(snapshot_due(with(2 * large)));
+        }
+        // The line is the last snapshot's size, not the state's.
+        assert!(snapshot_due(SnapshotPace {
+            last_bytes: SNAPSHOT_SMALL_BYTES,
+            ..busy
+        }));
+        assert!(!snapshot_due(SnapshotPace {
+            last_bytes: SNAPSHOT_SMALL_BYTES + 1,
+            ..busy
+        }));
+    }
 
     #[test]
     fn content_reads_are_planned_one_per_cluster_of_near_offsets() {

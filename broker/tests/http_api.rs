@@ -645,6 +645,30 @@ fn limits_keep_alive_pipelining_and_no_hangs() {
         "InvalidParameterValueException",
     );
 
+    // A body in several chunks (the frames are joined) and one in a single read (taken as it
+    // came) are the same request.
+    let body = r#"{"QueueUrl":"http://h/000000000000/lim","MessageBody":"in three chunks"}"#;
+    let mut s = connect(port);
+    s.write_all(b"POST / HTTP/1.1\r\nHost: localhost\r\nX-Amz-Target: AmazonSQS.SendMessage\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .expect("write");
+    let thirds = [&body[..20], &body[20..40], &body[40..]];
+    for part in thirds {
+        s.write_all(format!("{:x}\r\n{part}\r\n", part.len()).as_bytes())
+            .expect("write");
+        s.flush().expect("flush");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    s.write_all(b"0\r\n\r\n").expect("write");
+    let r = read_response(&mut s, &mut Vec::new());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = json(
+        port,
+        "ReceiveMessage",
+        r#"{"QueueUrl":"http://h/000000000000/lim","MaxNumberOfMessages":10}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("in three chunks"), "{}", r.body);
+
     // A message over 1 MiB inside a body under the limit: the SQS message-size error.
     let big = "x".repeat(1_048_577);
     let r = json(

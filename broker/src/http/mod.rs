@@ -485,7 +485,7 @@ impl ShardHttp {
             Ok(c) => c,
             Err(e) => {
                 // Give the memory back before the answer goes out.
-                self.note_freed(body.capacity());
+                self.note_freed(body.len());
                 drop(body);
                 drop(permit);
                 return fail(SqsError::new(e.code, e.status, e.message), true);
@@ -519,7 +519,7 @@ impl ShardHttp {
             host: &host,
             path_queue,
         };
-        self.note_freed(body.capacity());
+        self.note_freed(body.len());
         drop(body);
         match actions::dispatch(&ctx, &action, params).await {
             Ok(out) => {
@@ -544,22 +544,37 @@ enum BodyError {
     Read,
 }
 
-/// Reads a body into one buffer of `expected` bytes (its declared length; the maximum for a
-/// chunked body, grown as it arrives), never past [`REQUEST_BODY_BYTES_MAX`]: what was
-/// reserved for it is what it holds, not a list of chunks and then a copy.
-async fn read_body(mut body: hyper::body::Incoming, expected: usize) -> Result<Vec<u8>, BodyError> {
+/// Reads a body, never past [`REQUEST_BODY_BYTES_MAX`]. A body that arrives as one frame (the
+/// usual case: a declared length that came in one read) is that frame's bytes, not a copy;
+/// otherwise the frames go into one buffer of `expected` bytes (its declared length; the
+/// maximum for a chunked body), grown as they arrive: what was reserved for a body is what it
+/// holds, not a list of chunks and then a copy.
+async fn read_body(mut body: hyper::body::Incoming, expected: usize) -> Result<Bytes, BodyError> {
     use http_body_util::BodyExt;
-    let mut buf = Vec::with_capacity(expected.min(REQUEST_BODY_BYTES_MAX));
+    let mut first: Option<Bytes> = None;
+    let mut buf: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| BodyError::Read)?;
         if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > REQUEST_BODY_BYTES_MAX {
+            let have = first.as_ref().map_or(0, Bytes::len) + buf.len();
+            if have + data.len() > REQUEST_BODY_BYTES_MAX {
                 return Err(BodyError::TooLarge);
+            }
+            if buf.is_empty() && first.is_none() {
+                first = Some(data);
+                continue;
+            }
+            if let Some(f) = first.take() {
+                buf.reserve_exact(expected.clamp(have + data.len(), REQUEST_BODY_BYTES_MAX));
+                buf.extend_from_slice(&f);
             }
             buf.extend_from_slice(&data);
         }
     }
-    Ok(buf)
+    Ok(match first {
+        Some(f) => f,
+        None => Bytes::from(buf),
+    })
 }
 
 /// What a request was, for metrics: filled in as it is decoded and answered.

@@ -389,18 +389,19 @@ impl FrameWriter {
 }
 
 /// A `FetchResult` response frame built from the fetched batches as they are held (the log's
-/// cache or disk buffers): the bytes are the same as `encode_response` of a
-/// `Response::Fetch` whose `batches` is their concatenation (a test checks it byte for byte),
-/// without first copying them into one vector, then into the frame. The layout is rkyv's
-/// (little-endian, aligned, 32-bit relative pointers; pinned in Cargo.toml): the bytes, zero
-/// padding to 8, then the root `{ batches: { rel_ptr: i32, len: u32 }, start_offset: u64,
-/// end_offset: u64 }`.
+/// cache or read buffers), as the pieces to write one after the other: the frame header, the
+/// batches themselves (not copied: a QUIC stream takes each `Bytes` as it is), and the tail.
+/// Laid end to end the pieces are the same bytes as `encode_response` of a `Response::Fetch`
+/// whose `batches` is their concatenation (a test checks it byte for byte). The layout is
+/// rkyv's (little-endian, aligned, 32-bit relative pointers; pinned in Cargo.toml): the bytes,
+/// zero padding to 8, then the root `{ batches: { rel_ptr: i32, len: u32 }, start_offset: u64,
+/// end_offset: u64 }`. The frame carries no checksum of its own: every batch has one.
 pub fn encode_fetch_response(
     request_id: u64,
     batches: &[Bytes],
     start_offset: u64,
     end_offset: u64,
-) -> Result<Bytes, EncodeError> {
+) -> Result<Vec<Bytes>, EncodeError> {
     let len: usize = batches.iter().map(Bytes::len).sum();
     if len == 0 {
         // rkyv's own spelling of an empty vector.
@@ -409,26 +410,55 @@ pub fn encode_fetch_response(
             start_offset,
             end_offset,
         };
-        return encode_response(request_id, &Response::Fetch(empty));
+        return Ok(vec![encode_response(request_id, &Response::Fetch(empty))?]);
     }
     let len_u32 = u32::try_from(len).map_err(|_| EncodeError::Archive("fetch too large".into()))?;
     const ROOT_BYTES: usize = 24;
-    let mut w = FrameWriter::new(len + 8 + ROOT_BYTES, Checksum::None);
-    let data_at = w.buf.len();
-    for b in batches {
-        w.buf.extend_from_slice(b);
-    }
-    while !w.buf.len().is_multiple_of(8) {
-        w.buf.push(0);
-    }
-    let root_at = w.buf.len();
-    let rel = i32::try_from(data_at as i64 - root_at as i64)
+    let pad = len.next_multiple_of(8) - len;
+    let mut tail = Vec::with_capacity(pad + ROOT_BYTES);
+    tail.resize(pad, 0);
+    // The root's pointer is relative to itself: back over the padding and the bytes (the
+    // body starts right after the 16-byte header, aligned as rkyv lays it out).
+    let rel = i32::try_from(-((len + pad) as i64))
         .map_err(|_| EncodeError::Archive("fetch too large".into()))?;
-    w.buf.extend_from_slice(&rel.to_le_bytes());
-    w.buf.extend_from_slice(&len_u32.to_le_bytes());
-    w.buf.extend_from_slice(&start_offset.to_le_bytes());
-    w.buf.extend_from_slice(&end_offset.to_le_bytes());
-    w.finish(FrameKind::FetchResult.as_u16(), request_id)
+    tail.extend_from_slice(&rel.to_le_bytes());
+    tail.extend_from_slice(&len_u32.to_le_bytes());
+    tail.extend_from_slice(&start_offset.to_le_bytes());
+    tail.extend_from_slice(&end_offset.to_le_bytes());
+    let header = frame_header_unchecked(
+        FrameKind::FetchResult.as_u16(),
+        request_id,
+        len + tail.len(),
+    )?;
+    let mut parts = Vec::with_capacity(batches.len() + 2);
+    parts.push(Bytes::copy_from_slice(&header));
+    parts.extend(batches.iter().filter(|b| !b.is_empty()).cloned());
+    parts.push(Bytes::from(tail));
+    Ok(parts)
+}
+
+/// The header of a frame of `body_len` bytes with no checksum (the trailer's hash would need
+/// the body in one piece).
+fn frame_header_unchecked(
+    kind: u16,
+    request_id: u64,
+    body_len: usize,
+) -> Result<[u8; FRAME_HEADER_BYTES], EncodeError> {
+    let frame_bytes = FRAME_HEADER_BYTES + body_len;
+    if frame_bytes > FRAME_BYTES_MAX {
+        return Err(EncodeError::FrameTooLarge {
+            frame_bytes,
+            limit_bytes: FRAME_BYTES_MAX,
+        });
+    }
+    Ok(crate::frame::FrameHeader {
+        kind,
+        flags: 0,
+        // Fits: checked against FRAME_BYTES_MAX, which is below u32::MAX.
+        body_len: body_len as u32,
+        request_id,
+    }
+    .to_bytes())
 }
 
 /// About how many bytes an archived body takes: its payloads plus a little for everything
@@ -535,7 +565,8 @@ mod tests {
                 })
                 .collect();
             let (start, end) = (next(), next());
-            let direct = encode_fetch_response(case + 1, &parts, start, end).expect("direct");
+            let pieces = encode_fetch_response(case + 1, &parts, start, end).expect("direct");
+            let direct: Vec<u8> = pieces.iter().flat_map(|b| b.iter().copied()).collect();
             let concat: Vec<u8> = parts.iter().flat_map(|b| b.iter().copied()).collect();
             let via_rkyv = encode_response(
                 case + 1,
@@ -546,7 +577,7 @@ mod tests {
                 }),
             )
             .expect("rkyv");
-            assert_eq!(direct, via_rkyv, "seed {seed}, case {case}");
+            assert_eq!(direct, via_rkyv[..], "seed {seed}, case {case}");
             let frame = crate::decoder::decode_one(&direct, FRAME_BYTES_MAX).expect("frame");
             match decode_response(&frame).expect("decodes") {
                 Response::Fetch(f) => {

@@ -126,15 +126,15 @@ pub async fn handle(ctx: &Ctx, request: Request, bytes: u64) -> Response {
     }
 }
 
-/// A topic's fetch, answered with its frame built from the fetched batches as they are held
-/// (`wire::encode_fetch_response`: one copy into the frame, none into an intermediate
-/// vector). `Err` holds the response to encode instead (an error).
+/// A topic's fetch, answered with its frame's pieces: the fetched batches as they are held,
+/// between a header and a tail (`wire::encode_fetch_response`: no copy into an intermediate
+/// vector or into one frame buffer). `Err` holds the response to encode instead (an error).
 pub async fn handle_fetch(
     ctx: &Ctx,
     r: wire::FetchRequest,
     bytes: u64,
     request_id: u64,
-) -> std::result::Result<bytes::Bytes, Response> {
+) -> std::result::Result<Vec<bytes::Bytes>, Response> {
     if let Err(e) = ctx.shard.admit(&ctx.caller.account, bytes) {
         return Err(Response::Error(Failure::from(e).to_response()));
     }

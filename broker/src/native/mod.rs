@@ -616,7 +616,32 @@ async fn serve_connection(
 }
 
 /// A frame for a stream's writer, with the budget share of the request it answers.
-type Outgoing = (bytes::Bytes, Option<InFlight>);
+type Outgoing = (OutFrame, Option<InFlight>);
+
+/// A frame to write: in one buffer, or as pieces written one after the other (a topic fetch:
+/// its header, the batches as the log holds them, its tail; `wire::encode_fetch_response`).
+enum OutFrame {
+    One(bytes::Bytes),
+    Pieces(Vec<bytes::Bytes>),
+}
+
+impl OutFrame {
+    fn len(&self) -> usize {
+        match self {
+            OutFrame::One(b) => b.len(),
+            OutFrame::Pieces(p) => p.iter().map(bytes::Bytes::len).sum(),
+        }
+    }
+
+    /// Hands the frame's buffers to quinn as they are (`write_all` would copy them into one
+    /// of quinn's first).
+    async fn write(self, send: &mut quinn::SendStream) -> Result<(), quinn::WriteError> {
+        match self {
+            OutFrame::One(b) => send.write_chunk(b).await,
+            OutFrame::Pieces(mut p) => send.write_all_chunks(&mut p).await,
+        }
+    }
+}
 
 /// Releases a request's share of the connection's budget once its answer is written (or the
 /// answer is dropped).
@@ -657,7 +682,7 @@ fn queue_error(
         id: None,
         bytes: frame.len(),
     };
-    let _ = tx.unbounded_send((frame, Some(budget)));
+    let _ = tx.unbounded_send((OutFrame::One(frame), Some(budget)));
 }
 
 async fn serve_stream(
@@ -675,7 +700,7 @@ async fn serve_stream(
     };
     let (tx, mut rx) = mpsc::unbounded::<Outgoing>();
     if let Some(f) = first_frame {
-        let _ = tx.unbounded_send((f, None));
+        let _ = tx.unbounded_send((OutFrame::One(f), None));
     }
     // The writer: responses in the order they are ready; ends once every sender is gone. A
     // response keeps its request's share of the connection's budget until it is written, so
@@ -683,9 +708,7 @@ async fn serve_stream(
     // broker queue answers without bound).
     let writer = glommio::spawn_local(async move {
         while let Some((frame, in_flight)) = rx.next().await {
-            // `write_chunk` hands the frame's buffer to quinn as it is (`write_all` would copy
-            // it into one of quinn's first).
-            if send.write_chunk(frame).await.is_err() {
+            if frame.write(&mut send).await.is_err() {
                 // The peer stopped the stream or the connection is gone: drop the rest.
                 return;
             }
@@ -848,11 +871,17 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
             started.elapsed(),
             error,
         );
-        let frame = match answer.or_else(|response| encode_response(id, &response)) {
+        let frame = match answer
+            .map(OutFrame::Pieces)
+            .or_else(|response| encode_response(id, &response).map(OutFrame::One))
+        {
             Ok(f) => f,
             Err(e) => {
                 tracing::error!(error = %e, "native: response does not encode");
-                error_frame(id, ErrorResponse::new(e.error_code(), e.to_string()))
+                OutFrame::One(error_frame(
+                    id,
+                    ErrorResponse::new(e.error_code(), e.to_string()),
+                ))
             }
         };
         // The answer's bytes count too until the writer has handed them to QUIC.

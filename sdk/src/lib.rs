@@ -115,6 +115,13 @@ pub struct ClientOptions {
     /// quinn's own default is 1.25 MB; `sluice-perf fetch-probe` measured no difference for
     /// a lone 2 MB fetch.
     pub stream_receive_window: u32,
+    /// The UDP socket's kernel buffers (`SO_RCVBUF` and `SO_SNDBUF`), bytes; 0 keeps the
+    /// kernel's default. Default 4 MiB: a 2 MB fetch arrives faster than a busy client thread
+    /// reads it, and with Linux's default (208 KiB) the kernel dropped ~0.2% of its packets,
+    /// each loss halving QUIC's congestion window (ARCHITECTURE.md, "UDP buffers"). The
+    /// kernel caps the request at `net.core.rmem_max` / `wmem_max`: a smaller buffer than
+    /// asked is logged once per client as a warning.
+    pub udp_buffer_bytes: usize,
 }
 
 /// An access key id and its secret. `Debug` never prints the secret.
@@ -162,6 +169,7 @@ impl ClientOptions {
             credentials: None,
             route_to_owner: true,
             stream_receive_window: sluice_wire::FRAME_BYTES_MAX as u32,
+            udp_buffer_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -207,6 +215,45 @@ struct Inner {
     routes: tokio::sync::Mutex<routing::Routes>,
 }
 
+/// The client's UDP socket, bound to `bind`, its kernel buffers asked to be `buffer_bytes`
+/// each way (0: the kernel's default). A buffer the kernel caps lower is a warning, not an
+/// error: the client works, with more loss under large answers.
+fn bind_socket(bind: SocketAddr, buffer_bytes: usize) -> std::io::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind(bind)?;
+    if buffer_bytes == 0 {
+        return Ok(socket);
+    }
+    let state = quinn::udp::UdpSocketState::new((&socket).into())?;
+    for (which, set, get) in [
+        (
+            "SO_RCVBUF (net.core.rmem_max)",
+            quinn::udp::UdpSocketState::set_recv_buffer_size
+                as fn(&quinn::udp::UdpSocketState, quinn::udp::UdpSockRef<'_>, usize) -> _,
+            quinn::udp::UdpSocketState::recv_buffer_size
+                as fn(&quinn::udp::UdpSocketState, quinn::udp::UdpSockRef<'_>) -> _,
+        ),
+        (
+            "SO_SNDBUF (net.core.wmem_max)",
+            quinn::udp::UdpSocketState::set_send_buffer_size,
+            quinn::udp::UdpSocketState::send_buffer_size,
+        ),
+    ] {
+        let asked = set(&state, (&socket).into(), buffer_bytes);
+        // Linux reports twice what it granted (its own bookkeeping): compare against that.
+        let got = get(&state, (&socket).into()).unwrap_or(0);
+        if asked.is_err() || got < buffer_bytes {
+            tracing::warn!(
+                buffer = which,
+                asked = buffer_bytes,
+                got,
+                "the kernel gave the client's UDP socket a smaller buffer than asked: large \
+                 answers may lose packets (raise the sysctl named)"
+            );
+        }
+    }
+    Ok(socket)
+}
+
 impl Client {
     /// Connects to the broker's QUIC address and negotiates the protocol version. Must be
     /// called within a tokio runtime.
@@ -225,7 +272,15 @@ impl Client {
         } else {
             "0.0.0.0:0".parse().expect("literal")
         };
-        let endpoint = quinn::Endpoint::client(bind).map_err(|e| Error::Connect(e.to_string()))?;
+        let socket = bind_socket(bind, options.udp_buffer_bytes)
+            .map_err(|e| Error::Connect(format!("UDP socket: {e}")))?;
+        let endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            None,
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(|e| Error::Connect(e.to_string()))?;
         let client = Client {
             inner: Arc::new(Inner {
                 addr,
@@ -623,4 +678,27 @@ pub fn attributes<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> At
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect::<BTreeMap<_, _>>()
+}
+
+#[cfg(test)]
+mod socket_tests {
+    /// The client's socket gets the kernel buffers it asks for, up to the sysctl's cap (Linux
+    /// reports twice what it grants).
+    #[test]
+    fn the_client_socket_asks_for_its_buffers() {
+        let cap = |name: &str| -> usize {
+            std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let asked = 1024 * 1024;
+        let socket =
+            super::bind_socket("127.0.0.1:0".parse().expect("literal"), asked).expect("binds");
+        let state = quinn::udp::UdpSocketState::new((&socket).into()).expect("state");
+        let recv = state.recv_buffer_size((&socket).into()).expect("SO_RCVBUF");
+        let send = state.send_buffer_size((&socket).into()).expect("SO_SNDBUF");
+        assert!(recv >= asked.min(cap("rmem_max")), "SO_RCVBUF {recv}");
+        assert!(send >= asked.min(cap("wmem_max")), "SO_SNDBUF {send}");
+    }
 }

@@ -157,4 +157,55 @@ mod tests {
         let flag = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
         assert_eq!(flag, 1);
     }
+
+    /// vendor/glommio.patch, `ReadResult::into_owned`: a lone read's buffer is handed over
+    /// without a copy, and can be read and dropped on another thread; a result whose buffer
+    /// another handle shares (a clone) is given back unchanged and stays readable, and is
+    /// handed over once it is alone; a read into glommio's registered I/O memory (a small one)
+    /// is given back (that memory must return to its pool).
+    #[test]
+    fn a_lone_reads_buffer_is_handed_over_and_a_shared_one_is_not() {
+        const BIG: usize = 2 * super::IO_MEMORY_BYTES + 5000;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let pattern = |i: usize| (i % 251) as u8;
+        let data: Vec<u8> = (0..BIG + 8192).map(pattern).collect();
+        std::fs::write(&path, &data).expect("write");
+        let (a, b) = super::run("owned-read", move || async move {
+            let f = glommio::io::OpenOptions::new()
+                .read(true)
+                .dma_open(&path)
+                .await
+                .expect("open");
+            // Not block-aligned: the handed-over bytes start inside the read's buffer.
+            let lone = f.read_at(100, BIG).await.expect("read");
+            let a = lone.into_owned().expect("a lone read is handed over");
+            let shared = f.read_at(0, BIG).await.expect("read");
+            let clone = shared.clone();
+            let back = shared
+                .into_owned()
+                .expect_err("a buffer another handle shares is not handed over");
+            assert_eq!(back[..], clone[..]);
+            drop(clone);
+            let b = back.into_owned().expect("handed over once alone");
+            let small = f.read_at(4096, 4096).await.expect("read");
+            let small = small
+                .into_owned()
+                .expect_err("registered I/O memory is not handed over");
+            assert!(small
+                .iter()
+                .enumerate()
+                .all(|(i, &x)| x == pattern(i + 4096)));
+            f.close().await.expect("close");
+            (a, b)
+        })
+        .expect("runs");
+        std::thread::spawn(move || {
+            assert_eq!((a.len(), b.len()), (BIG, BIG));
+            assert!(a.iter().enumerate().all(|(i, &x)| x == pattern(i + 100)));
+            assert!(b.iter().enumerate().all(|(i, &x)| x == pattern(i)));
+        })
+        .join()
+        .expect("read and dropped on another thread");
+    }
 }

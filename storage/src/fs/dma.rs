@@ -1,6 +1,7 @@
 //! glommio DMA files: O_DIRECT reads and writes through io_uring.
 
 use super::{File, Fs};
+use bytes::Bytes;
 use glommio::io::{DmaFile, OpenOptions};
 use std::cell::RefCell;
 use std::io;
@@ -91,9 +92,15 @@ impl DmaHandle {
 }
 
 impl File for DmaHandle {
-    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
         let r = self.file.read_at(pos, len).await.map_err(io::Error::from)?;
-        Ok(r.to_vec())
+        // The read's own buffer, handed over (vendor/glommio.patch): copying it out was ~10%
+        // of a shard's time serving consumers from disk. A buffer that is shared or registered
+        // with io_uring is copied as before.
+        Ok(match r.into_owned() {
+            Ok(owned) => Bytes::from_owner(owned),
+            Err(r) => Bytes::copy_from_slice(&r),
+        })
     }
 
     async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<usize> {

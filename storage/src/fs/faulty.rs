@@ -136,7 +136,7 @@ pub struct FaultyFile<T: File> {
 }
 
 impl<T: File> File for FaultyFile<T> {
-    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<bytes::Bytes> {
         self.plan.err(Op::Read)?;
         self.inner.read_at(pos, len).await
     }

@@ -61,8 +61,9 @@ pub async fn yield_now() {
 /// A file opened for reading and writing.
 #[allow(async_fn_in_trait)] // single-threaded by design: futures are not Send
 pub trait File: 'static {
-    /// Reads up to `len` bytes at `pos` (fewer at end of file).
-    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Reads up to `len` bytes at `pos` (fewer at end of file). The bytes are the read's own
+    /// buffer where the file system can hand it over (the io_uring one does: no copy).
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<bytes::Bytes>;
     /// Writes `data` at `pos`; both block-aligned. May write less (a short write): returns
     /// the count written.
     async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<usize>;

@@ -212,12 +212,12 @@ pub struct SimFile {
 }
 
 impl File for SimFile {
-    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<bytes::Bytes> {
         io_point().await;
         let ino = self.inode.borrow();
         let start = (pos as usize).min(ino.data.len());
         let end = start.saturating_add(len).min(ino.data.len());
-        Ok(ino.data[start..end].to_vec())
+        Ok(bytes::Bytes::copy_from_slice(&ino.data[start..end]))
     }
 
     async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<usize> {

@@ -301,7 +301,7 @@ impl<F: Fs> Log<F> {
                 .await
                 .map_err(|e| StorageError::io("read", path(), e))?;
             self.count_disk_read(data.len());
-            *window = Some((pos, Bytes::from(data)));
+            *window = Some((pos, data));
         }
         let (ws, wb) = window.as_ref().expect("filled above");
         Ok(wb.slice((pos - ws) as usize..))
@@ -349,7 +349,7 @@ impl<F: Fs> Log<F> {
                         .await
                         .map_err(|e| StorageError::io("read", path(), e))?;
                     self.count_disk_read(data.len());
-                    return Ok(Bytes::from(data));
+                    return Ok(data);
                 }
             }
         }
@@ -383,10 +383,9 @@ impl<F: Fs> Log<F> {
         let in_flight = InFlight { log: self, key };
         let read = file.read_at(pos, len).await;
         let waiters = in_flight.finish();
-        self.count_disk_read(read.as_ref().map_or(0, Vec::len));
+        self.count_disk_read(read.as_ref().map_or(0, Bytes::len));
         match read {
-            Ok(data) => {
-                let bytes = Bytes::from(data);
+            Ok(bytes) => {
                 for w in waiters {
                     let _ = w.send(Ok(bytes.clone()));
                 }

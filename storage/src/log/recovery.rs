@@ -12,7 +12,6 @@ use crate::config::LogConfig;
 use crate::error::{Result, StorageError};
 use crate::fs::{align_down, align_up, File, Fs};
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
-use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -83,10 +82,7 @@ pub(super) async fn read_batch_verified<T: File>(
     let v = BatchView::parse(&bytes).map_err(|_| ())?;
     v.validate_records().map_err(|_| ())?;
     let header = v.header;
-    Ok(Some(ReadBatch {
-        header,
-        bytes: Bytes::from(bytes),
-    }))
+    Ok(Some(ReadBatch { header, bytes }))
 }
 
 pub(super) async fn read_batch_header_verified<T: File>(
@@ -397,7 +393,7 @@ impl<F: Fs> Log<F> {
                 .read_at(align_down(pos), (pos - align_down(pos)) as usize)
                 .await
                 .map_err(|e| StorageError::io("read", &path, e))?;
-            let mut buf = tail;
+            let mut buf = tail.to_vec();
             buf.resize((align_up(scrub_end) - align_down(pos)) as usize, 0);
             write_all(&file, align_down(pos), &buf)
                 .await
@@ -427,7 +423,7 @@ impl<F: Fs> Log<F> {
                     timeindex,
                     bytes_since_index: since_index,
                     index_persisted_entries: keep_entries,
-                    tail,
+                    tail: tail.to_vec(),
                     zeroed_until: align_up(file_size.max(pos)),
                     write_end: pos,
                     zeroing_from: u64::MAX,

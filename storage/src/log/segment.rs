@@ -261,7 +261,10 @@ impl<F: Fs> Log<F> {
         let Ok(size) = f.size().await else {
             return Vec::new();
         };
-        f.read_at(0, size as usize).await.unwrap_or_default()
+        f.read_at(0, size as usize)
+            .await
+            .map(|b| b.to_vec())
+            .unwrap_or_default()
     }
 
     /// The indexes of a sealed segment, from the cache or its files (rebuilt if missing).

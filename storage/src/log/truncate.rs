@@ -179,7 +179,7 @@ impl<F: Fs> Log<F> {
                 .read_at(align_down(cut), (cut - align_down(cut)) as usize)
                 .await
                 .map_err(|e| StorageError::io("read", &path, e))?;
-            let mut block = head;
+            let mut block = head.to_vec();
             block.resize(BLOCK_BYTES as usize, 0);
             write_all_with(&*file, align_down(cut), &block, true)
                 .await

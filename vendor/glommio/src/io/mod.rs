@@ -171,7 +171,7 @@ pub use self::{
     read_result::ReadResult,
     stat::Stat,
 };
-pub use crate::sys::DmaBuffer;
+pub use crate::sys::{DmaBuffer, OwnedReadBuffer}; // Sluice patch: OwnedReadBuffer
 
 #[cfg(test)]
 mod test {

@@ -62,6 +62,19 @@ impl ReadResult {
         )
     }
 
+    // Sluice patch: a completed read's buffer handed over to the caller without a copy.
+    /// Moves the bytes out of glommio without copying them, when this result alone holds its
+    /// read's buffer (no clone, no slice, no other read sharing it) and that buffer is a
+    /// plain allocation; otherwise gives the result back unchanged (`Err`), to be copied. An
+    /// empty result is `Err` too.
+    pub fn into_owned(self) -> Result<crate::io::OwnedReadBuffer, ReadResult> {
+        let taken = self
+            .0
+            .as_ref()
+            .and_then(|i| i.buffer.take_sole_read_buffer(i.mem.as_ptr(), i.len.get()));
+        taken.ok_or(self)
+    }
+
     /// Creates a slice of this ReadResult with the given offset and length.
     ///
     /// Returns `None` if either offset or offset + len would not fit in the

@@ -205,6 +205,35 @@ impl ScheduledSource {
         }
     }
 
+    // Sluice patch: a completed read's buffer handed over to the caller without a copy.
+    /// Takes the buffer of this completed read out of its source, as an owned buffer of
+    /// `[ptr, ptr + len)`, if this handle is the only one to the source besides the file
+    /// scheduler's own entry (which this handle's drop removes, with no await in between:
+    /// no other read can find the emptied source) and the buffer is a plain allocation
+    /// holding that range. `None` leaves everything as it was.
+    pub(crate) fn take_sole_read_buffer(
+        &self,
+        ptr: *const u8,
+        len: usize,
+    ) -> Option<crate::sys::OwnedReadBuffer> {
+        let holders = if self.file.upgrade().is_some() { 2 } else { 1 };
+        if Rc::strong_count(&self.inner) != holders {
+            return None;
+        }
+        let mut source_type = self.inner.source.source_type_mut();
+        let crate::sys::SourceType::Read(_, slot) = &mut *source_type else {
+            return None;
+        };
+        let start = match slot {
+            Some(crate::sys::IoBuffer::DmaSink(b)) => b.owned_start(ptr, len)?,
+            _ => return None,
+        };
+        match slot.take() {
+            Some(crate::sys::IoBuffer::DmaSink(b)) => b.into_owned(start, len).ok(),
+            _ => None,
+        }
+    }
+
     pub(crate) unsafe fn as_bytes(&self) -> &[u8] {
         std::slice::from_raw_parts(
             self.inner

@@ -159,6 +159,79 @@ impl DmaBuffer {
     }
 }
 
+// Sluice patch: a completed read's buffer handed over to the caller without a copy.
+impl DmaBuffer {
+    /// Where `[ptr, ptr + len)` starts in this buffer's allocation, if the buffer is a plain
+    /// allocation (not a registered io_uring buffer, not an eventfd's) and holds that range.
+    pub(crate) fn owned_start(&self, ptr: *const u8, len: usize) -> Option<usize> {
+        let BufferStorage::Sys(alloc) = &self.storage else {
+            return None;
+        };
+        let start = (ptr as usize).checked_sub(alloc.as_ptr() as usize)?;
+        (start.checked_add(len)? <= alloc.layout.size()).then_some(start)
+    }
+
+    /// The `len` bytes at `start` of the allocation as an [`OwnedReadBuffer`]; `start` and
+    /// `len` come from [`DmaBuffer::owned_start`] (anything else gives the buffer back).
+    pub(crate) fn into_owned(self, start: usize, len: usize) -> Result<OwnedReadBuffer, DmaBuffer> {
+        match self.storage {
+            BufferStorage::Sys(alloc)
+                if start
+                    .checked_add(len)
+                    .is_some_and(|end| end <= alloc.layout.size()) =>
+            {
+                Ok(OwnedReadBuffer { alloc, start, len })
+            }
+            storage => Err(DmaBuffer {
+                storage,
+                trim: self.trim,
+                size: self.size,
+            }),
+        }
+    }
+}
+
+/// Sluice patch: the bytes of a completed read, moved out of glommio without a copy
+/// ([`ReadResult::into_owned`](crate::io::ReadResult::into_owned)). The memory is a plain
+/// allocation of the global allocator that no reactor, source or kernel operation refers to
+/// any more, so it may be sent to and dropped on any thread.
+#[derive(Debug)]
+pub struct OwnedReadBuffer {
+    alloc: SysAlloc,
+    start: usize,
+    len: usize,
+}
+
+// SAFETY (Sluice patch): `alloc` comes from the global allocator and `SysAlloc::drop` frees
+// it with the same layout, which any thread may do. An `OwnedReadBuffer` is the allocation's
+// only owner: it is built only from a read that has completed (the kernel is done with the
+// memory) and whose source gave the buffer up while no other handle to the source existed
+// (`ScheduledSource::take_sole_read_buffer`), so nothing else can reach the memory.
+unsafe impl Send for OwnedReadBuffer {}
+
+impl OwnedReadBuffer {
+    /// The read's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `start + len` lies within the allocation (checked where it is built), and
+        // the read wrote those bytes before it completed.
+        unsafe { std::slice::from_raw_parts(self.alloc.as_ptr().add(self.start), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for OwnedReadBuffer {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl std::ops::Deref for OwnedReadBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
 impl AsRef<[u8]> for DmaBuffer {
     #[inline(always)]
     fn as_ref(&self) -> &[u8] {

@@ -177,7 +177,7 @@ pub(crate) mod source;
 pub(crate) mod sysfs;
 mod uring;
 
-pub use self::dma_buffer::DmaBuffer;
+pub use self::dma_buffer::{DmaBuffer, OwnedReadBuffer}; // Sluice patch: OwnedReadBuffer
 pub(crate) use self::{source::*, uring::*};
 use crate::error::{ExecutorErrorKind, GlommioError};
 use smallvec::SmallVec;

@@ -157,7 +157,7 @@ fn producer_and_group_consumers_over_quic() {
                             seen.lock().expect("seen").push((
                                 r.partition,
                                 r.offset,
-                                r.value.clone(),
+                                r.value.to_vec(),
                             ))
                         },
                         || stop.load(Ordering::SeqCst),
@@ -194,7 +194,7 @@ fn producer_and_group_consumers_over_quic() {
                     .iter()
                     .filter(|r| r.key.as_deref() == Some(key.as_bytes()))
                     .map(|r| {
-                        let v = String::from_utf8(r.value.clone()).expect("utf8");
+                        let v = String::from_utf8(r.value.to_vec()).expect("utf8");
                         v.rsplit(':').next().expect("n").parse().expect("n")
                     })
                     .collect();
@@ -337,7 +337,7 @@ fn a_queue_is_read_as_a_stream_without_disturbing_its_consumers() {
                 .expect("fetch");
             assert!(f.next_offset >= at, "moves forward");
             for r in &f.records {
-                bodies.push(String::from_utf8(r.value.clone()).expect("utf-8"));
+                bodies.push(String::from_utf8(r.value.to_vec()).expect("utf-8"));
                 let id = r
                     .headers
                     .iter()
@@ -452,8 +452,8 @@ fn topic_publisher_batches_with_linger_and_answers_each_record() {
         }
         for (i, at) in landed.iter().enumerate() {
             assert_eq!(
-                by_offset.get(&(at.partition, at.offset)),
-                Some(&format!("v{i}").into_bytes()),
+                by_offset.get(&(at.partition, at.offset)).map(|v| &v[..]),
+                Some(format!("v{i}").as_bytes()),
                 "record {i}"
             );
         }
@@ -781,7 +781,7 @@ fn members_joining_while_records_flow_see_each_record_once() {
                     |r| {
                         seen.lock()
                             .expect("seen")
-                            .push((r.partition, r.offset, r.value.clone()))
+                            .push((r.partition, r.offset, r.value.to_vec()))
                     },
                     || stop.load(Ordering::SeqCst),
                 )

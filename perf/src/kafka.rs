@@ -271,7 +271,7 @@ impl Conn for KafkaConn {
             loop {
                 match next {
                     Some(Ok(m)) => out.push(InMsg {
-                        body: m.payload().unwrap_or_default().to_vec(),
+                        body: bytes::Bytes::copy_from_slice(m.payload().unwrap_or_default()),
                         ack: AckToken::Number(idx as u64),
                     }),
                     Some(Err(e)) => return Err(err(format!("consume: {e}"))),

@@ -468,7 +468,7 @@ impl Conn for QuicConn {
             Ok(got
                 .into_iter()
                 .map(|m| InMsg {
-                    body: m.body.into_bytes(),
+                    body: m.body.into_bytes().into(),
                     ack: AckToken::Text(m.receipt_handle),
                 })
                 .collect())
@@ -672,7 +672,7 @@ impl Conn for HttpTargetConn {
                     ));
                 };
                 out.push(InMsg {
-                    body: body.as_bytes().to_vec(),
+                    body: bytes::Bytes::copy_from_slice(body.as_bytes()),
                     ack: AckToken::Text(handle.to_string()),
                 });
             }

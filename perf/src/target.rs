@@ -54,7 +54,7 @@ pub struct OutMsg {
 /// One message received, with whatever the target needs to acknowledge it.
 #[derive(Debug, Clone)]
 pub struct InMsg {
-    pub body: Vec<u8>,
+    pub body: bytes::Bytes,
     pub ack: AckToken,
 }
 

@@ -25,7 +25,23 @@ const WRITE_QUEUE_FRAMES_MAX: usize = 256;
 /// Bytes read from a stream at a time.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-type Waiter = oneshot::Sender<Result<Response>>;
+type Waiter = oneshot::Sender<Result<Reply>>;
+
+/// An answer as the stream's reader decoded it: a fetch's batches stay in the frame's buffer
+/// (`wire::decode_fetch_result`: a consumer's megabytes are not copied out by rkyv).
+pub(crate) enum Reply {
+    Response(Response),
+    Fetch(sluice_wire::FetchedBatches),
+}
+
+impl Reply {
+    pub(crate) fn into_response(self) -> Response {
+        match self {
+            Reply::Response(r) => r,
+            Reply::Fetch(f) => Response::Fetch(f.into()),
+        }
+    }
+}
 
 #[derive(Default)]
 struct Waiters {
@@ -141,7 +157,7 @@ impl Connection {
     }
 
     /// Sends one request and waits for its answer (at most `timeout`).
-    pub(crate) async fn call(&self, request: &Request, timeout: Duration) -> Result<Response> {
+    pub(crate) async fn call(&self, request: &Request, timeout: Duration) -> Result<Reply> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame =
             encode_request(id, request).map_err(|e| Error::InvalidRequest(e.to_string()))?;
@@ -257,13 +273,22 @@ fn deliver(decoder: &mut FrameDecoder, bytes: &[u8], waiters: &Mutex<Waiters>) -
             Err(e) => return Some(format!("undecodable answer: {e}")),
         };
         let id = frame.request_id();
+        if frame.kind() == Some(sluice_wire::frame::FrameKind::FetchResult) {
+            let answer = sluice_wire::decode_fetch_result(frame)
+                .map(Reply::Fetch)
+                .map_err(|e| Error::Protocol(e.to_string()));
+            if let Some(w) = lock(waiters).map.remove(&id) {
+                let _ = w.send(answer);
+            }
+            continue;
+        }
         let answer = match decode_response(&frame) {
             // Request id 0: about the stream or connection, not one request.
             Ok(Response::Error(e)) if id == 0 => {
                 return Some(format!("the broker failed the stream: {}", e.message))
             }
             Ok(Response::Error(e)) => Err(Error::from_response(e)),
-            Ok(r) => Ok(r),
+            Ok(r) => Ok(Reply::Response(r)),
             Err(e) => Err(Error::Protocol(e.to_string())),
         };
         if let Some(w) = lock(waiters).map.remove(&id) {

@@ -356,9 +356,17 @@ impl Client {
     /// cannot be made or breaks, the call is made again on the shared connection (a send whose
     /// answer was lost may then be stored twice, as with any retry: at-least-once).
     pub async fn call(&self, request: Request) -> Result<Response> {
+        self.call_reply(request)
+            .await
+            .map(connection::Reply::into_response)
+    }
+
+    /// [`Client::call`], the answer as the reader decoded it (a fetch's batches still in their
+    /// frame).
+    pub(crate) async fn call_reply(&self, request: Request) -> Result<connection::Reply> {
         if routing::goes_home(&request) {
             if let Some(home) = self.home().await {
-                match home.call_here(&request).await {
+                match home.call_reply_here(&request).await {
                     Err(e @ (Error::Connect(_) | Error::ConnectionLost(_))) => {
                         tracing::debug!(error = %e, "sluice: home core lost, using the shared connection");
                         self.pause_routing().await;
@@ -367,11 +375,11 @@ impl Client {
                 }
             }
         }
-        self.call_here(&request).await
+        self.call_reply_here(&request).await
     }
 
     /// [`Client::call`] on this client's own connection (no routing).
-    async fn call_here(&self, request: &Request) -> Result<Response> {
+    pub(crate) async fn call_reply_here(&self, request: &Request) -> Result<connection::Reply> {
         let timeout = self.inner.options.request_timeout
             + match &request {
                 Request::ReceiveMessage(r) => {

@@ -152,7 +152,11 @@ impl Client {
         let r = wire::GetRoutingRequest {
             topic: topic.into(),
         };
-        match self.call_here(&Request::GetRouting(r)).await? {
+        match self
+            .call_reply_here(&Request::GetRouting(r))
+            .await?
+            .into_response()
+        {
             Response::GetRouting(g) => Ok(Learnt {
                 shard_addrs: g
                     .shard_addrs

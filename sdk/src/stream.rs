@@ -4,6 +4,7 @@
 //! encodes and checksums each batch once; the broker verifies and stores those bytes; fetch
 //! returns the stored batches, which [`GroupConsumer`] verifies again before handing records out.
 
+use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -19,8 +20,11 @@ pub struct ConsumedRecord {
     pub partition: u32,
     pub offset: u64,
     pub timestamp_ms: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Vec<u8>,
+    /// The key and value are views of the fetched frame (`Bytes`: no copy per record; a
+    /// record kept alive keeps its fetch's buffer alive — copy it out with `to_vec` to keep a
+    /// few records of a large fetch for long).
+    pub key: Option<Bytes>,
+    pub value: Bytes,
     /// Record headers (a queue read as a stream carries each message's `message-id`).
     pub headers: Vec<(Vec<u8>, Vec<u8>)>,
 }
@@ -62,7 +66,8 @@ pub fn decode_batches(
     bytes: &[u8],
     from: u64,
 ) -> Result<Vec<ConsumedRecord>> {
-    decode_fetched(topic, partition, bytes, from).map(|(records, _)| records)
+    decode_fetched(topic, partition, &Bytes::copy_from_slice(bytes), from)
+        .map(|(records, _)| records)
 }
 
 /// Verified records of concatenated batches at or after `from`, and the offset after the last
@@ -71,11 +76,12 @@ pub fn decode_batches(
 fn decode_fetched(
     topic: &str,
     partition: u32,
-    mut bytes: &[u8],
+    all: &Bytes,
     from: u64,
 ) -> Result<(Vec<ConsumedRecord>, u64)> {
     let mut out = Vec::new();
     let mut next = from;
+    let mut bytes: &[u8] = all;
     while !bytes.is_empty() {
         let v =
             BatchView::parse(bytes).map_err(|e| Error::Protocol(format!("fetched batch: {e}")))?;
@@ -92,8 +98,8 @@ fn decode_fetched(
                     partition,
                     offset: r.offset,
                     timestamp_ms: r.timestamp_ms,
-                    key: r.key.map(<[u8]>::to_vec),
-                    value: r.value.to_vec(),
+                    key: r.key.map(|k| all.slice_ref(k)),
+                    value: all.slice_ref(r.value),
                     headers: r.headers().map(|(k, v)| (k.to_vec(), v.to_vec())).collect(),
                 });
             }
@@ -219,8 +225,8 @@ impl Client {
             wait_ms: wait.as_millis().min(u128::from(u32::MAX)) as u32,
         };
         let via = self.owner_of(topic, partition).await;
-        match via.call(Request::Fetch(r)).await {
-            Ok(Response::Fetch(f)) => {
+        match via.call_reply(Request::Fetch(r)).await {
+            Ok(crate::connection::Reply::Fetch(f)) => {
                 let (records, next_offset) = decode_fetched(topic, partition, &f.batches, offset)?;
                 Ok(Fetched {
                     records,
@@ -228,7 +234,7 @@ impl Client {
                     end_offset: f.end_offset,
                 })
             }
-            Ok(other) => unexpected(other),
+            Ok(other) => unexpected(other.into_response()),
             Err(e) => {
                 if matches!(
                     e.code(),

@@ -524,6 +524,60 @@ pub fn decode_request(frame: &Frame) -> Result<Request, MessageError> {
     }
 }
 
+/// A `FetchResult` answer whose batches are a view of the frame's own buffer: what a client
+/// decodes a fetch into, without copying its megabytes out of the frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedBatches {
+    pub batches: Bytes,
+    pub start_offset: u64,
+    pub end_offset: u64,
+}
+
+impl From<FetchedBatches> for FetchResult {
+    fn from(f: FetchedBatches) -> FetchResult {
+        FetchResult {
+            batches: f.batches.to_vec(),
+            start_offset: f.start_offset,
+            end_offset: f.end_offset,
+        }
+    }
+}
+
+/// Decodes a `FetchResult` frame (validated as [`decode_body`] validates it) without copying
+/// its batches: they stay in the frame's buffer, which the answer now owns.
+pub fn decode_fetch_result(frame: Frame) -> Result<FetchedBatches, MessageError> {
+    let (at, len, start_offset, end_offset) = {
+        let a = access_body::<FetchResult>(&frame)?;
+        let batches = a.batches.as_slice();
+        let at = (batches.as_ptr() as usize).wrapping_sub(frame.body.as_ptr() as usize);
+        (
+            at,
+            batches.len(),
+            a.start_offset.to_native(),
+            a.end_offset.to_native(),
+        )
+    };
+    let batches = if len == 0 {
+        Bytes::new()
+    } else if at
+        .checked_add(len)
+        .is_some_and(|end| end <= frame.body.len())
+    {
+        Bytes::from_owner(frame.body).slice(at..at + len)
+    } else {
+        // Validation keeps an archive's bytes inside its buffer: not reached.
+        return Err(MessageError::Malformed {
+            kind: FrameKind::FetchResult,
+            reason: "batches outside the frame".into(),
+        });
+    };
+    Ok(FetchedBatches {
+        batches,
+        start_offset,
+        end_offset,
+    })
+}
+
 /// Reads a response out of a decoded frame (client side).
 pub fn decode_response(frame: &Frame) -> Result<Response, MessageError> {
     match frame.kind() {
@@ -586,6 +640,9 @@ mod tests {
                 }
                 other => panic!("seed {seed}: {other:?}"),
             }
+            let view = decode_fetch_result(frame).expect("decodes in place");
+            assert_eq!(view.batches[..], concat[..], "seed {seed}, case {case}");
+            assert_eq!((view.start_offset, view.end_offset), (start, end));
         }
     }
     use crate::decoder::{decode_one, FrameDecoder};

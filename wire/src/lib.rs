@@ -33,9 +33,10 @@ pub mod limits;
 pub mod messages;
 
 pub use codec::{
-    access_body, decode_body, decode_request, decode_response, encode_body, encode_fetch_response,
-    encode_request, encode_request_with, encode_response, encode_response_with, EncodeError,
-    MessageError, Request, Response, WireMessage,
+    access_body, decode_body, decode_fetch_result, decode_request, decode_response, encode_body,
+    encode_fetch_response, encode_request, encode_request_with, encode_response,
+    encode_response_with, EncodeError, FetchedBatches, MessageError, Request, Response,
+    WireMessage,
 };
 pub use decoder::{decode_one, DecodeError, FrameDecoder};
 pub use error_code::ErrorCode;

@@ -200,7 +200,7 @@ fn in_msg(m: jetstream::Message) -> Result<InMsg, TargetError> {
         .ok_or_else(|| TargetError("nats: message without reply subject".into()))?;
     Ok(InMsg {
         ack: AckToken::Text(reply.to_string()),
-        body: m.message.payload.to_vec(),
+        body: m.message.payload.clone(),
     })
 }
 

@@ -354,7 +354,7 @@ impl RabbitConn {
 fn in_msg(d: lapin::message::Delivery) -> InMsg {
     InMsg {
         ack: AckToken::Number(d.delivery_tag),
-        body: d.data,
+        body: d.data.into(),
     }
 }
 

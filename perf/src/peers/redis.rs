@@ -262,7 +262,7 @@ fn parse_entries(reply: Value) -> Result<Vec<InMsg>, TargetError> {
                 .and_then(|(_, v)| bytes(&v))
                 .unwrap_or_default();
             out.push(InMsg {
-                body,
+                body: body.into(),
                 ack: AckToken::Text(id),
             });
         }

@@ -224,23 +224,9 @@ fn bind_socket(bind: SocketAddr, buffer_bytes: usize) -> std::io::Result<std::ne
         return Ok(socket);
     }
     let state = quinn::udp::UdpSocketState::new((&socket).into())?;
-    for (which, set, get) in [
-        (
-            "SO_RCVBUF (net.core.rmem_max)",
-            quinn::udp::UdpSocketState::set_recv_buffer_size
-                as fn(&quinn::udp::UdpSocketState, quinn::udp::UdpSockRef<'_>, usize) -> _,
-            quinn::udp::UdpSocketState::recv_buffer_size
-                as fn(&quinn::udp::UdpSocketState, quinn::udp::UdpSockRef<'_>) -> _,
-        ),
-        (
-            "SO_SNDBUF (net.core.wmem_max)",
-            quinn::udp::UdpSocketState::set_send_buffer_size,
-            quinn::udp::UdpSocketState::send_buffer_size,
-        ),
-    ] {
-        let asked = set(&state, (&socket).into(), buffer_bytes);
-        // Linux reports twice what it granted (its own bookkeeping): compare against that.
-        let got = get(&state, (&socket).into()).unwrap_or(0);
+    // Linux reports twice what it granted (its own bookkeeping): `got` is compared as is.
+    let check = |which: &str, asked: std::io::Result<()>, got: std::io::Result<usize>| {
+        let got = got.unwrap_or(0);
         if asked.is_err() || got < buffer_bytes {
             tracing::warn!(
                 buffer = which,
@@ -250,7 +236,17 @@ fn bind_socket(bind: SocketAddr, buffer_bytes: usize) -> std::io::Result<std::ne
                  answers may lose packets (raise the sysctl named)"
             );
         }
-    }
+    };
+    check(
+        "SO_RCVBUF (net.core.rmem_max)",
+        state.set_recv_buffer_size((&socket).into(), buffer_bytes),
+        state.recv_buffer_size((&socket).into()),
+    );
+    check(
+        "SO_SNDBUF (net.core.wmem_max)",
+        state.set_send_buffer_size((&socket).into(), buffer_bytes),
+        state.send_buffer_size((&socket).into()),
+    );
     Ok(socket)
 }
 

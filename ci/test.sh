@@ -29,7 +29,13 @@ cargo test -p sluice-perf --features kafka --test smoke kafka_target
 
 echo "== SQS compatibility suite (real sluiced; boto3 JSON, AWS CLI, Query protocol)"
 cargo build -p sluice-broker --bin sluiced
-export SLUICE_BIN="$(pwd)/${CARGO_TARGET_DIR:-target}/debug/sluiced"
+# CARGO_TARGET_DIR may be relative (to this directory) or absolute.
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in
+  /*) ;;
+  *) target_dir="$(pwd)/$target_dir" ;;
+esac
+export SLUICE_BIN="$target_dir/debug/sluiced"
 rc=0
 PYTHONDONTWRITEBYTECODE=1 target/py-venv/bin/python -m pytest -q -p no:cacheprovider broker/tests/sqs_compat || rc=$?
 if [ "$rc" -eq 5 ]; then

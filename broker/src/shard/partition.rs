@@ -66,6 +66,11 @@ const LOAD_AHEAD_ENTRIES: usize = 2048;
 /// message is read and decoded once, not once to load and again to deliver): bytes per
 /// partition, oldest dropped first.
 const LOADED_CONTENT_BYTES_MAX: usize = 8 * LOAD_READ_BYTES;
+/// Contents of messages just sent, kept for the receive that follows while the queue has no
+/// backlog in its log (a closed loop's consumer takes them within a group commit or two): bytes
+/// per partition, oldest dropped first. The same bytes sit in the log's read cache; keeping
+/// them decoded spares the receive a read and a decode of each.
+const SENT_CONTENT_BYTES_MAX: usize = LOAD_READ_BYTES;
 /// A snapshot is written after this many records since the last one...
 const SNAPSHOT_INTERVAL_RECORDS: u64 = 50_000;
 /// ...or after this long, if any record was written since...
@@ -151,9 +156,10 @@ pub struct PartitionActor<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallCloc
     staged_since_snapshot: Cell<u64>,
     /// Counts rebuilds: a snapshot taken before one must not be written after it.
     generation: Cell<u64>,
-    /// Contents read while loading from the tail, by the offset of their `Sent` record, and
-    /// their bytes in all (see [`LOADED_CONTENT_BYTES_MAX`]).
-    loaded: RefCell<(std::collections::BTreeMap<u64, Arc<Payload>>, usize)>,
+    /// Contents read while loading from the tail (see [`LOADED_CONTENT_BYTES_MAX`]).
+    loaded: RefCell<KeptContents>,
+    /// Contents of messages just sent (see [`SENT_CONTENT_BYTES_MAX`]).
+    sent: RefCell<KeptContents>,
     /// A load from the tail is reading: other commands wait for it instead of reading the
     /// same bytes (`load_done` wakes them).
     loading: Cell<bool>,
@@ -161,6 +167,50 @@ pub struct PartitionActor<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallCloc
     /// Message counts for metrics.
     ops: crate::metrics::PartitionOps,
     this: Weak<PartitionActor<L, C>>,
+}
+
+/// Message contents kept in memory by the offset of their `Sent` record, up to a budget of
+/// bytes (the oldest offsets go first). A content is taken when it is handed out: a message
+/// delivered again is read from the log.
+#[derive(Debug)]
+struct KeptContents {
+    by_offset: std::collections::BTreeMap<u64, Arc<Payload>>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl KeptContents {
+    fn new(max_bytes: usize) -> Self {
+        KeptContents {
+            by_offset: Default::default(),
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    fn keep(&mut self, offset: u64, content: Arc<Payload>) {
+        self.bytes += content.size_bytes();
+        if let Some(old) = self.by_offset.insert(offset, content) {
+            self.bytes -= old.size_bytes();
+        }
+        while self.bytes > self.max_bytes {
+            let Some((_, p)) = self.by_offset.pop_first() else {
+                break;
+            };
+            self.bytes -= p.size_bytes();
+        }
+    }
+
+    fn take(&mut self, offset: u64) -> Option<Arc<Payload>> {
+        let p = self.by_offset.remove(&offset)?;
+        self.bytes -= p.size_bytes();
+        Some(p)
+    }
+
+    fn clear(&mut self) {
+        self.by_offset.clear();
+        self.bytes = 0;
+    }
 }
 
 /// The offsets of the `Sent` records whose contents a command's reply and moves need.
@@ -272,7 +322,8 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             snapshot_bytes: Cell::new(0),
             staged_since_snapshot: Cell::new(0),
             generation: Cell::new(0),
-            loaded: RefCell::new(Default::default()),
+            loaded: RefCell::new(KeptContents::new(LOADED_CONTENT_BYTES_MAX)),
+            sent: RefCell::new(KeptContents::new(SENT_CONTENT_BYTES_MAX)),
             loading: Cell::new(false),
             load_done: Event::default(),
             ops: Default::default(),
@@ -311,7 +362,7 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         let mut out = vec![None; offsets.len()];
         let mut want: Vec<(u64, usize)> = Vec::with_capacity(offsets.len());
         for (i, &offset) in offsets.iter().enumerate() {
-            match self.take_loaded(offset) {
+            match self.take_kept(offset) {
                 Some(p) => out[i] = Some(p),
                 None => want.push((offset, i)),
             }
@@ -469,31 +520,33 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
     /// Keeps the contents of the `Sent` records just loaded for the receives that follow.
     fn keep_loaded(&self, records: Vec<(u64, EngineRecord)>) {
         let mut kept = self.loaded.borrow_mut();
-        let (map, bytes) = &mut *kept;
         for (offset, rec) in records {
             if let RecordKind::Sent(sent) = rec.kind {
-                *bytes += sent.payload.size_bytes();
-                if let Some(old) = map.insert(offset, sent.payload) {
-                    *bytes -= old.size_bytes();
-                }
+                kept.keep(offset, sent.payload);
             }
         }
-        while *bytes > LOADED_CONTENT_BYTES_MAX {
-            let Some((_, p)) = map.pop_first() else {
-                break;
-            };
-            *bytes -= p.size_bytes();
+    }
+
+    /// Keeps the contents of the `Sent` records just staged at `first_offset..` for the
+    /// receives that follow, unless the queue has a backlog in its log (they joined its tail,
+    /// and the oldest messages go out first).
+    fn keep_sent(&self, records: &[EngineRecord], first_offset: u64) {
+        if self.engine.borrow().tail_load_offset().is_some() {
+            return;
+        }
+        let mut kept = self.sent.borrow_mut();
+        for (offset, rec) in (first_offset..).zip(records) {
+            if let RecordKind::Sent(sent) = &rec.kind {
+                kept.keep(offset, sent.payload.clone());
+            }
         }
     }
 
     /// The content kept for the `Sent` record at `offset`, if any (taken: a message is
-    /// delivered once from the tail).
-    fn take_loaded(&self, offset: u64) -> Option<Arc<Payload>> {
-        let mut kept = self.loaded.borrow_mut();
-        let (map, bytes) = &mut *kept;
-        let p = map.remove(&offset)?;
-        *bytes -= p.size_bytes();
-        Some(p)
+    /// delivered once from memory).
+    fn take_kept(&self, offset: u64) -> Option<Arc<Payload>> {
+        let sent = self.sent.borrow_mut().take(offset);
+        sent.or_else(|| self.loaded.borrow_mut().take(offset))
     }
 
     /// Before a receive or a redrive step: loads never-received messages from the tail while
@@ -543,7 +596,7 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         let expired = self.engine.borrow().tail_expired() > 0;
         // Only while what it reads can stay in memory until it is received (else it would be
         // read again).
-        if !expired && self.loaded.borrow().1 + LOAD_READ_BYTES > LOADED_CONTENT_BYTES_MAX {
+        if !expired && self.loaded.borrow().bytes + LOAD_READ_BYTES > LOADED_CONTENT_BYTES_MAX {
             return;
         }
         let from = if expired {
@@ -824,7 +877,8 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             Self::load(&self.fs, &self.dir, &config, &self.log_config).await?;
         self.snapshot.set(snapshot);
         self.generation.set(self.generation.get() + 1);
-        *self.loaded.borrow_mut() = Default::default();
+        self.loaded.borrow_mut().clear();
+        self.sent.borrow_mut().clear();
         *self.log.borrow_mut() = Rc::new(log);
         *self.engine.borrow_mut() = engine;
         self.broken.set(false);
@@ -875,6 +929,9 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         let ticket = self
             .stage_records(&log, &effects.records, effects.first_offset, now)
             .await?;
+        // Staged is enough: nothing is handed out before a commit that covers these records,
+        // and a failed one rebuilds the partition, which forgets what was kept.
+        self.keep_sent(&effects.records, effects.first_offset);
         // Wake parked long polls now, not after the commit: a woken receive on this shard runs
         // before the commit starts (`Log::durable` lets ready tasks stage first) and its lease
         // joins the send's commit, so publish→receive costs one durable write, not two in a row.
@@ -1243,10 +1300,38 @@ impl Drop for WaiterGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::{
-        plan_content_reads, snapshot_due, ContentRead, SnapshotPace, CONTENT_READ_BYTES,
-        CONTENT_READ_GAP_RECORDS, SNAPSHOT_INTERVAL_MS, SNAPSHOT_INTERVAL_RECORDS,
-        SNAPSHOT_SMALL_BYTES,
+        plan_content_reads, snapshot_due, ContentRead, KeptContents, SnapshotPace,
+        CONTENT_READ_BYTES, CONTENT_READ_GAP_RECORDS, SNAPSHOT_INTERVAL_MS,
+        SNAPSHOT_INTERVAL_RECORDS, SNAPSHOT_SMALL_BYTES,
     };
+    use crate::engine::record::Payload;
+    use std::sync::Arc;
+
+    #[test]
+    fn kept_contents_stay_within_their_bytes_and_are_handed_out_once() {
+        let content = |n: usize| Arc::new(Payload::new("x".repeat(n), Vec::new(), None, None));
+        let mut kept = KeptContents::new(1000);
+        kept.keep(10, content(400));
+        kept.keep(11, content(400));
+        assert_eq!(kept.bytes, 800);
+        // A third goes over the budget: the oldest offset makes room.
+        kept.keep(12, content(400));
+        assert_eq!(kept.bytes, 800);
+        assert!(kept.take(10).is_none());
+        // Taken once: a second delivery reads the log.
+        assert_eq!(kept.take(11).map(|p| p.body.len()), Some(400));
+        assert!(kept.take(11).is_none());
+        assert_eq!(kept.bytes, 400);
+        // Kept again at the same offset (a load after a rebuild): counted once.
+        kept.keep(12, content(300));
+        assert_eq!(kept.bytes, 300);
+        // One content larger than the budget is not kept at all.
+        kept.keep(13, content(2000));
+        assert_eq!((kept.bytes, kept.by_offset.len()), (0, 0));
+        kept.keep(14, content(10));
+        kept.clear();
+        assert_eq!((kept.bytes, kept.take(14)), (0, None));
+    }
 
     #[test]
     fn a_large_snapshot_waits_for_twice_its_bytes_of_log() {

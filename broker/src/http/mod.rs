@@ -197,21 +197,17 @@ pub fn reserve_port(
     std::net::SocketAddr,
     Option<crate::ports::PortLock>,
 )> {
-    use crate::ports::{lock, probe, Transport};
     let context =
         |e: std::io::Error| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}"));
-    let claimed = lock(addr, Transport::Tcp).map_err(context)?;
-    probe(addr, Transport::Tcp).map_err(context)?;
-    let socket = reuseport_socket(addr).map_err(context)?;
-    let bound = socket
-        .local_addr()?
-        .as_socket()
-        .ok_or_else(|| std::io::Error::other("HTTP API: not an IP address"))?;
-    let claimed = match claimed {
-        Some(l) => Some(l),
-        None => lock(bound, Transport::Tcp).map_err(context)?,
-    };
-    Ok((socket, bound, claimed))
+    crate::ports::reserve(addr, crate::ports::Transport::Tcp, |addr| {
+        let socket = reuseport_socket(addr)?;
+        let bound = socket
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| std::io::Error::other("HTTP API: not an IP address"))?;
+        Ok((socket, bound))
+    })
+    .map_err(context)
 }
 
 /// A TCP socket bound to `addr` with SO_REUSEPORT (and SO_REUSEADDR), not listening.

@@ -131,24 +131,20 @@ pub fn reserve_port(
     SocketAddr,
     Option<crate::ports::PortLock>,
 )> {
-    use crate::ports::{lock, probe, Transport};
     let context = |e: std::io::Error| std::io::Error::new(e.kind(), format!("QUIC on {addr}: {e}"));
-    let claimed = lock(addr, Transport::Udp).map_err(context)?;
-    probe(addr, Transport::Udp).map_err(context)?;
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        Some(socket2::Protocol::UDP),
-    )?;
-    socket.set_reuse_port(true)?;
-    socket.bind(&addr.into())?;
-    let socket: std::net::UdpSocket = socket.into();
-    let bound = socket.local_addr()?;
-    let claimed = match claimed {
-        Some(l) => Some(l),
-        None => lock(bound, Transport::Udp).map_err(context)?,
-    };
-    Ok((socket, bound, claimed))
+    crate::ports::reserve(addr, crate::ports::Transport::Udp, |addr| {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        socket.set_reuse_port(true)?;
+        socket.bind(&addr.into())?;
+        let socket: std::net::UdpSocket = socket.into();
+        let bound = socket.local_addr()?;
+        Ok((socket, bound))
+    })
+    .map_err(context)
 }
 
 /// Makes the TLS identity exist before the shards start, so that they all load the same one

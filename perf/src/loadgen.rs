@@ -403,6 +403,31 @@ pub struct RunResult {
     pub latency: Latencies,
     /// Some group still missed messages when its drain deadline passed.
     pub drain_timed_out: bool,
+    /// The measured window in [`TIMELINE_SLICE_MS`] slices: where in the run a tail was made.
+    pub timeline: Vec<Slice>,
+    /// When the measured window (the timeline's `t_ms` 0) began, ms since the Unix epoch: to
+    /// line a run up with traces taken beside it (`perf trace`, block events).
+    pub window_start_unix_ms: u64,
+}
+
+/// The width of a [`Slice`] of the timeline, ms.
+pub const TIMELINE_SLICE_MS: u64 = 100;
+
+/// One slice of a run's measured window. Calls count in the slice they started in; messages in
+/// the slice of their intended send time.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Slice {
+    /// Start of the slice, ms after the warm-up.
+    pub t_ms: u64,
+    pub send_calls: u64,
+    pub send_call_max_us: u64,
+    pub ack_calls: u64,
+    pub ack_call_max_us: u64,
+    /// Messages received (first receipt) whose intended send time is in the slice.
+    pub received: u64,
+    pub end_to_end_max_us: u64,
+    /// Of `received`, those over 5 ms publish→receive.
+    pub end_to_end_over_5ms: u64,
 }
 
 impl RunResult {
@@ -487,9 +512,16 @@ struct Stats {
     ack_errors: u64,
     first_error: Option<String>,
     groups: Vec<GroupState>,
+    timeline: Vec<Slice>,
 }
 
 impl Stats {
+    /// The timeline's slice for `at_ns` (ns after the epoch), if inside the measured window.
+    fn slice(&mut self, warm_ns: u64, at_ns: u64) -> Option<&mut Slice> {
+        let i = at_ns.checked_sub(warm_ns)? / (TIMELINE_SLICE_MS * 1_000_000);
+        self.timeline.get_mut(i as usize)
+    }
+
     fn error(&mut self, what: &str, e: impl std::fmt::Display) {
         if self.first_error.is_none() {
             self.first_error = Some(format!("{what}: {e}"));
@@ -606,6 +638,12 @@ impl Shared {
                 if measured {
                     st.send_ack.saturating_record(us(done - intended.min(done)));
                     st.send_call.saturating_record(us(done - start));
+                }
+                let warm_ns = (self.warm_end.get() - self.epoch).as_nanos() as u64;
+                let start_ns = (start - self.epoch).as_nanos() as u64;
+                if let Some(sl) = st.slice(warm_ns, start_ns) {
+                    sl.send_calls += 1;
+                    sl.send_call_max_us = sl.send_call_max_us.max(us(done - start));
                 }
                 let bytes: u64 = msgs.iter().map(|m| m.body.len() as u64).sum();
                 st.sent += msgs.len() as u64;
@@ -934,8 +972,13 @@ impl Shared {
                     g.recv_bytes_window += len;
                 }
                 if intended_ns >= warm_ns {
-                    st.e2e
-                        .saturating_record(now_ns.saturating_sub(intended_ns) / 1000);
+                    let e2e_us = now_ns.saturating_sub(intended_ns) / 1000;
+                    st.e2e.saturating_record(e2e_us);
+                    if let Some(sl) = st.slice(warm_ns, intended_ns) {
+                        sl.received += 1;
+                        sl.end_to_end_max_us = sl.end_to_end_max_us.max(e2e_us);
+                        sl.end_to_end_over_5ms += u64::from(e2e_us > 5_000);
+                    }
                 }
             }
         }
@@ -961,6 +1004,11 @@ impl Shared {
             Ok(()) => {
                 if t1 >= self.warm_end.get() {
                     st.ack_call.saturating_record(us(done - t1));
+                }
+                let warm_ns = (self.warm_end.get() - self.epoch).as_nanos() as u64;
+                if let Some(sl) = st.slice(warm_ns, (t1 - self.epoch).as_nanos() as u64) {
+                    sl.ack_calls += 1;
+                    sl.ack_call_max_us = sl.ack_call_max_us.max(us(done - t1));
                 }
                 if self.in_window(done) {
                     st.groups[group as usize].acked_window += n as u64;
@@ -1024,6 +1072,12 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
             ack_errors: 0,
             first_error: None,
             groups: (0..groups).map(|_| GroupState::default()).collect(),
+            timeline: (0..spec.duration.as_millis() as u64 / TIMELINE_SLICE_MS)
+                .map(|i| Slice {
+                    t_ms: i * TIMELINE_SLICE_MS,
+                    ..Slice::default()
+                })
+                .collect(),
         }),
         filler: "abcdefghijklmnopqrstuvwxyz012345".repeat(spec.size.max() / 32 + 1),
         keys: match spec.shape {
@@ -1239,6 +1293,13 @@ pub async fn run(target: &dyn Target, name: &str, spec: &LoadSpec) -> Result<Run
             ack_call: Pcts::of(&st.ack_call),
         },
         drain_timed_out,
+        timeline: st.timeline.clone(),
+        window_start_unix_ms: {
+            let ago = Instant::now().saturating_duration_since(sh.warm_end.get());
+            (std::time::SystemTime::now() - ago)
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+        },
     })
 }
 

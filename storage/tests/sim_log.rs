@@ -8,7 +8,7 @@ use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use rand::Rng;
 use sluice_storage::batch::{Record, BATCH_HEADER_BYTES as BATCH_HEADER};
-use sluice_storage::fs::{CrashMode, Fault, FaultPlan, FaultyFs, Fs, Op, SimFs};
+use sluice_storage::fs::{CrashMode, Fault, FaultPlan, FaultyFs, File, Fs, Op, SimFs};
 use sluice_storage::{Log, LogConfig, StorageError};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -1084,6 +1084,42 @@ fn retention_by_time_and_size_deletes_whole_sealed_segments() {
     assert_eq!(
         read_all(&log, log.start_offset()).len() as u64,
         600 - log.start_offset()
+    );
+}
+
+/// A crash while a deleted segment's space was reclaimed leaves `<base>.log.deleted`, shortened
+/// anywhere: the next open neither reads it as a segment nor keeps it.
+#[test]
+fn a_segment_left_half_reclaimed_by_a_crash_is_removed_at_open() {
+    let fs = SimFs::new();
+    let config = small_config();
+    let log = open(&fs, &config);
+    for i in 0..1000i64 {
+        block_on(log.append_records(&[Record::new(i, vec![3; 200])])).expect("append");
+    }
+    let out = block_on(log.delete_segments_below(800)).expect("delete");
+    assert!(out.segments_deleted > 0);
+    let start = log.start_offset();
+    let names = block_on(fs.list(&dir())).expect("list");
+    assert!(
+        !names.iter().any(|n| n.ends_with(".deleted")),
+        "this file system reclaims at once: {names:?}"
+    );
+    drop(log);
+    // What a crash part-way through a background reclaim leaves: the renamed data file, cut
+    // short mid-batch.
+    let leftover = dir().join(format!("{:020}.log.deleted", 0));
+    let f = block_on(fs.open(&leftover, true)).expect("create");
+    block_on(f.write_at(0, &[0x5a; 4096])).expect("write");
+    block_on(f.sync_data()).expect("sync");
+    block_on(fs.sync_dir(&dir())).expect("sync dir");
+    let fs = fs.crash(CrashMode::DropUnsynced);
+    let log = open(&fs, &config);
+    assert_eq!(log.start_offset(), start, "not read as a segment");
+    assert_eq!(read_all(&log, start).len() as u64, 1000 - start);
+    assert!(
+        !block_on(fs.exists(&leftover)),
+        "the leftover is reclaimed at open"
     );
 }
 

@@ -159,7 +159,7 @@ fn remove_deleted_queue_dirs(queues_dir: &std::path::Path, catalog: &Catalog) {
             continue;
         };
         if id < catalog.next_id() && catalog.get(id).is_none() {
-            match std::fs::remove_dir_all(entry.path()) {
+            match sluice_storage::fs::reclaim::reclaim_now(&entry.path(), false) {
                 Ok(()) => {
                     tracing::info!(queue = id, "removed a deleted queue's leftover directory")
                 }
@@ -569,13 +569,18 @@ impl Shard {
             let actor = self.partitions.borrow_mut().remove(&key);
             if let Some(a) = actor {
                 let _ = a.close().await;
-                if let Err(e) = std::fs::remove_dir_all(a.dir()) {
-                    tracing::warn!(error = %e, dir = %a.dir().display(), "removing a deleted queue's partition");
-                }
-                // The queue's own directory goes with its last partition (other shards may
-                // still hold theirs: then it is not empty yet, and one of them removes it).
-                if let Some(parent) = a.dir().parent() {
-                    let _ = std::fs::remove_dir(parent);
+                // Off this thread, its space freed a step at a time (`reclaim`: removing a
+                // large log at once held the shard for tens of ms), under a name of its own
+                // first, so that the removal can only ever reach what was this partition's. The
+                // queue's own directory goes with its last partition (other shards may still
+                // hold theirs: then it is not empty yet, and one of them removes it). A crash
+                // before it is done leaves the directory to the next start.
+                let trash = sluice_storage::fs::reclaim::deleted_path(a.dir());
+                match std::fs::rename(a.dir(), &trash) {
+                    Ok(()) => sluice_storage::fs::reclaim::reclaim_in_background(trash, true),
+                    Err(e) => {
+                        tracing::warn!(error = %e, dir = %a.dir().display(), "removing a deleted queue's partition")
+                    }
                 }
             }
         }

@@ -176,6 +176,11 @@ impl Fs for DmaFs {
         glommio::io::remove(path).await.map_err(io::Error::from)
     }
 
+    async fn reclaim(&self, path: &Path) -> io::Result<()> {
+        super::reclaim::reclaim_in_background(path.to_path_buf(), false);
+        Ok(())
+    }
+
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         glommio::io::rename(from, to).await.map_err(io::Error::from)
     }

@@ -204,6 +204,11 @@ impl<F: Fs> Fs for FaultyFs<F> {
         self.inner.remove(path).await
     }
 
+    async fn reclaim(&self, path: &Path) -> io::Result<()> {
+        self.plan.err(Op::Remove)?;
+        self.inner.reclaim(path).await
+    }
+
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.inner.rename(from, to).await
     }

@@ -10,6 +10,7 @@
 
 mod dma;
 mod faulty;
+pub mod reclaim;
 mod sim;
 
 pub use dma::{raise_memlock_limit, DmaFs};
@@ -104,6 +105,13 @@ pub trait Fs: Clone + 'static {
     /// Opens for read and write, creating the file if `create`.
     async fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
     async fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Deletes `path`, a file nothing will read again, in the background where the file system
+    /// can ([`DmaFs`]: on the [`reclaim`] thread, its space freed a step at a time); returns
+    /// before the space is free. The default removes it now. Give the file a name recovery
+    /// ignores first: until it is gone, it may be seen shortened.
+    async fn reclaim(&self, path: &Path) -> io::Result<()> {
+        self.remove(path).await
+    }
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes directory entries (creations, renames, removals) in `dir` durable.
     async fn sync_dir(&self, dir: &Path) -> io::Result<()>;

@@ -197,15 +197,22 @@ impl<F: Fs> Log<F> {
                 } => log.corruption(path, position, reason),
                 e => e,
             })?;
-        // Index files whose segment is gone (a crash during deletion) are removed.
+        // Index files whose segment is gone (a crash during deletion) are removed, and so are
+        // deleted segments whose space was still being reclaimed (in the background again).
         let mut removed_orphan = false;
         for n in &names {
+            let p = dir.join(n);
+            if n.ends_with(crate::fs::reclaim::DELETED_SUFFIX) {
+                fs.reclaim(&p)
+                    .await
+                    .map_err(|e| StorageError::io("remove", &p, e))?;
+                continue;
+            }
             let orphan = match parse_segment_name(n) {
                 Some((b, "index" | "timeindex")) => bases.binary_search(&b).is_err(),
                 _ => n.ends_with(".tmp"),
             };
             if orphan {
-                let p = dir.join(n);
                 fs.remove(&p)
                     .await
                     .map_err(|e| StorageError::io("remove", &p, e))?;

@@ -87,6 +87,37 @@ pub fn nofile_soft_limit() -> std::io::Result<u64> {
     Ok(lim.rlim_cur)
 }
 
+/// The largest descriptor table [`presize_fd_table`] makes (512 KiB of pointers).
+pub const FD_TABLE_PRESIZE_MAX: u64 = 65_536;
+
+/// Grows this process's descriptor table now, before the shards run, to hold
+/// `min(fds, soft limit, FD_TABLE_PRESIZE_MAX)` descriptors. The kernel grows the table by
+/// doubling when a new descriptor does not fit, and in a process with several threads each
+/// growth waits for an RCU grace period (`expand_files` → `synchronize_rcu`) in the thread that
+/// opens the descriptor: an HTTP shard accepting its 257th, 513th... connection slept there for
+/// milliseconds, right when a burst of connections (clients reconnecting after a stall) needed
+/// it (seen with `perf record -e sched:sched_switch -g`). The table never shrinks, so one
+/// growth at start is the last.
+pub fn presize_fd_table(fds: u64) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let fds = fds.min(nofile_soft_limit()?).min(FD_TABLE_PRESIZE_MAX);
+    if fds < 2 {
+        return Ok(());
+    }
+    let null = std::fs::File::open("/dev/null")?;
+    let at = libc::c_int::try_from(fds - 1).unwrap_or(libc::c_int::MAX);
+    // SAFETY: F_DUPFD_CLOEXEC duplicates the open descriptor `null` onto the lowest free number
+    // at or above `at`; it reads and writes no memory of ours.
+    let fd = unsafe { libc::fcntl(null.as_raw_fd(), libc::F_DUPFD_CLOEXEC, at) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created by fcntl above and nothing else owns it; dropping the
+    // OwnedFd closes it (the table keeps its size).
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(())
+}
+
 /// HTTP connections each shard may serve with `soft_limit` descriptors, `shards` shards and
 /// `partitions` queue partitions on disk.
 pub fn connections_per_shard(soft_limit: u64, shards: usize, partitions: u64) -> usize {
@@ -151,5 +182,23 @@ mod tests {
         assert_eq!(lim.soft, lim.hard);
         assert!(lim.soft >= lim.soft_before);
         assert_eq!(nofile_soft_limit().expect("getrlimit"), lim.soft);
+    }
+
+    #[test]
+    fn the_descriptor_table_is_grown_once_at_start() {
+        let size = || {
+            std::fs::read_to_string("/proc/self/status")
+                .expect("status")
+                .lines()
+                .find_map(|l| l.strip_prefix("FDSize:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .expect("FDSize")
+        };
+        let want = 4096.min(nofile_soft_limit().expect("limit"));
+        presize_fd_table(want).expect("presize");
+        assert!(size() >= want, "FDSize {} < {want}", size());
+        // Nothing is left open: the next descriptor is a low one.
+        let f = std::fs::File::open("/dev/null").expect("open");
+        assert!((std::os::fd::AsRawFd::as_raw_fd(&f) as u64) < want - 1);
     }
 }

@@ -178,12 +178,8 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
              segment files, 2 per queue partition, and listeners)"
         );
         config.http_connections_per_shard_max = Some(per_shard);
-        // What the caps allow, grown at once (crate::config_fds::presize_fd_table).
-        let fds = (per_shard as u64)
-            .saturating_mul(config.shards.max(1) as u64)
-            .saturating_add(crate::config_fds::FDS_RESERVED_FIXED)
-            .saturating_add(partitions.saturating_mul(crate::config_fds::FDS_PER_PARTITION));
-        if let Err(e) = crate::config_fds::presize_fd_table(fds) {
+        // Grown at once to the limit (crate::config_fds::presize_fd_table).
+        if let Err(e) = crate::config_fds::presize_fd_table(soft) {
             tracing::warn!(error = %e, "growing the descriptor table at start");
         }
     }

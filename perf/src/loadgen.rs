@@ -611,6 +611,11 @@ impl Shared {
         self.keys.get(i as usize).cloned()
     }
 
+    /// `t` in ns since the run's epoch (the timeline's and the message headers' clock).
+    fn epoch_ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
     fn in_window(&self, t: Instant) -> bool {
         t >= self.warm_end.get() && t < self.measure_end.get()
     }
@@ -639,9 +644,8 @@ impl Shared {
                     st.send_ack.saturating_record(us(done - intended.min(done)));
                     st.send_call.saturating_record(us(done - start));
                 }
-                let warm_ns = (self.warm_end.get() - self.epoch).as_nanos() as u64;
-                let start_ns = (start - self.epoch).as_nanos() as u64;
-                if let Some(sl) = st.slice(warm_ns, start_ns) {
+                let warm_ns = self.epoch_ns(self.warm_end.get());
+                if let Some(sl) = st.slice(warm_ns, self.epoch_ns(start)) {
                     sl.send_calls += 1;
                     sl.send_call_max_us = sl.send_call_max_us.max(us(done - start));
                 }
@@ -941,8 +945,8 @@ impl Shared {
             if t0 >= self.warm_end.get() && (record_empty || !msgs.is_empty()) {
                 st.receive_call.saturating_record(us(now - t0));
             }
-            let warm_ns = (self.warm_end.get() - self.epoch).as_nanos() as u64;
-            let now_ns = (now - self.epoch).as_nanos() as u64;
+            let warm_ns = self.epoch_ns(self.warm_end.get());
+            let now_ns = self.epoch_ns(now);
             let in_window = self.in_window(now);
             for m in msgs {
                 let len = m.body.len() as u64;
@@ -1005,8 +1009,8 @@ impl Shared {
                 if t1 >= self.warm_end.get() {
                     st.ack_call.saturating_record(us(done - t1));
                 }
-                let warm_ns = (self.warm_end.get() - self.epoch).as_nanos() as u64;
-                if let Some(sl) = st.slice(warm_ns, (t1 - self.epoch).as_nanos() as u64) {
+                let warm_ns = self.epoch_ns(self.warm_end.get());
+                if let Some(sl) = st.slice(warm_ns, self.epoch_ns(t1)) {
                     sl.ack_calls += 1;
                     sl.ack_call_max_us = sl.ack_call_max_us.max(us(done - t1));
                 }

@@ -148,20 +148,32 @@ pub struct Shard {
 /// At start: removes the directories of queues the catalog says were deleted (a crash between
 /// the durable delete and the removal, or a directory an older version left). Only ids below
 /// the catalog's next id are touched: ids are never reused, so no live or future queue's
-/// directory can match.
+/// directory can match. Each is renamed aside at once and its space reclaimed in the background
+/// (`reclaim`), as a deletion while running does; one renamed aside by an earlier start that
+/// stopped before it was gone is handed over again.
 fn remove_deleted_queue_dirs(queues_dir: &std::path::Path, catalog: &Catalog) {
+    use sluice_storage::fs::reclaim::{deleted_path, reclaim_in_background, DELETED_SUFFIX};
     let Ok(entries) = std::fs::read_dir(queues_dir) else {
         return; // no queue was ever created
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(id) = name.to_str().and_then(|n| n.parse::<u64>().ok()) else {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if name.ends_with(DELETED_SUFFIX) {
+            reclaim_in_background(entry.path(), false);
+            continue;
+        }
+        let Ok(id) = name.parse::<u64>() else {
             continue;
         };
         if id < catalog.next_id() && catalog.get(id).is_none() {
-            match sluice_storage::fs::reclaim::reclaim_now(&entry.path(), false) {
+            let trash = deleted_path(&entry.path());
+            match std::fs::rename(entry.path(), &trash) {
                 Ok(()) => {
-                    tracing::info!(queue = id, "removed a deleted queue's leftover directory")
+                    reclaim_in_background(trash, false);
+                    tracing::info!(queue = id, "removing a deleted queue's leftover directory")
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, queue = id, "removing a deleted queue's directory")

@@ -22,7 +22,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Bytes freed per step.
@@ -41,7 +41,7 @@ struct Job {
     not_before: Instant,
 }
 
-static RECLAIMER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+static RECLAIMER: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
 
 /// Hands `path` (a file, or a directory and everything under it) to the reclaimer thread and
 /// returns at once. With `then_parent`, the parent directory goes too once empty. Failures are
@@ -68,15 +68,11 @@ pub fn reclaim_in_background(path: PathBuf, then_parent: bool) {
                 }
             });
         if let Err(e) = spawned {
-            tracing::error!(error = %e, "the reclaimer thread did not start; deletions run inline");
+            tracing::error!(error = %e, "the reclaimer thread did not start");
         }
-        Mutex::new(tx)
+        tx
     });
-    let sent = sender
-        .lock()
-        .map_err(|_| ())
-        .and_then(|tx| tx.send(job).map_err(|_| ()));
-    if let Err(()) = sent {
+    if sender.send(job).is_err() {
         tracing::warn!("the reclaimer thread is gone; a deleted file waits for the next start");
     }
 }

@@ -7,6 +7,7 @@
 //! | `partition.rs` | one topic partition on its owning shard: log, append wake-ups, retention |
 //! | `group.rs` | consumer groups as a sans-I/O state machine: members, generations, assignment, commits |
 //! | `queue_view.rs` | a queue partition's messages read as a stream, without touching leases |
+//! | `readahead.rs` | a lagging consumer's next window read from disk while its last answer is sent |
 //! | `coordinator.rs` | the group coordinator on shard 0: the groups log and session expiry |
 //! | `kafka_group.rs` | Kafka's group membership (client-side assignment) as a sans-I/O state machine on shard 0 |
 //! | `mod.rs` | errors, mesh messages, and the service API on [`Shard`] the front ends call |
@@ -23,6 +24,7 @@ pub mod group;
 pub mod kafka_group;
 pub mod partition;
 pub mod queue_view;
+pub mod readahead;
 
 pub use catalog::{TopicCatalog, TopicConfig, TopicMeta};
 pub use group::{Assignment, GroupDescription, TopicPartition};

@@ -1,6 +1,7 @@
 //! One topic partition on its owning shard: a segment log, the event that wakes long-polling
 //! fetches after an append, and the retention timer.
 
+use super::readahead::ReadAhead;
 use super::{FetchReply, StreamError, StreamResult};
 use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime::{self, Event};
@@ -50,6 +51,8 @@ pub struct TopicPartition {
     waiters: Cell<usize>,
     closed: Rc<Cell<bool>>,
     producers: RefCell<HashMap<i64, ProducerState>>,
+    /// What lagging consumers will fetch next, read while their last answer is sent.
+    readahead: ReadAhead,
 }
 
 impl TopicPartition {
@@ -71,6 +74,7 @@ impl TopicPartition {
             waiters: Cell::new(0),
             closed: closed.clone(),
             producers: RefCell::new(HashMap::new()),
+            readahead: ReadAhead::default(),
         });
         if log.config().retention_ms.is_some() || log.config().retention_bytes.is_some() {
             runtime::spawn(async move {
@@ -211,9 +215,12 @@ impl TopicPartition {
                 return Err(StreamError::OffsetOutOfRange { offset, start, end });
             }
             if offset < end {
-                let mut batches = Vec::new();
-                let mut records = 0u64;
-                for b in self.log.read(offset, max_bytes).await? {
+                let read = match self.readahead.take(offset, max_bytes).await {
+                    Some(read) => read,
+                    None => self.log.read(offset, max_bytes).await?,
+                };
+                let (mut batches, mut records, mut bytes, mut next) = (Vec::new(), 0u64, 0, offset);
+                for b in read {
                     if records >= u64::from(max_records) {
                         break;
                     }
@@ -222,7 +229,14 @@ impl TopicPartition {
                         .last_offset()
                         .saturating_sub(offset.max(b.header.base_offset))
                         + 1;
+                    bytes += b.bytes.len();
+                    next = b.header.next_offset();
                     batches.push(b.bytes);
+                }
+                // A full answer: the consumer is behind, and will ask for `next` next.
+                let full = records >= u64::from(max_records) || bytes >= max_bytes;
+                if full && next < self.log.end_offset() && !self.closed.get() {
+                    self.readahead.start(self.log.clone(), next, max_bytes);
                 }
                 return Ok(FetchReply {
                     batches,
@@ -266,6 +280,7 @@ impl TopicPartition {
 
     pub async fn close(&self) -> StreamResult<()> {
         self.closed.set(true);
+        self.readahead.clear();
         self.appended.notify();
         self.log.close().await?;
         Ok(())

@@ -233,10 +233,13 @@ impl TopicPartition {
                     next = b.header.next_offset();
                     batches.push(b.bytes);
                 }
-                // A full answer: the consumer is behind, and will ask for `next` next.
+                // A full answer: the consumer is behind, and will ask for `next` next, about as
+                // much again (an answer held to `max_records` used `bytes` of the read; a read
+                // of `max_bytes` would read records from disk that the next answer drops).
                 let full = records >= u64::from(max_records) || bytes >= max_bytes;
                 if full && next < self.log.end_offset() && !self.closed.get() {
-                    self.readahead.start(self.log.clone(), next, max_bytes);
+                    let ahead = bytes.clamp(1, max_bytes);
+                    self.readahead.start(self.log.clone(), next, ahead);
                 }
                 return Ok(FetchReply {
                     batches,

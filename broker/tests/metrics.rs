@@ -287,6 +287,16 @@ fn metrics_move_with_operations_and_health_answers() {
         )
     );
     assert!(sum(&after, "sluice_shard_busy_seconds_total", &[]) > 0.0);
+    for name in [
+        "sluice_stream_readahead_reads_total",
+        "sluice_stream_readahead_hits_total",
+        "sluice_stream_readahead_bytes",
+    ] {
+        assert!(
+            after.iter().filter(|(n, _, _)| n == name).count() >= 1,
+            "{name} is exported per shard"
+        );
+    }
     assert!(
         sum(&after, "sluice_shard_busy_seconds_total", &[])
             >= sum(&before, "sluice_shard_busy_seconds_total", &[])

@@ -235,6 +235,9 @@ pub struct ShardSnapshot {
     /// Time the executor spent running tasks and polling I/O (not spinning or parked).
     pub busy: Duration,
     pub tasks_executed: u64,
+    /// Consumers' reads ahead on this shard (`stream::readahead`), and the bytes they hold.
+    pub readahead: crate::stream::readahead::ReadAheadStats,
+    pub readahead_bytes: u64,
     pub partitions: Vec<PartitionSnapshot>,
 }
 
@@ -261,6 +264,8 @@ fn thread_snapshot(shard: usize, partitions: Vec<PartitionSnapshot>) -> ShardSna
         durable_wait: l.durable_wait.borrow().clone(),
         busy: l.busy.get(),
         tasks_executed: l.tasks.get(),
+        readahead: crate::stream::readahead::shard_stats(),
+        readahead_bytes: crate::stream::readahead::reserved_bytes() as u64,
         partitions,
     })
 }
@@ -569,6 +574,51 @@ pub fn render(
             "sluice_shard_tasks_executed_total{{shard=\"{}\"}} {}",
             s.shard, s.tasks_executed
         );
+    }
+
+    type ReadAheadFigure = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&ShardSnapshot) -> u64,
+    );
+    let readahead: [ReadAheadFigure; 5] = [
+        (
+            "sluice_stream_readahead_reads_total",
+            "counter",
+            "Reads ahead started for consumers behind a partition's tail (a full fetch answer starts one).",
+            |s| s.readahead.started,
+        ),
+        (
+            "sluice_stream_readahead_hits_total",
+            "counter",
+            "Fetches answered from a read ahead.",
+            |s| s.readahead.hits,
+        ),
+        (
+            "sluice_stream_readahead_over_budget_total",
+            "counter",
+            "Reads ahead not started because the shard's read-ahead memory was spent.",
+            |s| s.readahead.over_budget,
+        ),
+        (
+            "sluice_stream_readahead_expired_total",
+            "counter",
+            "Completed reads ahead dropped untaken (the consumer stopped, sought elsewhere, or a newer one replaced them).",
+            |s| s.readahead.expired,
+        ),
+        (
+            "sluice_stream_readahead_bytes",
+            "gauge",
+            "Bytes the shard's reads ahead hold or have reserved.",
+            |s| s.readahead_bytes,
+        ),
+    ];
+    for (name, kind, help, f) in readahead {
+        header(&mut out, name, kind, help);
+        for s in snapshots {
+            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, f(s));
+        }
     }
 
     // ---- per shard: storage (summed over the shard's partitions)

@@ -34,11 +34,18 @@ pub const SLOT_TTL_MS: u64 = 2_000;
 thread_local! {
     /// Bytes the shard's reads ahead hold or have reserved.
     static RESERVED: Cell<usize> = const { Cell::new(0) };
+    /// The shard's counts, over all its partitions (metrics).
+    static SHARD: Cell<ReadAheadStats> = const { Cell::new(ReadAheadStats::ZERO) };
 }
 
 /// The shard's read-ahead bytes in use (metrics and tests).
 pub fn reserved_bytes() -> usize {
     RESERVED.with(Cell::get)
+}
+
+/// The shard's counts since start, over every partition it has held.
+pub fn shard_stats() -> ReadAheadStats {
+    SHARD.with(Cell::get)
 }
 
 /// A share of [`BYTES_PER_SHARD`], given back when dropped.
@@ -93,6 +100,15 @@ pub struct ReadAheadStats {
     pub expired: u64,
 }
 
+impl ReadAheadStats {
+    const ZERO: ReadAheadStats = ReadAheadStats {
+        started: 0,
+        hits: 0,
+        over_budget: 0,
+        expired: 0,
+    };
+}
+
 /// One partition's reads ahead.
 pub struct ReadAhead {
     slots: Rc<RefCell<Vec<Rc<Slot>>>>,
@@ -122,7 +138,7 @@ impl ReadAhead {
         self.stats.get()
     }
 
-    fn count(&self, f: impl FnOnce(&mut ReadAheadStats)) {
+    fn count(&self, f: impl Fn(&mut ReadAheadStats)) {
         count(&self.stats, f);
     }
 
@@ -204,10 +220,16 @@ impl ReadAhead {
     }
 }
 
-fn count(stats: &Cell<ReadAheadStats>, f: impl FnOnce(&mut ReadAheadStats)) {
+/// Counts in the partition's stats and the shard's.
+fn count(stats: &Cell<ReadAheadStats>, f: impl Fn(&mut ReadAheadStats)) {
     let mut s = stats.get();
     f(&mut s);
     stats.set(s);
+    SHARD.with(|shard| {
+        let mut s = shard.get();
+        f(&mut s);
+        shard.set(s);
+    });
 }
 
 /// Takes a completed slot nobody took out of its partition's list (its memory goes with it).

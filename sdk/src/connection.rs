@@ -95,7 +95,7 @@ impl Connection {
         send.write_chunk(frame)
             .await
             .map_err(|e| Error::Connect(e.to_string()))?;
-        let mut decoder = FrameDecoder::new(FRAME_BYTES_MIN);
+        let mut decoder = FrameDecoder::new(FRAME_BYTES_MIN).reserve_declared();
         let (first, leftover) = loop {
             let chunk = recv
                 .read_chunk(READ_CHUNK_BYTES, true)
@@ -132,7 +132,7 @@ impl Connection {
             pool.push(spawn_stream(
                 send,
                 recv,
-                FrameDecoder::new(frame_bytes_max),
+                FrameDecoder::new(frame_bytes_max).reserve_declared(),
                 Vec::new(),
             ));
         }

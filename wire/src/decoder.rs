@@ -125,6 +125,8 @@ pub struct FrameDecoder {
     trailer_len: usize,
     /// Set by a fatal error: the stream is desynchronised for good.
     failed: Option<DecodeError>,
+    /// Reserve a body's declared length at once (see [`FrameDecoder::reserve_declared`]).
+    reserve_declared: bool,
 }
 
 impl FrameDecoder {
@@ -140,7 +142,18 @@ impl FrameDecoder {
             trailer: [0; FRAME_TRAILER_BYTES],
             trailer_len: 0,
             failed: None,
+            reserve_declared: false,
         }
+    }
+
+    /// Reserves each body's declared length (up to the limit) when its header arrives, instead
+    /// of growing the buffer as bytes come: for a peer whose sizes are trusted, a client reading
+    /// the answers it asked for. A 2 MB fetch answer growing by doubling was copied again at
+    /// every step (7% of a consuming client's CPU). A server keeps the default: a client's
+    /// header alone must not make it hold a frame's worth of memory.
+    pub fn reserve_declared(mut self) -> Self {
+        self.reserve_declared = true;
+        self
     }
 
     pub fn frame_bytes_max(&self) -> usize {
@@ -207,9 +220,12 @@ impl FrameDecoder {
                     let header = FrameHeader::parse(&self.header);
                     self.check_header(&header)?;
                     // Never more than the announced length, which is within the limit.
-                    self.body = AlignedVec::with_capacity(
-                        (header.body_len as usize).min(BODY_CHUNK_BYTES_INITIAL),
-                    );
+                    let declared = header.body_len as usize;
+                    self.body = AlignedVec::with_capacity(if self.reserve_declared {
+                        declared
+                    } else {
+                        declared.min(BODY_CHUNK_BYTES_INITIAL)
+                    });
                     self.state = State::Body(header);
                 }
                 State::Body(header) => {
@@ -486,6 +502,38 @@ mod tests {
             let _ = decoder.decode(&mut input);
             assert!(decoder.body.capacity() <= header.body_len as usize);
         }
+    }
+
+    #[test]
+    fn a_decoder_reserving_the_declared_body_fills_one_buffer_without_moving_it() {
+        let body = vec![7u8; 2_000_000];
+        let kind = FrameKind::DeleteQueue.as_u16();
+        let frame = encode_frame(kind, 9, &body, Checksum::Xxh3).expect("fits");
+        let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX).reserve_declared();
+        let mut input = &frame[..FRAME_HEADER_BYTES];
+        assert_eq!(decoder.decode(&mut input), Ok(None));
+        assert_eq!(
+            decoder.body.capacity(),
+            body.len(),
+            "reserved at the header"
+        );
+        let buffer = decoder.body.as_ptr();
+        let mut got = None;
+        for piece in frame[FRAME_HEADER_BYTES..].chunks(65_536) {
+            let mut input = piece;
+            if let Some(f) = decoder.decode(&mut input).expect("decodes") {
+                got = Some(f);
+            } else {
+                assert_eq!(
+                    decoder.body.as_ptr(),
+                    buffer,
+                    "never copied to a new buffer"
+                );
+            }
+        }
+        let f = got.expect("a frame");
+        assert_eq!(f.body.as_ptr(), buffer);
+        assert_eq!(&f.body[..], &body[..]);
     }
 
     #[test]

@@ -156,6 +156,9 @@ impl ReadAhead {
             let state = std::mem::replace(&mut *slot.state.borrow_mut(), State::Failed);
             match state {
                 State::Reading => *slot.state.borrow_mut() = State::Reading,
+                // Nothing read (the log changed under it): the caller reads for itself, and
+                // waits for data if there is none.
+                State::Ready(batches) if batches.is_empty() => return None,
                 State::Ready(batches) => {
                     self.count(|s| s.hits += 1);
                     return Some(trim(batches, max_bytes));
@@ -336,8 +339,10 @@ mod tests {
                 s.hits, 4,
                 "every read after the first was read ahead: {s:?}"
             );
-            // The read ahead from the end returns nothing and is dropped after its TTL.
+            // The read ahead from the end found nothing: it holds nothing, and is no answer
+            // (a fetch there must wait for data, not return at once with none).
             assert_eq!(reserved_bytes(), 0, "an empty read holds nothing");
+            assert!(ra.take(at, window).await.is_none());
         });
     }
 

@@ -199,7 +199,10 @@ impl ReadAhead {
         self.count(|s| s.started += 1);
         let (slots, stats, ttl) = (Rc::downgrade(&self.slots), self.stats.clone(), self.ttl);
         runtime::spawn(async move {
-            let state = match log.read(slot.from, slot.max_bytes).await {
+            let read = log.read(slot.from, slot.max_bytes).await;
+            // Not held through the wait below: a deleted topic's files close with its log.
+            drop(log);
+            let state = match read {
                 Ok(batches) => {
                     slot.reservation
                         .resize(batches.iter().map(|b| b.bytes.len()).sum());

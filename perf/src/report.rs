@@ -25,6 +25,14 @@ pub struct EchoFloor {
     pub round_trip: Pcts,
 }
 
+/// The `quic-fetch` floor of one case: a plain quinn server answering fetches of the case's
+/// size from memory, measured right after the case's runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct FetchFloor {
+    pub case: String,
+    pub floor: crate::quic_floor::QuicFloor,
+}
+
 /// Everything one `sluice-perf run` of one scenario measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioRecord {
@@ -42,9 +50,29 @@ pub struct ScenarioRecord {
     pub seed: u64,
     pub fio_floors: Vec<FioResult>,
     pub echo_floors: Vec<EchoFloor>,
+    #[serde(default)]
+    pub fetch_floors: Vec<FetchFloor>,
     pub runs: Vec<RunResult>,
     pub skipped: Vec<Missing>,
     pub failed: Vec<Missing>,
+}
+
+/// Each consuming run's server CPU per received record and rate against the `quic-fetch` floor.
+fn fetch_floor_ratios(s: &mut String, runs: &[&RunResult], floor: &crate::quic_floor::QuicFloor) {
+    for r in runs {
+        if let (Some(b), Some(f)) = (r.server_cpu_us_per_received, floor.server_cpu_us_per_record) {
+            let _ = writeln!(
+                s,
+                "- {} server CPU per consumed record / quic-fetch floor's: **{}** ({:.2} vs {:.2} µs); consumed {:.0}/s (all groups) against the floor's {:.0} records/s",
+                r.target,
+                ratio(b, f),
+                b,
+                f,
+                r.received_window as f64 / r.measured_s.max(1e-9),
+                floor.records_per_s
+            );
+        }
+    }
 }
 
 fn ms(us: u64) -> String {
@@ -258,6 +286,9 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
                 ms(f.p99_us)
             );
         }
+        if let Some(f) = rec.fetch_floors.iter().find(|f| f.case == *case) {
+            fetch_floor_ratios(&mut s, &runs, &f.floor);
+        }
         if is_round_trip(base) {
             if let Some(e) = rec.echo_floors.iter().find(|e| e.case == *case) {
                 round_trip_ratios(&mut s, &runs, e, fio4k);
@@ -468,6 +499,24 @@ pub fn markdown(rec: &ScenarioRecord, charts: &[String]) -> String {
             );
         }
         let _ = writeln!(s);
+    }
+    for f in &rec.fetch_floors {
+        let q = &f.floor;
+        let _ = writeln!(
+            s,
+            "Fetch floor ({}: a plain quinn server, one thread, the broker's TLS and MTU bound; {} request(s) in flight on each of {} connection(s), each answered with {} B held in memory, {} B a record; measured {:.1} s right after the case): {:.0} records/s, server {} µs/record, client {} µs/record.\n",
+            f.case,
+            q.in_flight,
+            q.connections,
+            q.response_bytes,
+            q.record_bytes,
+            q.measured_s,
+            q.records_per_s,
+            q.server_cpu_us_per_record
+                .map_or("–".into(), |u| format!("{u:.2}")),
+            q.client_cpu_us_per_record
+                .map_or("–".into(), |u| format!("{u:.2}"))
+        );
     }
     for e in &rec.echo_floors {
         let f = &e.round_trip;

@@ -4,7 +4,7 @@
 
 use crate::cpu::CpuMeter;
 use crate::loadgen::{self, Mode};
-use crate::report::{self, EchoFloor, Missing, ScenarioRecord};
+use crate::report::{self, EchoFloor, FetchFloor, Missing, ScenarioRecord};
 use crate::scenario::{self, Case, Scenario};
 use crate::sluice::{Endpoints, InProcess, SluiceHttp, SluiceQuic};
 use crate::target::{Target, TargetError};
@@ -132,6 +132,7 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
         seed,
         fio_floors,
         echo_floors: Vec::new(),
+        fetch_floors: Vec::new(),
         runs: Vec::new(),
         skipped: Vec::new(),
         failed: Vec::new(),
@@ -187,6 +188,32 @@ pub fn run_file(path: &Path, o: &RunOptions) -> Result<Vec<PathBuf>, String> {
                 one(&*target, case, &mut rec).await;
                 drop(target);
                 drop(broker);
+            }
+            if sc.floors.iter().any(|f| f == "quic-fetch") && !o.no_floors {
+                let record = case.load.size.mean();
+                let records = case.load.receive_max.max(1);
+                let connections = case.load.connections.max(1);
+                eprintln!(
+                    "  {}: quic-fetch floor, {records} × {record} B answers on {connections} connection(s)",
+                    case.name
+                );
+                match crate::quic_floor::run(
+                    &o.work.join("quic-fetch"),
+                    records * record,
+                    record,
+                    connections,
+                    1,
+                    case.load.warmup,
+                    case.load.duration,
+                )
+                .await
+                {
+                    Ok(floor) => rec.fetch_floors.push(FetchFloor {
+                        case: case.name.clone(),
+                        floor,
+                    }),
+                    Err(e) => rec.failed.push(miss(case, "quic-fetch", e)),
+                }
             }
             if sc.floors.iter().any(|f| f == "quinn-echo") && !o.no_floors {
                 let rate = match case.load.mode {

@@ -33,7 +33,9 @@ struct File {
     durability: String,
     #[serde(default = "default_targets")]
     targets: Vec<String>,
-    /// Floors measured in the same run: "fio" (disk), "quinn-echo" (transport).
+    /// Floors measured in the same run: "fio" (disk), "quinn-echo" (transport round trip),
+    /// "quic-fetch" (a plain quinn server answering `receive_max` records of the message size
+    /// from memory: what QUIC alone costs a consumed record).
     #[serde(default)]
     floors: Vec<String>,
     /// Fixed seed; without one a seed is drawn and printed.
@@ -213,8 +215,10 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
         return Err("durability: say what every acknowledged send had".into());
     }
     for fl in &f.floors {
-        if !["fio", "quinn-echo"].contains(&fl.as_str()) {
-            return Err(format!("floors: unknown floor {fl:?} (fio, quinn-echo)"));
+        if !["fio", "quinn-echo", "quic-fetch"].contains(&fl.as_str()) {
+            return Err(format!(
+                "floors: unknown floor {fl:?} (fio, quinn-echo, quic-fetch)"
+            ));
         }
     }
     let l = &f.load;
@@ -501,6 +505,17 @@ mod tests {
         assert!(parse("name = ").is_err());
         let tiny = OK.replace("size = 2048", "size = 3");
         assert!(parse(&tiny).unwrap_err().contains("message.size"));
+        let floors = |list: &str| {
+            OK.replace(
+                "durability = \"fsync before every ack\"",
+                &format!("durability = \"fsync before every ack\"\nfloors = [{list}]"),
+            )
+        };
+        let s = parse(&floors(r#""fio", "quinn-echo", "quic-fetch""#)).expect("parses");
+        assert_eq!(s.floors, ["fio", "quinn-echo", "quic-fetch"]);
+        assert!(parse(&floors(r#""quic-fetches""#))
+            .unwrap_err()
+            .contains("unknown floor \"quic-fetches\""));
     }
 
     #[test]

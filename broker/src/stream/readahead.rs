@@ -390,6 +390,184 @@ mod tests {
         });
     }
 
+    fn env_u64(name: &str) -> Option<u64> {
+        std::env::var(name).ok().and_then(|v| v.parse().ok())
+    }
+
+    /// `got` is a non-empty prefix of `direct`, batch for batch and byte for byte.
+    fn is_prefix(got: &[ReadBatch], direct: &[ReadBatch]) -> Result<(), String> {
+        if got.is_empty() || got.len() > direct.len() {
+            return Err(format!(
+                "{} batches read ahead, {} read directly",
+                got.len(),
+                direct.len()
+            ));
+        }
+        for (a, b) in got.iter().zip(direct) {
+            if a.header.base_offset != b.header.base_offset || a.bytes != b.bytes {
+                return Err(format!(
+                    "batch at {} read ahead differs from the direct read's at {}",
+                    a.header.base_offset, b.header.base_offset
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// One random case: appends of random batches, two consumers fetching as
+    /// `TopicPartition::fetch` does (taking a read ahead or reading directly, starting the next
+    /// read ahead on a full answer), seeks, retention below a position, pauses past the TTL.
+    /// Every answer taken from a read ahead must be a prefix of a direct read made now, and the
+    /// shard's reserved bytes stay within the budget (plus one batch per slot).
+    async fn random_case(seed: u64) -> Result<String, String> {
+        use rand::rngs::SmallRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let config = LogConfig {
+            segment_bytes_max: 64 * 1024,
+            batch_bytes_max: 32 * 1024,
+            read_cache_bytes_max: if rng.gen_bool(0.5) { 0 } else { 96 * 1024 },
+            ..LogConfig::default()
+        };
+        let log = Rc::new(
+            LocalLog::open(&SimFs::new(), PathBuf::from("/p"), config)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        let budget = [16 * 1024, 64 * 1024, BYTES_PER_SHARD][rng.gen_range(0..3)];
+        let ttl = Duration::from_millis(rng.gen_range(1..30));
+        let ra = ReadAhead::new(budget, ttl);
+        let mut pos = [0u64; 2];
+        let (mut hits, mut seeks) = (0, 0);
+        for step in 0..150 {
+            match rng.gen_range(0..10) {
+                0..=2 => {
+                    let batch: Vec<Record> = (0..rng.gen_range(1..8))
+                        .map(|_| Record {
+                            timestamp_ms: 1,
+                            key: None,
+                            value: vec![step as u8; rng.gen_range(1..3000)],
+                            headers: Vec::new(),
+                        })
+                        .collect();
+                    let bytes = sluice_storage::batch::encode(&batch).expect("encode");
+                    log.append(bytes).await.map_err(|e| e.to_string())?;
+                }
+                3 => {
+                    let (start, end) = (log.start_offset(), log.end_offset());
+                    let c = rng.gen_range(0..2);
+                    pos[c] = rng.gen_range(start..=end);
+                    seeks += 1;
+                }
+                4 if rng.gen_bool(0.3) => {
+                    let below = pos[rng.gen_range(0..2)];
+                    log.delete_segments_below(below)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                5 => runtime::sleep(Duration::from_millis(rng.gen_range(0..40))).await,
+                _ => {
+                    let c = rng.gen_range(0..2);
+                    let offset = pos[c].max(log.start_offset());
+                    if offset >= log.end_offset() {
+                        continue;
+                    }
+                    let max_bytes = [1, 4096, 16 * 1024, 64 * 1024][rng.gen_range(0..4)];
+                    let max_records: u64 = rng.gen_range(1..40);
+                    let read = match ra.take(offset, max_bytes).await {
+                        Some(read) => {
+                            let direct = log
+                                .read(offset, max_bytes)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            is_prefix(&read, &direct)
+                                .map_err(|e| format!("step {step}, fetch at {offset}: {e}"))?;
+                            hits += 1;
+                            read
+                        }
+                        None => log
+                            .read(offset, max_bytes)
+                            .await
+                            .map_err(|e| e.to_string())?,
+                    };
+                    let (mut records, mut bytes, mut next) = (0u64, 0usize, offset);
+                    for b in read {
+                        if records >= max_records {
+                            break;
+                        }
+                        records += b
+                            .header
+                            .last_offset()
+                            .saturating_sub(offset.max(b.header.base_offset))
+                            + 1;
+                        bytes += b.bytes.len();
+                        next = b.header.next_offset();
+                    }
+                    if next <= offset {
+                        return Err(format!("step {step}: a fetch at {offset} did not advance"));
+                    }
+                    pos[c] = next;
+                    let full = records >= max_records || bytes >= max_bytes;
+                    if full && next < log.end_offset() {
+                        ra.start(log.clone(), next, bytes.clamp(1, max_bytes));
+                    }
+                }
+            }
+            let slack = SLOTS_PER_PARTITION * 32 * 1024;
+            if reserved_bytes() > budget + slack {
+                return Err(format!(
+                    "step {step}: {} bytes reserved, budget {budget}",
+                    reserved_bytes()
+                ));
+            }
+        }
+        runtime::sleep(ttl + Duration::from_millis(50)).await;
+        if reserved_bytes() != 0 {
+            return Err(format!(
+                "{} bytes still held after the TTL",
+                reserved_bytes()
+            ));
+        }
+        Ok(format!("{hits} hits, {seeks} seeks"))
+    }
+
+    #[test]
+    fn reads_ahead_agree_with_direct_reads_on_random_appends_seeks_and_retention() {
+        let base = env_u64("SLUICE_SEED").unwrap_or_else(rand::random);
+        let cases = env_u64("SLUICE_CASES").unwrap_or(40);
+        let outcome = run(move || async move {
+            let mut hits = 0usize;
+            for i in 0..cases {
+                let seed = base.wrapping_add(i);
+                match random_case(seed).await {
+                    Ok(summary) => {
+                        hits += summary
+                            .split_whitespace()
+                            .next()
+                            .and_then(|n| n.parse::<usize>().ok())
+                            .unwrap_or(0);
+                    }
+                    Err(e) => {
+                        return Err(format!(
+                            "{e}; replay with SLUICE_SEED={seed} SLUICE_CASES=1"
+                        ))
+                    }
+                }
+            }
+            Ok(hits)
+        });
+        match outcome {
+            Ok(hits) => {
+                eprintln!("readahead model: {cases} cases from SLUICE_SEED={base}: {hits} answers taken from reads ahead");
+                assert!(
+                    cases < 20 || hits > 0,
+                    "no case exercised a read ahead (SLUICE_SEED={base})"
+                );
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     #[test]
     fn a_failed_read_ahead_leaves_the_reader_to_read_for_itself() {
         run(|| async {

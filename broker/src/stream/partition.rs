@@ -1,7 +1,7 @@
 //! One topic partition on its owning shard: a segment log, the event that wakes long-polling
 //! fetches after an append, and the retention timer.
 
-use super::readahead::ReadAhead;
+use super::readahead::{Answer, ReadAhead};
 use super::{FetchReply, StreamError, StreamResult};
 use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime::{self, Event};
@@ -219,30 +219,15 @@ impl TopicPartition {
                     Some(read) => read,
                     None => self.log.read(offset, max_bytes).await?,
                 };
-                let (mut batches, mut records, mut bytes, mut next) = (Vec::new(), 0u64, 0, offset);
-                for b in read {
-                    if records >= u64::from(max_records) {
-                        break;
+                let answer = Answer::cut(read, offset, max_records);
+                // A full answer: the consumer is behind, and will ask for `next` next.
+                if let Some(ahead) = answer.read_ahead_bytes(max_records, max_bytes) {
+                    if answer.next < self.log.end_offset() && !self.closed.get() {
+                        self.readahead.start(self.log.clone(), answer.next, ahead);
                     }
-                    records += b
-                        .header
-                        .last_offset()
-                        .saturating_sub(offset.max(b.header.base_offset))
-                        + 1;
-                    bytes += b.bytes.len();
-                    next = b.header.next_offset();
-                    batches.push(b.bytes);
-                }
-                // A full answer: the consumer is behind, and will ask for `next` next, about as
-                // much again (an answer held to `max_records` used `bytes` of the read; a read
-                // of `max_bytes` would read records from disk that the next answer drops).
-                let full = records >= u64::from(max_records) || bytes >= max_bytes;
-                if full && next < self.log.end_offset() && !self.closed.get() {
-                    let ahead = bytes.clamp(1, max_bytes);
-                    self.readahead.start(self.log.clone(), next, ahead);
                 }
                 return Ok(FetchReply {
-                    batches,
+                    batches: answer.batches,
                     start_offset: self.log.start_offset(),
                     end_offset: self.log.end_offset(),
                 });

@@ -254,6 +254,49 @@ fn drop_untaken(
     }
 }
 
+/// A fetch answer cut from what was read: whole batches, until `max_records` records from
+/// `offset` on were included.
+pub struct Answer {
+    pub batches: Vec<bytes::Bytes>,
+    pub records: u64,
+    pub bytes: usize,
+    /// The offset after the last batch included (the consumer's next fetch), or `offset`.
+    pub next: u64,
+}
+
+impl Answer {
+    pub fn cut(read: Vec<ReadBatch>, offset: u64, max_records: u32) -> Answer {
+        let mut a = Answer {
+            batches: Vec::new(),
+            records: 0,
+            bytes: 0,
+            next: offset,
+        };
+        for b in read {
+            if a.records >= u64::from(max_records) {
+                break;
+            }
+            a.records += b
+                .header
+                .last_offset()
+                .saturating_sub(offset.max(b.header.base_offset))
+                + 1;
+            a.bytes += b.bytes.len();
+            a.next = b.header.next_offset();
+            a.batches.push(b.bytes);
+        }
+        a
+    }
+
+    /// Whether the answer hit a limit (the consumer is behind), and so how much to read ahead
+    /// from `next`: about as much again (an answer held to `max_records` used `bytes` of its
+    /// read; reading `max_bytes` would read records from disk that the next answer drops).
+    pub fn read_ahead_bytes(&self, max_records: u32, max_bytes: usize) -> Option<usize> {
+        let full = self.records >= u64::from(max_records) || self.bytes >= max_bytes;
+        full.then(|| self.bytes.clamp(1, max_bytes))
+    }
+}
+
 /// The first batches up to about `max_bytes` (at least one), as a read of that size returns.
 fn trim(mut batches: Vec<ReadBatch>, max_bytes: usize) -> Vec<ReadBatch> {
     let mut total = 0usize;
@@ -473,7 +516,7 @@ mod tests {
                         continue;
                     }
                     let max_bytes = [1, 4096, 16 * 1024, 64 * 1024][rng.gen_range(0..4)];
-                    let max_records: u64 = rng.gen_range(1..40);
+                    let max_records: u32 = rng.gen_range(1..40);
                     let read = match ra.take(offset, max_bytes).await {
                         Some(read) => {
                             let direct = log
@@ -490,26 +533,17 @@ mod tests {
                             .await
                             .map_err(|e| e.to_string())?,
                     };
-                    let (mut records, mut bytes, mut next) = (0u64, 0usize, offset);
-                    for b in read {
-                        if records >= max_records {
-                            break;
-                        }
-                        records += b
-                            .header
-                            .last_offset()
-                            .saturating_sub(offset.max(b.header.base_offset))
-                            + 1;
-                        bytes += b.bytes.len();
-                        next = b.header.next_offset();
-                    }
+                    let answer = Answer::cut(read, offset, max_records);
+                    let next = answer.next;
                     if next <= offset {
                         return Err(format!("step {step}: a fetch at {offset} did not advance"));
                     }
                     pos[c] = next;
-                    let full = records >= max_records || bytes >= max_bytes;
-                    if full && next < log.end_offset() {
-                        ra.start(log.clone(), next, bytes.clamp(1, max_bytes));
+                    if let (Some(ahead), true) = (
+                        answer.read_ahead_bytes(max_records, max_bytes),
+                        next < log.end_offset(),
+                    ) {
+                        ra.start(log.clone(), next, ahead);
                     }
                 }
             }

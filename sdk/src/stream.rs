@@ -90,6 +90,13 @@ fn decode_fetched(
         if v.header.is_control() {
             continue;
         }
+        // Room for the batch's records at once (a 1,000-record fetch grew the Vec ten times);
+        // the header's count is a hint, bounded by the batch's bytes (a record takes several).
+        let fresh = v
+            .header
+            .next_offset()
+            .saturating_sub(from.max(v.header.base_offset));
+        out.reserve(usize::try_from(fresh).unwrap_or(0).min(v.bytes.len() / 8));
         for r in v.records() {
             let r = r.map_err(|e| Error::Protocol(format!("fetched record: {e}")))?;
             if r.offset >= from {

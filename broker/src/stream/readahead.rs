@@ -89,7 +89,8 @@ struct Slot {
     reservation: Reservation,
 }
 
-/// Hits, misses and reads started, for tests and operators.
+/// Reads started, fetches answered from them, reads not started and reads dropped untaken:
+/// for tests and operators (`/metrics`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReadAheadStats {
     pub started: u64,

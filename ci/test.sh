@@ -20,8 +20,12 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-echo "== cargo test"
+echo "== cargo test (Sluice's default ports held: every test must bind port 0)"
+python3 ci/hold-default-ports.py &
+holder=$!
+trap 'kill "$holder" 2>/dev/null || true' EXIT
 cargo test --workspace
+kill "$holder" 2>/dev/null || true
 
 echo "== perf: the Kafka target (librdkafka, behind sluice-perf's kafka feature): lints and smoke run"
 cargo clippy -p sluice-perf --features kafka --all-targets -- -D warnings

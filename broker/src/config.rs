@@ -215,4 +215,19 @@ impl BrokerConfig {
             metrics_queue_labels: true,
         })
     }
+
+    /// The embedded default with every listener (HTTP, QUIC, metrics, Kafka) on an ephemeral
+    /// loopback port (`127.0.0.1:0`, resolved at start; `BrokerHandle` reports the ports). For
+    /// tests and tools that start brokers next to whatever runs on the default ports: a test
+    /// that binds a fixed port fails while a broker runs on it, and collides with its
+    /// neighbours when tests run in parallel.
+    pub fn ephemeral(data_dir: PathBuf) -> std::io::Result<BrokerConfig> {
+        let any: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+        let mut c = BrokerConfig::embedded(data_dir)?;
+        c.http_addr = any;
+        c.quic_addr = any;
+        c.metrics_addr = any;
+        c.kafka_addr = Some(any);
+        Ok(c)
+    }
 }

@@ -194,7 +194,8 @@ fn no_secret_reaches_the_log_and_the_effective_config_is_logged() {
         format!(
             "data_dir = {:?}\nshards = 1\n[auth]\nmode = \"sigv4\"\n\
              access_keys = [{{ id = \"AKIDCONFIGTEST\", secret = \"{SECRET}\" }}]\n\
-             [http]\naddr = \"{http}\"\n[quic]\naddr = \"127.0.0.1:0\"\n[metrics]\naddr = \"127.0.0.1:0\"\n",
+             [http]\naddr = \"{http}\"\n[quic]\naddr = \"127.0.0.1:0\"\n[metrics]\naddr = \"127.0.0.1:0\"\n\
+             [kafka]\naddr = \"127.0.0.1:0\"\n",
             dir.path().join("data").display().to_string()
         ),
     )

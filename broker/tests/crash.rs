@@ -31,7 +31,7 @@ const CONSUMERS: usize = 8;
 const SENDS_PER_PRODUCER: u64 = 400;
 
 fn config(dir: &Path) -> BrokerConfig {
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     c.shards = 2;
     c.default_partitions = 2;
     c

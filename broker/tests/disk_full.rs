@@ -98,7 +98,7 @@ fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 }
 
 fn config(data: &Path) -> BrokerConfig {
-    let mut c = BrokerConfig::embedded(data.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(data.to_path_buf()).expect("config");
     c.shards = 1;
     c.default_partitions = 1;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");

@@ -27,7 +27,7 @@ fn start_with(
     for (k, v) in env {
         std::env::set_var(k, v);
     }
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     c.shards = 2;
     c.default_partitions = 2;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
@@ -772,6 +772,7 @@ fn sigv4_rejections_have_their_codes() {
         r.header("x-amzn-query-error"),
         Some("MissingAuthenticationToken;Sender")
     );
+    #[allow(clippy::disallowed_methods)] // the client's clock (a SigV4 date), not the broker's
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -829,7 +830,7 @@ fn a_taken_http_port_fails_the_start_instead_of_serving_without_the_api() {
     // Another program's listener (no SO_REUSEPORT) holds the port.
     let other = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let taken = other.local_addr().expect("addr");
-    let mut c = BrokerConfig::embedded(tmp.path().to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(tmp.path().to_path_buf()).expect("config");
     c.shards = 2;
     c.http_addr = taken;
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");
@@ -867,7 +868,7 @@ fn a_second_broker_on_the_same_ports_fails_the_start() {
             .expect("addr")
     };
     let config = |dir: &std::path::Path, http, quic| {
-        let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+        let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
         c.shards = 1;
         c.default_partitions = 1;
         c.http_addr = http;

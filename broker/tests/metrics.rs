@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn start(dir: &std::path::Path) -> (BrokerHandle, SocketAddr, SocketAddr) {
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     c.shards = 2;
     c.default_partitions = 2;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");

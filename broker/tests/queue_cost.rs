@@ -41,7 +41,7 @@ fn du_bytes(path: &Path) -> u64 {
 fn ten_thousand_empty_queues_cost_under_a_gibibyte_of_disk() {
     let tmp = tempfile::tempdir().expect("tmp");
     let data = tmp.path().join("data");
-    let mut c = BrokerConfig::embedded(data.clone()).expect("config");
+    let mut c = BrokerConfig::ephemeral(data.clone()).expect("config");
     // One partition per queue: 10,000 partitions hold 10,000 open segment files, within the
     // descriptor limit of a test process (20,000 here); a queue of n partitions costs n times
     // the per-partition figure printed below.

@@ -73,6 +73,7 @@ impl Sluiced {
             .arg(format!("127.0.0.1:{quic_port}"))
             .arg("--metrics-addr")
             .arg(format!("127.0.0.1:{}", free_port(false)))
+            .args(["--kafka-addr", "127.0.0.1:0"])
             .args(["--auth", "sigv4", "--access-keys"])
             .arg(format!("{AKID}:{SECRET}:111111111111"))
             .stdin(Stdio::null())

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 static ONE_BROKER: Mutex<()> = Mutex::new(());
 
 fn start(dir: &Path) -> BrokerHandle {
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     c.shards = 2;
     c.default_partitions = 2;
     let b = server::start(c).expect("start");
@@ -520,7 +520,7 @@ fn queue_admin_errors() {
 /// hundred messages span several segments and compaction has something to do; one partition
 /// per queue.
 fn small_segments(dir: &Path, shards: usize) -> BrokerConfig {
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     c.shards = shards;
     c.default_partitions = 1;
     c.log.segment_bytes_max = 128 * 1024;
@@ -778,7 +778,7 @@ fn restarts_start_from_snapshots_and_a_damaged_one_falls_back_to_the_log() {
     let tmp = tempfile::tempdir().expect("tmp");
     const SENT: usize = 600;
     let start_small = |dir: &Path| {
-        let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+        let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
         c.shards = 2;
         c.default_partitions = 2;
         c.limits.resident_entries_target = 32;

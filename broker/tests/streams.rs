@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 static ONE_BROKER: Mutex<()> = Mutex::new(());
 
 fn start(dir: &Path) -> BrokerHandle {
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     c.shards = 2;
     c.default_partitions = 2;
     c.quic_enabled = false;

@@ -30,7 +30,7 @@ fn main() {
         }
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.path().to_path_buf()).expect("config");
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.kafka_addr = None;
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");

@@ -34,7 +34,7 @@ fn broker() -> &'static Broker {
     static BROKER: OnceLock<Broker> = OnceLock::new();
     BROKER.get_or_init(|| {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+        let mut c = BrokerConfig::ephemeral(dir.path().to_path_buf()).expect("config");
         c.shards = 2;
         c.default_partitions = 2;
         c.http_addr = "127.0.0.1:0".parse().expect("addr");
@@ -702,7 +702,7 @@ fn clients_that_vanish_or_never_read_do_not_hurt_others() {
 fn graceful_shutdown_ends_idle_streams_and_clients_get_typed_errors() {
     // Its own broker (one shard), since this one is stopped.
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.path().to_path_buf()).expect("config");
     c.shards = 1;
     c.default_partitions = 1;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
@@ -937,7 +937,7 @@ fn native_requests_and_errors_are_counted_in_metrics() {
 /// A broker of its own for a test that needs another configuration: one shard (the memlock
 /// budget), loopback ports picked at start, `tweak` applied last.
 fn one_shard_broker(data: &std::path::Path, tweak: impl FnOnce(&mut BrokerConfig)) -> BrokerHandle {
-    let mut c = BrokerConfig::embedded(data.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(data.to_path_buf()).expect("config");
     c.shards = 1;
     c.default_partitions = 1;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");

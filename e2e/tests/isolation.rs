@@ -50,7 +50,7 @@ fn start_broker(
     keys: &str,
     tweak: impl FnOnce(&mut BrokerConfig),
 ) -> (BrokerHandle, std::net::SocketAddr, Trust) {
-    let mut c = BrokerConfig::embedded(data.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(data.to_path_buf()).expect("config");
     c.shards = 1;
     c.default_partitions = 1;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");

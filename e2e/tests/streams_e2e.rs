@@ -52,7 +52,7 @@ impl TestBroker {
     fn start(partitions: Option<u32>) -> TestBroker {
         let one_at_a_time = one_broker_at_a_time();
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+        let mut c = BrokerConfig::ephemeral(dir.path().to_path_buf()).expect("config");
         c.shards = 2;
         c.default_partitions = partitions.unwrap_or(2);
         c.http_addr = "127.0.0.1:0".parse().expect("addr");
@@ -98,7 +98,7 @@ impl TestBroker {
 fn producer_and_group_consumers_over_quic() {
     let _one = one_broker_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut c = BrokerConfig::embedded(dir.path().to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.path().to_path_buf()).expect("config");
     c.shards = 2;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");

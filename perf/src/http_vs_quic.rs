@@ -38,7 +38,7 @@ pub fn free_port() -> u16 {
 /// Runs both paths, HTTP first, each for `seconds` after a short warm-up.
 pub fn run(dir: &std::path::Path, workers: usize, seconds: f64) -> Vec<PathResult> {
     let _ = std::fs::remove_dir_all(dir);
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     let http_port = free_port();
     c.http_addr = format!("127.0.0.1:{http_port}").parse().expect("addr");
     c.quic_addr = "127.0.0.1:0".parse().expect("addr");

@@ -68,7 +68,7 @@ pub(crate) fn body(i: u64) -> String {
 /// The embedded default with `shards` shards pinned to the first cores, one partition per
 /// shard for new queues, front ends off the well-known ports.
 pub(crate) fn broker_config(dir: &std::path::Path, shards: usize) -> BrokerConfig {
-    let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     c.shards = shards;
     c.default_partitions = shards as u32;
     c.cpus = (0..shards).collect();

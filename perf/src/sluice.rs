@@ -58,7 +58,7 @@ impl InProcess {
     pub fn start(dir: &Path, shards: usize, kafka: bool) -> Result<InProcess, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut c = BrokerConfig::embedded(dir.to_path_buf()).map_err(|e| e.to_string())?;
+        let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).map_err(|e| e.to_string())?;
         c.shards = shards.max(1);
         c.default_partitions = c.shards as u32;
         c.http_addr = "127.0.0.1:0".parse().expect("literal");

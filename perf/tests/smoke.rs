@@ -301,7 +301,7 @@ fn a_bad_scenario_is_a_clear_error() {
 fn an_external_broker_is_named_as_such() {
     let tmp = tempfile::tempdir().expect("tmp");
     let data = tmp.path().join("broker");
-    let mut c = sluice_broker::config::BrokerConfig::embedded(data.clone()).expect("config");
+    let mut c = sluice_broker::config::BrokerConfig::ephemeral(data.clone()).expect("config");
     c.shards = 1;
     c.default_partitions = 1;
     c.http_addr = "127.0.0.1:0".parse().expect("literal");

@@ -28,7 +28,7 @@ struct Broker {
 
 impl Broker {
     fn start(dir: &Path) -> Broker {
-        let mut c = BrokerConfig::embedded(dir.to_path_buf()).expect("config");
+        let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
         c.shards = 2;
         c.default_partitions = 2;
         c.http_addr = "127.0.0.1:0".parse().expect("addr");
@@ -954,7 +954,7 @@ fn topic_group_and_tail_commands() {
 #[test]
 fn credentials_reach_a_broker_that_requires_them() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let mut c = BrokerConfig::embedded(tmp.path().to_path_buf()).expect("config");
+    let mut c = BrokerConfig::ephemeral(tmp.path().to_path_buf()).expect("config");
     c.shards = 1;
     c.default_partitions = 1;
     c.http_addr = "127.0.0.1:0".parse().expect("addr");

@@ -126,6 +126,10 @@ pub struct DaemonArgs {
     /// RequestThrottled [default: unlimited].
     #[arg(long, env = "SLUICE_QUOTA_STORED_BYTES_PER_ACCOUNT")]
     pub quota_stored_bytes_per_account: Option<u64>,
+    /// Test only (the fault harness): add this many milliseconds (negative: subtract) to this
+    /// process's clock, as a skewed node's would be. Never set in production.
+    #[arg(long, hide = true, allow_negative_numbers = true)]
+    pub test_clock_skew_ms: Option<i64>,
 }
 
 impl DaemonArgs {
@@ -240,6 +244,13 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
         return EXIT_OK;
     }
     init_logging();
+    if let Some(skew_ms) = args.test_clock_skew_ms.filter(|&ms| ms != 0) {
+        tracing::warn!(
+            skew_ms,
+            "TEST ONLY: this broker's clock is skewed (--test-clock-skew-ms)"
+        );
+        crate::runtime::set_clock_skew_ms(skew_ms);
+    }
     if let Err(e) = sluice_storage::rt::disable_transparent_huge_pages() {
         tracing::warn!(error = %e, "could not turn transparent huge pages off");
     }

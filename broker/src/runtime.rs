@@ -10,11 +10,26 @@ use std::task::{Poll, Waker};
 use std::time::Duration;
 
 /// Wall-clock milliseconds since the Unix epoch: the only clock the engine ever sees, passed in
-/// as an argument.
+/// as an argument. The one place the broker reads the system clock: `broker/clippy.toml`
+/// disallows `SystemTime::now` everywhere else, so no code reads time around this seam (and a
+/// skew set with [`set_clock_skew_ms`] moves every reader at once).
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
+    #[allow(clippy::disallowed_methods)] // the seam itself
+    let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, |d| d.as_millis() as u64);
+    ms.saturating_add_signed(CLOCK_SKEW_MS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// A test-only offset added to this process's wall clock (`sluiced --test-clock-skew-ms`): the
+/// fault harness skews one node's clock through it, as a drifting NTP would, without touching
+/// the machine's clock that the other nodes share.
+static CLOCK_SKEW_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Sets the skew [`now_ms`] adds to the system clock, for the whole process (every shard).
+/// Only the fault harness sets it; a broker in production runs with 0.
+pub fn set_clock_skew_ms(skew_ms: i64) {
+    CLOCK_SKEW_MS.store(skew_ms, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Where time comes from for code that waits on deadlines (the partition actor): the wall clock

@@ -31,7 +31,12 @@ struct Sluiced(Child);
 
 impl Sluiced {
     fn start(dir: &Path, quic_port: u16) -> Sluiced {
+        Self::start_with(dir, quic_port, &[])
+    }
+
+    fn start_with(dir: &Path, quic_port: u16, extra: &[&str]) -> Sluiced {
         let child = Command::new(env!("CARGO_BIN_EXE_sluiced"))
+            .args(extra)
             .arg("--data-dir")
             .arg(dir)
             .arg("--shards")
@@ -212,6 +217,50 @@ fn a_client_outlives_a_restart_that_moves_the_cores_endpoints() {
             "both messages, from before and after the restart"
         );
         client.close().await;
+    });
+    broker.stop();
+}
+
+/// The fault harness skews one node's clock through the broker's clock seam
+/// (`--test-clock-skew-ms`): every reader of time in the process moves with it, the engine's
+/// send timestamps included. Were any path to read the system clock around the seam, a skewed
+/// node would mix two clocks (broker/clippy.toml forbids it at build time; this shows the seam
+/// itself moves).
+#[test]
+fn a_test_clock_skew_moves_the_brokers_clock() {
+    const SKEW_MS: i64 = 3_600_000;
+    let (dir, port, cert, rt) = restart_case();
+    let broker = Sluiced::start_with(
+        dir.path(),
+        port,
+        &["--test-clock-skew-ms", &SKEW_MS.to_string()],
+    );
+    rt.block_on(async {
+        let c = connect(port, &cert).await;
+        let q = c.create_queue("skewed").await.expect("create");
+        #[allow(clippy::disallowed_methods)] // the test's own clock, to compare with the broker's
+        let before_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i64;
+        c.send(&q, "when").await.expect("send");
+        let got = c
+            .receive(
+                &q,
+                ReceiveOptions {
+                    system_attribute_names: vec!["SentTimestamp".into()],
+                    ..ReceiveOptions::long_poll(1, 5)
+                },
+            )
+            .await
+            .expect("receive");
+        let sent_ms: i64 = got[0].attributes["SentTimestamp"].parse().expect("ms");
+        let ahead_ms = sent_ms - before_ms;
+        assert!(
+            (SKEW_MS - 60_000..=SKEW_MS + 60_000).contains(&ahead_ms),
+            "SentTimestamp is {ahead_ms} ms ahead of the test's clock, not ~{SKEW_MS}"
+        );
+        c.close().await;
     });
     broker.stop();
 }

@@ -5,7 +5,7 @@ use super::group::{Assignment, GroupRecord, Groups, TopicPartition, JOIN_WAIT_MS
 use super::kafka_group::{self, JoinRequest, JoinResult, KafkaGroups, Poll};
 use super::{StreamError, StreamResult};
 use crate::partition_log::{LocalLog, PartitionLog};
-use crate::runtime::{self, Event};
+use crate::runtime::{self, Clock, Event, WallClock};
 use bytes::Bytes;
 use sluice_storage::fs::DmaFs;
 use sluice_storage::BatchBuilder;
@@ -13,7 +13,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::time::Duration;
 
 /// After this many commit records, the coordinator restates every committed offset (as commit
 /// records) and deletes the log segments wholly below the restatement: the groups log stays
@@ -28,8 +27,12 @@ const REPLAY_READ_BYTES: usize = 1 << 20;
 
 pub type PartitionsOf = dyn Fn(&str) -> Option<u32>;
 
-pub struct Coordinator {
-    log: Rc<LocalLog<DmaFs>>,
+/// Generic over its log (the seam: `LocalLog` on one node, a replicated log in a cluster) and
+/// its clock (sessions, rebalance waits and commit timestamps read time there: the wall clock
+/// in a broker, virtual time in a simulation).
+pub struct Coordinator<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallClock> {
+    log: Rc<L>,
+    clock: C,
     groups: RefCell<Groups>,
     closed: Cell<bool>,
     records_since_snapshot: Cell<usize>,
@@ -79,13 +82,28 @@ impl Coordinator {
         snapshot_every: usize,
         log_config: sluice_storage::LogConfig,
     ) -> StreamResult<Rc<Coordinator>> {
-        let log = LocalLog::open(&fs, dir, log_config).await?;
-        let mut groups = Groups::new(runtime::now_ms());
+        Self::open_on(&fs, WallClock, dir, partitions, snapshot_every, log_config).await
+    }
+}
+
+impl<L: PartitionLog, C: Clock> Coordinator<L, C> {
+    /// Opens the groups log over any log and clock, replays it, and starts the expiry timer
+    /// on `clock`'s time.
+    pub async fn open_on(
+        env: &L::Env,
+        clock: C,
+        dir: PathBuf,
+        partitions: Rc<PartitionsOf>,
+        snapshot_every: usize,
+        log_config: sluice_storage::LogConfig,
+    ) -> StreamResult<Rc<Coordinator<L, C>>> {
+        let log = L::open(env, dir, log_config).await?;
+        let mut groups = Groups::new(clock.now_ms());
         let mut at = log.start_offset();
         let mut n = 0usize;
         while at < log.end_offset() {
             for b in log.read(at, REPLAY_READ_BYTES).await? {
-                for r in b.view().records() {
+                for r in b.view().data_records() {
                     let r = r.map_err(|e| StreamError::Internal(e.to_string()))?;
                     groups.replay(&GroupRecord::decode(r.value).map_err(StreamError::Internal)?);
                     n += 1;
@@ -96,6 +114,7 @@ impl Coordinator {
         tracing::info!(records = n, "consumer group commits loaded");
         let c = Rc::new(Coordinator {
             log: Rc::new(log),
+            clock,
             groups: RefCell::new(groups),
             closed: Cell::new(false),
             records_since_snapshot: Cell::new(n),
@@ -105,15 +124,19 @@ impl Coordinator {
             kafka_changed: Event::default(),
         });
         let weak = Rc::downgrade(&c);
+        let clock = c.clock.clone();
         runtime::spawn(async move {
             loop {
-                runtime::sleep(Duration::from_millis(EXPIRY_CHECK_INTERVAL_MS)).await;
+                clock
+                    .sleep_until_ms(clock.now_ms() + EXPIRY_CHECK_INTERVAL_MS)
+                    .await;
                 let Some(c) = weak.upgrade() else { break };
                 if c.closed.get() {
                     break;
                 }
-                let expired = c.groups.borrow_mut().tick(runtime::now_ms(), &*partitions);
-                if c.kafka.borrow_mut().tick(runtime::now_ms()) {
+                let now = c.clock.now_ms();
+                let expired = c.groups.borrow_mut().tick(now, &*partitions);
+                if c.kafka.borrow_mut().tick(now) {
                     c.kafka_changed.notify();
                 }
                 if expired > 0 {
@@ -138,7 +161,7 @@ impl Coordinator {
         session_timeout_ms: u64,
         partitions: &PartitionsOf,
     ) -> StreamResult<Assignment> {
-        let started = runtime::now_ms();
+        let started = self.clock.now_ms();
         let before = self.generation(group);
         let (id, changed) = self.groups.borrow_mut().register(
             started,
@@ -151,19 +174,19 @@ impl Coordinator {
         if changed {
             let latest = started + JOIN_WAIT_MS_MAX.min(session_timeout_ms / 2);
             loop {
-                let now = runtime::now_ms();
+                let now = self.clock.now_ms();
                 let settles = self.groups.borrow().settles_at_ms(group).unwrap_or(now);
                 let until = settles.min(latest);
                 if now >= until || self.closed.get() {
                     break;
                 }
-                runtime::sleep(Duration::from_millis(until - now)).await;
+                self.clock.sleep_until_ms(until).await;
             }
         }
         let a = self
             .groups
             .borrow_mut()
-            .heartbeat(runtime::now_ms(), group, &id)?;
+            .heartbeat(self.clock.now_ms(), group, &id)?;
         if Some(a.generation) != before && changed {
             tracing::info!(
                 %group,
@@ -182,7 +205,7 @@ impl Coordinator {
     pub fn heartbeat(&self, group: &str, member_id: &str) -> StreamResult<Assignment> {
         self.groups
             .borrow_mut()
-            .heartbeat(runtime::now_ms(), group, member_id)
+            .heartbeat(self.clock.now_ms(), group, member_id)
     }
 
     pub fn leave(
@@ -214,7 +237,7 @@ impl Coordinator {
         if offsets.is_empty() {
             // Nothing to store; it still releases what the member lost (see `group.rs`).
             self.groups.borrow_mut().plan_commit(
-                runtime::now_ms(),
+                self.clock.now_ms(),
                 group,
                 member_id,
                 generation,
@@ -223,7 +246,7 @@ impl Coordinator {
             return Ok(());
         }
         self.log.wait_for_space(offsets.len() * 256 + 4096).await?;
-        let now = runtime::now_ms();
+        let now = self.clock.now_ms();
         let records = self
             .groups
             .borrow_mut()
@@ -262,12 +285,12 @@ impl Coordinator {
     /// A Kafka JoinGroup: parks until the next generation is formed (every known member joined
     /// again, or the rebalance timeout passed). `Err` holds Kafka's error code.
     pub async fn kafka_join(&self, group: &str, r: JoinRequest) -> Result<JoinResult, i16> {
-        let started = runtime::now_ms();
+        let started = self.clock.now_ms();
         let before = self.kafka.borrow().state(group).map_or(0, |s| s.1);
         let member = self.kafka.borrow_mut().join(started, group, r)?;
         self.kafka_changed.notify();
         loop {
-            let now = runtime::now_ms();
+            let now = self.clock.now_ms();
             let polled = self
                 .kafka
                 .borrow_mut()
@@ -288,7 +311,9 @@ impl Coordinator {
             {
                 return Err(kafka_group::code::REBALANCE_IN_PROGRESS);
             }
-            self.kafka_changed.listen_until(now + KAFKA_POLL_MS).await;
+            self.kafka_changed
+                .listen_until_on(&self.clock, now + KAFKA_POLL_MS)
+                .await;
         }
     }
 
@@ -301,13 +326,13 @@ impl Coordinator {
         generation: i32,
         assignments: Vec<(String, Bytes)>,
     ) -> Result<(String, Bytes), i16> {
-        let started = runtime::now_ms();
+        let started = self.clock.now_ms();
         self.kafka
             .borrow_mut()
             .sync(started, group, member, generation, assignments)?;
         self.kafka_changed.notify();
         loop {
-            let now = runtime::now_ms();
+            let now = self.clock.now_ms();
             match self.kafka.borrow().poll_sync(group, member, generation) {
                 Poll::Ready(a) => return Ok(a),
                 Poll::Failed(c) => return Err(c),
@@ -318,21 +343,23 @@ impl Coordinator {
             {
                 return Err(kafka_group::code::REBALANCE_IN_PROGRESS);
             }
-            self.kafka_changed.listen_until(now + KAFKA_POLL_MS).await;
+            self.kafka_changed
+                .listen_until_on(&self.clock, now + KAFKA_POLL_MS)
+                .await;
         }
     }
 
     pub fn kafka_heartbeat(&self, group: &str, member: &str, generation: i32) -> Result<(), i16> {
         self.kafka
             .borrow_mut()
-            .heartbeat(runtime::now_ms(), group, member, generation)
+            .heartbeat(self.clock.now_ms(), group, member, generation)
     }
 
     pub fn kafka_leave(&self, group: &str, member: &str) -> Result<(), i16> {
         let r = self
             .kafka
             .borrow_mut()
-            .leave(runtime::now_ms(), group, member);
+            .leave(self.clock.now_ms(), group, member);
         self.kafka_changed.notify();
         r
     }
@@ -349,7 +376,7 @@ impl Coordinator {
         if let Err(c) =
             self.kafka
                 .borrow_mut()
-                .commit_check(runtime::now_ms(), group, member, generation)
+                .commit_check(self.clock.now_ms(), group, member, generation)
         {
             return Ok(Err(c));
         }
@@ -357,7 +384,7 @@ impl Coordinator {
             return Ok(Ok(()));
         }
         self.log.wait_for_space(offsets.len() * 256 + 4096).await?;
-        let now = runtime::now_ms();
+        let now = self.clock.now_ms();
         let records = self
             .groups
             .borrow()
@@ -370,8 +397,8 @@ impl Coordinator {
     /// between, so later commits land after it — and, once durable, deletes the segments that
     /// lie wholly below it (nothing there is needed to rebuild the state).
     async fn snapshot(&self) -> StreamResult<()> {
-        let records = self.groups.borrow().restatement(runtime::now_ms());
-        let now = runtime::now_ms() as i64;
+        let records = self.groups.borrow().restatement(self.clock.now_ms());
+        let now = self.clock.now_ms() as i64;
         let mut tickets = Vec::new();
         for chunk in records.chunks(SNAPSHOT_RECORDS_PER_BATCH) {
             let mut b = BatchBuilder::new();
@@ -467,6 +494,74 @@ mod tests {
             assert_eq!(again.committed("t/g"), before);
             assert_eq!(before.get(&("t/x".to_string(), 3)), Some(&1499));
             again.close().await;
+        })
+        .expect("executor");
+    }
+
+    /// Sessions expire on the coordinator's clock (the seam), not the system's: on virtual time
+    /// a member that stops heartbeating is gone once the clock passes its session timeout,
+    /// and a member that heartbeats stays. Reading the wall clock, the silent member would
+    /// outlive this test by minutes.
+    #[test]
+    fn sessions_expire_on_the_coordinators_clock() {
+        use crate::runtime::SimClock;
+        use sluice_storage::fs::SimFs;
+        const SESSION_MS: u64 = 30_000;
+        sluice_storage::rt::run("groups-clock-test", || async {
+            let fs = SimFs::new();
+            let clock = SimClock::new(1_000_000);
+            // Virtual time runs 50x faster than real time while the test waits.
+            let running = Rc::new(Cell::new(true));
+            {
+                let (clock, running) = (clock.clone(), running.clone());
+                runtime::spawn(async move {
+                    while running.get() {
+                        runtime::sleep(std::time::Duration::from_millis(1)).await;
+                        clock.advance_to(clock.now_ms() + 50);
+                    }
+                });
+            }
+            let parts: Rc<PartitionsOf> = Rc::new(|t: &str| (t == "t/x").then_some(2));
+            let c: Rc<Coordinator<LocalLog<SimFs>, SimClock>> = Coordinator::open_on(
+                &fs,
+                clock.clone(),
+                PathBuf::from("/groups"),
+                parts.clone(),
+                100,
+                groups_log_config(),
+            )
+            .await
+            .expect("open");
+            let a = c
+                .join("t/g", None, vec!["t/x".into()], SESSION_MS, &*parts)
+                .await
+                .expect("join a");
+            let b = c
+                .join("t/g", None, vec!["t/x".into()], SESSION_MS, &*parts)
+                .await
+                .expect("join b");
+            assert_eq!(c.describe("t/g").expect("group").members.len(), 2);
+            // `a` heartbeats through more than a session; `b` stays silent.
+            let until = clock.now_ms() + SESSION_MS + 10 * EXPIRY_CHECK_INTERVAL_MS;
+            while clock.now_ms() < until {
+                let _ = c.heartbeat("t/g", &a.member_id);
+                runtime::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            let members: Vec<String> = c
+                .describe("t/g")
+                .expect("group")
+                .members
+                .into_iter()
+                .map(|(m, _)| m)
+                .collect();
+            assert_eq!(
+                members,
+                vec![a.member_id.clone()],
+                "b ({}) outlived its session",
+                b.member_id
+            );
+            running.set(false);
+            c.close().await;
         })
         .expect("executor");
     }

@@ -4,14 +4,13 @@
 use super::readahead::{Answer, ReadAhead};
 use super::{FetchReply, StreamError, StreamResult};
 use crate::partition_log::{LocalLog, PartitionLog};
-use crate::runtime::{self, Event};
+use crate::runtime::{self, Clock, Event, WallClock};
 use sluice_storage::fs::DmaFs;
 use sluice_storage::{AppendInfo, BatchView, LogConfig};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::time::Duration;
 
 /// Long-polling fetches parked on one partition at once; more are answered `Throttled`.
 pub const FETCH_WAITERS_PER_PARTITION_MAX: usize = 10_000;
@@ -42,11 +41,15 @@ struct ProducerState {
     batches: VecDeque<(i32, i32, AppendInfo)>,
 }
 
-pub struct TopicPartition {
+/// Generic over its log (the seam: `LocalLog` on one node, a replicated log in a cluster) and
+/// its clock (retention and producer ages read time there: the wall clock in a broker, virtual
+/// time in a simulation).
+pub struct TopicPartition<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallClock> {
     pub topic_id: u64,
     pub partition: u32,
     pub dir: PathBuf,
-    log: Rc<LocalLog<DmaFs>>,
+    log: Rc<L>,
+    clock: C,
     appended: Event,
     waiters: Cell<usize>,
     closed: Rc<Cell<bool>>,
@@ -56,6 +59,7 @@ pub struct TopicPartition {
 }
 
 impl TopicPartition {
+    /// A partition on this node's disk and the wall clock.
     pub async fn open(
         fs: DmaFs,
         dir: PathBuf,
@@ -63,13 +67,28 @@ impl TopicPartition {
         partition: u32,
         log_config: LogConfig,
     ) -> StreamResult<Rc<TopicPartition>> {
-        let log = Rc::new(LocalLog::open(&fs, dir.clone(), log_config).await?);
+        Self::open_on(&fs, WallClock, dir, topic_id, partition, log_config).await
+    }
+}
+
+impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
+    /// A partition over any log and clock; retention runs on `clock`'s time.
+    pub async fn open_on(
+        env: &L::Env,
+        clock: C,
+        dir: PathBuf,
+        topic_id: u64,
+        partition: u32,
+        log_config: LogConfig,
+    ) -> StreamResult<Rc<TopicPartition<L, C>>> {
+        let log = Rc::new(L::open(env, dir.clone(), log_config).await?);
         let closed = Rc::new(Cell::new(false));
         let tp = Rc::new(TopicPartition {
             topic_id,
             partition,
             dir,
             log: log.clone(),
+            clock: clock.clone(),
             appended: Event::default(),
             waiters: Cell::new(0),
             closed: closed.clone(),
@@ -79,11 +98,12 @@ impl TopicPartition {
         if log.config().retention_ms.is_some() || log.config().retention_bytes.is_some() {
             runtime::spawn(async move {
                 while !closed.get() {
-                    runtime::sleep(Duration::from_millis(RETENTION_INTERVAL_MS)).await;
+                    let next_ms = clock.now_ms() + RETENTION_INTERVAL_MS;
+                    clock.sleep_until_ms(next_ms).await;
                     if closed.get() {
                         break;
                     }
-                    match log.enforce_retention(runtime::now_ms() as i64, None).await {
+                    match log.enforce_retention(clock.now_ms() as i64, None).await {
                         Ok(o) if o.segments_deleted > 0 => tracing::debug!(
                             topic = topic_id,
                             partition,
@@ -137,7 +157,7 @@ impl TopicPartition {
         batch: Vec<u8>,
         producer: ProducerBatch,
     ) -> StreamResult<AppendInfo> {
-        let now = runtime::now_ms();
+        let now = self.clock.now_ms();
         {
             let producers = self.producers.borrow();
             if let Some(st) = producers.get(&producer.producer_id) {
@@ -272,5 +292,76 @@ impl TopicPartition {
         self.appended.notify();
         self.log.close().await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::SimClock;
+    use sluice_storage::fs::SimFs;
+    use sluice_storage::BatchBuilder;
+
+    /// Records stamped in 2100: the wall clock will not pass their retention for decades.
+    const T0_MS: u64 = 4_102_444_800_000;
+    const RETENTION_MS: u64 = 60_000;
+
+    fn batch(ts_ms: u64, value_bytes: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new();
+        b.push_parts(
+            ts_ms as i64,
+            None,
+            &vec![7u8; value_bytes],
+            std::iter::empty(),
+        );
+        b.finish().expect("one record")
+    }
+
+    /// Retention reads time from the partition's clock (the seam), not from the system clock:
+    /// on virtual time, sealed segments go once the clock passes their records' retention, and
+    /// not before. Reading the wall clock instead, nothing would ever be deleted here.
+    #[test]
+    fn topic_retention_runs_on_the_partitions_clock() {
+        sluice_storage::rt::run("topic-retention-clock", || async {
+            let fs = SimFs::new();
+            let clock = SimClock::new(T0_MS);
+            let config = LogConfig {
+                segment_bytes_max: 16 * 1024,
+                prealloc_chunk_bytes: 16 * 1024,
+                batch_bytes_max: 8 * 1024,
+                write_buffer_bytes_max: 64 * 1024,
+                retention_ms: Some(RETENTION_MS),
+                ..LogConfig::default()
+            };
+            let tp: Rc<TopicPartition<LocalLog<SimFs>, SimClock>> =
+                TopicPartition::open_on(&fs, clock.clone(), PathBuf::from("/t/p0"), 1, 0, config)
+                    .await
+                    .expect("open");
+            for i in 0..40u64 {
+                tp.produce(batch(T0_MS + i, 2_000)).await.expect("produce");
+            }
+            let segments = tp.segment_count();
+            assert!(segments > 2, "the test needs sealed segments: {segments}");
+            let (start, _) = tp.offsets();
+            // Within retention: a few timer rounds change nothing.
+            for step in 1..=4 {
+                clock.advance_to(T0_MS + step * RETENTION_INTERVAL_MS);
+                runtime::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            assert_eq!(tp.offsets().0, start, "deleted within retention");
+            // Past it: the next round deletes every sealed segment.
+            let past = T0_MS + 40 + RETENTION_MS + 1;
+            for step in 1..=4 {
+                clock.advance_to(past + step * RETENTION_INTERVAL_MS);
+                runtime::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            assert!(
+                tp.offsets().0 > start,
+                "retention did not run on the partition's clock: start still {start}"
+            );
+            assert_eq!(tp.segment_count(), 1, "only the active segment is left");
+            tp.close().await.expect("close");
+        })
+        .expect("executor");
     }
 }

@@ -520,6 +520,24 @@ impl<'a> BatchView<'a> {
             failed: false,
         }
     }
+
+    /// The records a state machine applies: those of a data batch, none of a control batch.
+    /// A control batch takes offsets in the log but carries no user or engine record: a Raft
+    /// no-op or membership entry (one per new leader term or membership change, stored in the
+    /// partition's log, which is the Raft log), or a transaction marker. Every replay of a log
+    /// (queue engine, catalog, groups, a queue read as a stream) reads through this.
+    pub fn data_records(&self) -> RecordIter<'a> {
+        if self.header.is_control() {
+            RecordIter {
+                rest: &[],
+                index: 0,
+                base_offset: self.header.base_offset,
+                failed: false,
+            }
+        } else {
+            self.records()
+        }
+    }
 }
 
 /// A record borrowed from a verified batch.

@@ -241,7 +241,7 @@ impl Shard {
             let mut at = log.start_offset();
             while at < log.end_offset() {
                 for b in log.read(at, 1 << 20).await? {
-                    for r in b.view().records() {
+                    for r in b.view().data_records() {
                         let r = r.map_err(|e| ServiceError::Internal(e.to_string()))?;
                         records.push(MetaRecord::decode(r.value).map_err(ServiceError::Internal)?);
                     }
@@ -535,15 +535,34 @@ impl Shard {
             .join(format!("p{p:05}"))
     }
 
-    /// Applies metadata records to this shard's catalog and opens or closes its partitions.
+    /// Applies committed metadata records: first to this shard's catalog, a pure state
+    /// transition that every replica of the catalog makes alike ([`Self::apply_catalog`]); then
+    /// this shard's partitions and streams are brought in line with the catalog
+    /// ([`Self::reconcile_partitions`]), the node's own effects of the change.
     async fn apply_meta(&self, records: Vec<MetaRecord>) -> ServiceResult<()> {
-        for r in &records {
-            self.catalog
-                .borrow_mut()
-                .apply(r)
-                .map_err(ServiceError::Internal)?;
+        self.apply_catalog(&records)?;
+        self.reconcile_partitions(&records).await?;
+        self.streams_apply_meta(&records).await?;
+        self.ready.set(true);
+        Ok(())
+    }
+
+    /// The pure half of applying metadata records: the catalog changes and nothing else (no
+    /// partition opened, no log written), so a follower replaying the catalog's log reaches the
+    /// leader's catalog from the records alone.
+    fn apply_catalog(&self, records: &[MetaRecord]) -> ServiceResult<()> {
+        let mut catalog = self.catalog.borrow_mut();
+        for r in records {
+            catalog.apply(r).map_err(ServiceError::Internal)?;
         }
-        // Bring partitions in line with the catalog.
+        Ok(())
+    }
+
+    /// The effects of applied metadata records on this shard: partitions it owns open (queues
+    /// created), close and leave the disk (queues deleted), and take new attributes (a
+    /// `Configured` record in the partition's own log: its leader's decision, replicated with
+    /// that log, never a side effect of replaying the catalog).
+    async fn reconcile_partitions(&self, records: &[MetaRecord]) -> ServiceResult<()> {
         let queues: Vec<Arc<QueueMeta>> = self.catalog.borrow().all().cloned().collect();
         let mut to_open = Vec::new();
         for q in &queues {
@@ -596,8 +615,6 @@ impl Shard {
                 }
             }
         }
-        self.streams_apply_meta(&records).await?;
-        self.ready.set(true);
         Ok(())
     }
 

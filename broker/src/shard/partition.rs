@@ -384,7 +384,7 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
             for (r, batches) in plan.iter().zip(reads) {
                 let mut reached = r.from;
                 for b in batches? {
-                    for rec in b.view().records() {
+                    for rec in b.view().data_records() {
                         let rec =
                             rec.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
                         let Ok(at) = want.binary_search_by_key(&rec.offset, |w| w.0) else {
@@ -492,7 +492,7 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         let mut records = Vec::new();
         let mut end = from;
         for b in &batches {
-            for r in b.view().records() {
+            for r in b.view().data_records() {
                 let r = r.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
                 if r.offset < from {
                     continue;
@@ -832,7 +832,24 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         at: &mut u64,
     ) -> ServiceResult<()> {
         for b in batches {
-            for r in b.view().records() {
+            let h = &b.header;
+            if h.is_control() {
+                // A Raft no-op or membership entry: offsets without an engine record.
+                if h.next_offset() > *at {
+                    engine
+                        .borrow_mut()
+                        .step_over_control(h.base_offset.max(*at), h.next_offset())
+                        .map_err(|e| {
+                            ServiceError::Internal(format!(
+                                "replay at offset {}: {e}",
+                                h.base_offset
+                            ))
+                        })?;
+                }
+                *at = h.next_offset();
+                continue;
+            }
+            for r in b.view().data_records() {
                 let r = r.map_err(|e| ServiceError::Internal(format!("log record: {e}")))?;
                 if r.offset < *at {
                     continue;

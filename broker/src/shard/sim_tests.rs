@@ -19,7 +19,7 @@ use crate::engine::{
     Command, Limits, PartitionConfig, Receipt, ReceiveRequest, Reply, SendRequest,
 };
 use crate::error::ServiceError;
-use crate::partition_log::LocalLog;
+use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime::{Clock, SimClock};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -51,6 +51,24 @@ fn code(e: &ServiceError) -> &'static str {
         other => panic!("not an engine error: {other:?}"),
     }
 }
+
+/// Appends a one-record control batch (a Raft no-op's shape) to the partition's log, durably,
+/// with the actor stopped; returns its offset.
+async fn append_control_batch(fs: &SimFs, now_ms: u64) -> u64 {
+    let log = LocalLog::open(fs, PathBuf::from(PARTITION_DIR), log_config())
+        .await
+        .expect("the log opens after a power loss");
+    let mut b = sluice_storage::BatchBuilder::new().control();
+    b.push_parts(now_ms as i64, None, b"noop", std::iter::empty());
+    let info = log
+        .append(b.finish().expect("one record"))
+        .await
+        .expect("append a control batch");
+    log.close().await.expect("close");
+    info.base_offset
+}
+
+const PARTITION_DIR: &str = "/data/queues/21/p00000";
 
 /// Lets every task that can run, run: the actor's commits (each simulated I/O yields), its
 /// timer loop, compaction. Nothing here waits on real time, so this is deterministic.
@@ -134,7 +152,7 @@ impl World {
         SimActor::open_on(
             fs.clone(),
             clock.clone(),
-            PathBuf::from("/data/queues/21/p00000"),
+            PathBuf::from(PARTITION_DIR),
             config.clone(),
             log_config(),
             moves,
@@ -200,6 +218,12 @@ impl World {
             .push(format!("power loss (crash seed {crash_seed})"));
         self.actor.halt();
         self.fs = self.fs.crash(CrashMode::Random { seed: crash_seed });
+        if self.rng.gen_bool(0.3) {
+            // As a new Raft leader would: its no-op, a control batch, takes an offset in the
+            // partition's log, and the engine steps over it on replay and after.
+            let at = append_control_batch(&self.fs, self.now()).await;
+            self.trace.push(format!("control batch at offset {at}"));
+        }
         self.actor = Self::open(&self.fs, &self.clock, &self.config).await;
         self.power_losses += 1;
     }

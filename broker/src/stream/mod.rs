@@ -171,7 +171,7 @@ impl FetchReply {
         let mut out = Vec::new();
         for b in &self.batches {
             let v = BatchView::parse(b).map_err(|e| StreamError::Internal(e.to_string()))?;
-            for r in v.records() {
+            for r in v.data_records() {
                 let r = r.map_err(|e| StreamError::Internal(e.to_string()))?;
                 if r.offset >= from {
                     out.push(FetchedRecord {

@@ -54,7 +54,7 @@ pub async fn fetch(
                 break;
             }
             for b in &batches {
-                for r in b.view().records() {
+                for r in b.view().data_records() {
                     let r = r.map_err(|e| StreamError::Internal(e.to_string()))?;
                     if r.offset < at {
                         continue;

@@ -42,6 +42,39 @@ impl Partition {
         self.apply_at(offset, record)
     }
 
+    /// Steps over a control batch at `[offset, end)`: offsets the log holds that carry no engine
+    /// record (a Raft no-op, which every new leader appends, or a membership entry: the
+    /// partition's log is its Raft log). Replay and the live path alike move past them as past
+    /// records, so the engine's offsets stay the log's. The offsets must follow on from the
+    /// last record's, as a record's must.
+    pub fn step_over_control(&mut self, offset: u64, end: u64) -> Result<(), ReplayError> {
+        let at_ms = self.now_ms;
+        if end <= offset {
+            return Err(ReplayError {
+                at_ms,
+                reason: "a control batch without offsets",
+            });
+        }
+        match self.replay_start {
+            None => {
+                self.replay_start = Some(offset);
+                if offset > 0 {
+                    self.skipping = true;
+                    self.strict = false;
+                }
+            }
+            Some(_) if offset != self.next_offset => {
+                return Err(ReplayError {
+                    at_ms,
+                    reason: "log offsets are not consecutive",
+                })
+            }
+            Some(_) => {}
+        }
+        self.next_offset = end;
+        Ok(())
+    }
+
     /// Ends a replay: `end_offset` is one past the log's last record. Checks that the log held
     /// what the state needs (a compacted log must reach a checkpoint that knows every live
     /// message) and that no record was left out.

@@ -30,7 +30,7 @@ pub enum ProposeError {
     },
     #[error("a batch must cover at least one offset")]
     EmptyBatch,
-    #[error("batch of {size_bytes} bytes is over max_append_bytes {limit_bytes}")]
+    #[error("batch of {size_bytes} bytes is over max_entry_bytes {limit_bytes}")]
     BatchTooLarge {
         size_bytes: usize,
         limit_bytes: usize,

@@ -39,6 +39,7 @@ pub use group::{Fetch, Proposal, RaftGroup, RaftRole, Ready};
 pub use membership::ConfChange;
 pub use message::{
     Body, Envelope, Heartbeat, HeartbeatGroup, HeartbeatResp, HeartbeatRespGroup, Message,
+    APPEND_ENTRIES_MAX, HEARTBEAT_GROUPS_MAX,
 };
 pub use multi::{MultiRaft, MultiReady};
 pub use progress::{Progress, ProgressState};

@@ -2,6 +2,18 @@
 
 use crate::types::{DiskId, Entry, GroupId, NodeId, Offset, Snapshot, Term};
 
+/// Most entries in one `Append`. The leader packs at most this many (and at most
+/// `max_append_bytes` of data, or a single larger entry), and the codec refuses more, so a
+/// decoded append allocates a bounded entry list. 4096: a full 512 KiB append of batches of
+/// 128 bytes or more (a batch header plus one small record) fits; smaller batches just take
+/// more appends.
+pub const APPEND_ENTRIES_MAX: usize = 4096;
+
+/// Most groups in one `Heartbeat` or `HeartbeatResp`. `MultiRaft` splits a larger round into
+/// several messages, and the codec refuses more. 16,384: sixteen times the design's ~1,000
+/// groups per core, with a response of 48 bytes per group staying under 1 MiB.
+pub const HEARTBEAT_GROUPS_MAX: usize = 16_384;
+
 /// Everything one node sends another. Heartbeats of all groups a node leads for a peer travel in
 /// one `Heartbeat`, so 1,000 idle groups cost one message per peer per interval, not 1,000.
 #[derive(Clone, Debug)]

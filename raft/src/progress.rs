@@ -83,7 +83,10 @@ impl Progress {
         }
     }
 
-    /// Whether another append may be sent now.
+    /// Whether another append may be sent now. In `Replicate`, while the window is not full: an
+    /// append may overshoot it by its own size, so an entry larger than the room left (or than
+    /// the whole window, up to `max_entry_bytes`) is delayed until acknowledgements free the
+    /// window, never blocked for good.
     pub fn can_send(&self, max_inflight_bytes: usize) -> bool {
         match self.state {
             ProgressState::Probe => !self.paused,

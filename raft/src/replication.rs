@@ -7,7 +7,7 @@
 //! will overwrite; reporting it as "flushed" would let the leader count bytes it never sent.
 
 use crate::group::{Fetch, Proposal, RaftGroup, RaftRole};
-use crate::message::{Body, HeartbeatGroup, HeartbeatRespGroup};
+use crate::message::{Body, HeartbeatGroup, HeartbeatRespGroup, APPEND_ENTRIES_MAX};
 use crate::progress::ProgressState;
 use crate::types::{Entry, EntryKind, NodeId, Offset, Snapshot, SnapshotMeta, Term};
 use crate::{Durability, StepError};
@@ -77,7 +77,10 @@ impl RaftGroup {
                 }
                 return;
             }
-            match self.log.read_cached(pr.next, self.cfg.max_append_bytes) {
+            let cached =
+                self.log
+                    .read_cached(pr.next, self.cfg.max_append_bytes, APPEND_ENTRIES_MAX);
+            match cached {
                 Some(entries) => {
                     if !self.send_entries(peer, entries) {
                         return;
@@ -123,7 +126,11 @@ impl RaftGroup {
 
     /// The log owner's answer to a `Fetch`: entries of this leader's log from the batch covering
     /// `from`. Empty: the log no longer holds `from` (compacted), so a snapshot is needed.
-    pub fn on_fetched(&mut self, peer: NodeId, from: Offset, entries: Vec<Entry>) {
+    /// The first entry is sent whatever its size (a batch above `max_append_bytes` goes alone);
+    /// entries past `max_append_bytes` or `APPEND_ENTRIES_MAX` are dropped here and read again
+    /// later, so an owner that returns too much never makes an append the codec refuses.
+    pub fn on_fetched(&mut self, peer: NodeId, from: Offset, mut entries: Vec<Entry>) {
+        entries.truncate(pack_len(&entries, self.cfg.max_append_bytes));
         if self.role != RaftRole::Leader {
             return;
         }
@@ -518,5 +525,48 @@ impl RaftGroup {
         if self.commit != before {
             self.dirty = true;
         }
+    }
+}
+
+/// How many of `entries` one append carries: at least one (however large), then as many as fit
+/// `max_bytes` of data and `APPEND_ENTRIES_MAX` entries.
+fn pack_len(entries: &[Entry], max_bytes: usize) -> usize {
+    let mut bytes = 0usize;
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 && (bytes + e.data.len() > max_bytes || i >= APPEND_ENTRIES_MAX) {
+            return i;
+        }
+        bytes += e.data.len();
+    }
+    entries.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(offset: Offset, len: usize) -> Entry {
+        Entry {
+            offset,
+            count: 1,
+            term: 1,
+            kind: EntryKind::Data,
+            data: Bytes::from(vec![0u8; len]),
+        }
+    }
+
+    #[test]
+    fn packing_keeps_at_least_one_entry_and_respects_both_limits() {
+        assert_eq!(pack_len(&[], 10), 0);
+        assert_eq!(
+            pack_len(&[e(0, 50), e(1, 1)], 10),
+            1,
+            "a large first entry alone"
+        );
+        assert_eq!(pack_len(&[e(0, 4), e(1, 6), e(2, 1)], 10), 2);
+        let many: Vec<Entry> = (0..APPEND_ENTRIES_MAX as u64 + 5)
+            .map(|o| e(o, 0))
+            .collect();
+        assert_eq!(pack_len(&many, 10), APPEND_ENTRIES_MAX);
     }
 }

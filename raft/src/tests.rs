@@ -242,11 +242,15 @@ fn proposals_need_a_confirmed_term_and_respect_limits() {
         l.propose(Bytes::from_static(b"x"), 0),
         Err(ProposeError::EmptyBatch)
     );
-    let big = Bytes::from(vec![0u8; cfg().max_append_bytes + 1]);
-    assert!(matches!(
-        l.propose(big, 1),
-        Err(ProposeError::BatchTooLarge { .. })
-    ));
+    let too_big = Bytes::from(vec![0u8; cfg().max_entry_bytes + 1]);
+    assert_eq!(
+        l.propose(too_big, 1),
+        Err(ProposeError::BatchTooLarge {
+            size_bytes: cfg().max_entry_bytes + 1,
+            limit_bytes: cfg().max_entry_bytes
+        })
+    );
+    assert_eq!(l.log_end(), 1, "a refused batch is not appended");
     let p = l.propose(Bytes::from_static(b"ok"), 3).unwrap();
     assert_eq!((p.offset, p.end), (1, 4));
     let r = l.ready();
@@ -398,4 +402,54 @@ fn leader_with_id(gid: GroupId) -> RaftGroup {
     g.step(1, m(vote(false))).unwrap();
     assert_eq!(g.role(), RaftRole::Leader);
     g
+}
+
+/// `max_append_bytes` is a packing limit, not a size limit: a batch above it is accepted and
+/// travels alone in its own append; smaller ones around it are packed together.
+#[test]
+fn a_batch_above_max_append_bytes_travels_alone() {
+    let mut l = leader();
+    let max = cfg().max_append_bytes;
+    // Node 2 stops answering (probe paused), so several batches queue up for it.
+    let sizes = [100, max + 1, 100, 100];
+    for (i, &len) in sizes.iter().enumerate() {
+        l.propose(Bytes::from(vec![i as u8; len]), 1).unwrap();
+    }
+    let r = l.ready();
+    l.on_flushed(r.log_epoch, 5);
+    let appends = |r: &Ready, to: NodeId| -> Vec<Vec<usize>> {
+        r.messages
+            .iter()
+            .filter(|m| m.to == to)
+            .filter_map(|m| match &m.body {
+                Body::Append { entries, .. } if !entries.is_empty() => {
+                    Some(entries.iter().map(|e| e.data.len()).collect())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // Node 3 never answered: probe it now from the start, as after a reject.
+    let reject = Body::AppendResp {
+        disk: DISKS[2],
+        appended: 0,
+        flushed: 0,
+        reject: Some(1),
+    };
+    l.step(3, msg(3, 1, 1, reject)).unwrap();
+    let r = l.ready();
+    assert_eq!(appends(&r, 3), vec![vec![100]], "probe: one append");
+    let ack = |appended| Body::AppendResp {
+        disk: DISKS[2],
+        appended,
+        flushed: appended,
+        reject: None,
+    };
+    l.step(4, msg(3, 1, 1, ack(2))).unwrap();
+    let r = l.ready();
+    assert_eq!(
+        appends(&r, 3),
+        vec![vec![max + 1], vec![100, 100]],
+        "the large batch alone, then the small ones packed"
+    );
 }

@@ -16,7 +16,7 @@ pub const HEARTBEAT_GROUPS_MAX: usize = 16_384;
 
 /// Everything one node sends another. Heartbeats of all groups a node leads for a peer travel in
 /// one `Heartbeat`, so 1,000 idle groups cost one message per peer per interval, not 1,000.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Envelope {
     Group(Message),
     Heartbeat(Heartbeat),
@@ -41,7 +41,7 @@ impl Envelope {
 }
 
 /// A message of one group.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
     pub group: GroupId,
     pub from: NodeId,
@@ -51,7 +51,7 @@ pub struct Message {
     pub body: Body,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     /// A (pre-)vote request. `transfer`: sent after TimeoutNow, so voters ignore their lease.
     Vote {
@@ -89,7 +89,7 @@ pub enum Body {
 }
 
 /// One coalesced heartbeat: per group the leader's term and the commit the follower may adopt.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
     pub from: NodeId,
     pub to: NodeId,
@@ -104,7 +104,7 @@ pub struct HeartbeatGroup {
     pub commit: Offset,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeartbeatResp {
     pub from: NodeId,
     pub to: NodeId,

@@ -8,7 +8,7 @@
 use crate::config::Config;
 use crate::error::{ProposeError, StepError};
 use crate::group::{Proposal, RaftGroup, Ready};
-use crate::message::{Envelope, Heartbeat, HeartbeatGroup, HeartbeatResp};
+use crate::message::{Envelope, Heartbeat, HeartbeatGroup, HeartbeatResp, HEARTBEAT_GROUPS_MAX};
 use crate::types::{Entry, GroupId, NodeId, Offset, Restore, Snapshot};
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -197,11 +197,14 @@ impl MultiRaft {
             }
         }
         for (to, groups) in per_peer {
-            self.outbox.push(Envelope::Heartbeat(Heartbeat {
-                from: self.me,
-                to,
-                groups,
-            }));
+            // More groups than one message may carry (the codec's bound) go in several.
+            for chunk in groups.chunks(HEARTBEAT_GROUPS_MAX) {
+                self.outbox.push(Envelope::Heartbeat(Heartbeat {
+                    from: self.me,
+                    to,
+                    groups: chunk.to_vec(),
+                }));
+            }
         }
     }
 

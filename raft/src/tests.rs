@@ -453,3 +453,35 @@ fn a_batch_above_max_append_bytes_travels_alone() {
         "the large batch alone, then the small ones packed"
     );
 }
+
+/// A round with more groups than one message may carry (the codec's bound) is split.
+#[test]
+fn heartbeats_split_at_the_codec_bound() {
+    let mut mr = MultiRaft::new(1, cfg());
+    let n = HEARTBEAT_GROUPS_MAX as u64 + 1;
+    for gid in 0..n {
+        mr.add_group(gid, restore(1), 0, gid).unwrap();
+        *mr.group_mut(gid).unwrap() = leader_with_id(gid);
+    }
+    mr.ready();
+    mr.tick(100);
+    let mut sizes: Vec<(NodeId, usize)> = mr
+        .ready()
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Envelope::Heartbeat(h) => Some((h.to, h.groups.len())),
+            _ => None,
+        })
+        .collect();
+    sizes.sort();
+    assert_eq!(
+        sizes,
+        vec![
+            (2, 1),
+            (2, HEARTBEAT_GROUPS_MAX),
+            (3, 1),
+            (3, HEARTBEAT_GROUPS_MAX)
+        ]
+    );
+}

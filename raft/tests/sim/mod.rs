@@ -19,8 +19,9 @@ use disk::Disk;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sluice_raft::{
-    ConfChange, Config, DiskId, Entry, EntryKind, Envelope, GroupId, Membership, MultiRaft,
-    MultiReady, NodeId, Offset, RaftRole, Replica, Role, Snapshot, SnapshotMeta, Term,
+    codec, CodecLimits, ConfChange, Config, DiskId, Entry, EntryKind, Envelope, GroupId,
+    Membership, MultiRaft, MultiReady, NodeId, Offset, RaftRole, Replica, Role, Snapshot,
+    SnapshotMeta, Term,
 };
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -409,6 +410,15 @@ impl Sim {
     }
 
     fn send(&mut self, env: Envelope) {
+        // Every message crosses the wire codec, as between real nodes: what the core sends must
+        // decode, within the limits its own config implies, to exactly what it sent.
+        let wire = codec::encode(&env);
+        let limits = CodecLimits::from_config(&self.cfg);
+        match codec::decode_bytes(wire, &limits) {
+            Ok(back) if back == env => {}
+            Ok(back) => self.fail(format!("codec changed {env:?} into {back:?}")),
+            Err(e) => self.fail(format!("codec refused {env:?}: {e}")),
+        }
         let (from, to) = (env.from(), env.to());
         if self.blocked.get(&(from, to)).is_some_and(|&t| t > self.now) {
             self.stats.dropped += 1;

@@ -22,9 +22,9 @@
 //! | 5 InstallSnapshot | offset 8, term 8, member count 2, per member: node 8, disk 16, role 1 (0 voter, 1 learner, 2 auto-promoting learner), data length 8, data |
 //! | 6 TimeoutNow | nothing |
 //!
-//! **Heartbeat** (kind 2): group count 4, per group: group 8, term 8, commit 8 (24 bytes).
-//! **Heartbeat response** (kind 3): group count 4, per group: group 8, term 8, disk 16,
-//! appended 8, flushed 8 (48 bytes).
+//! **Heartbeat** (kind 2): sent_ms 8, group count 4, per group: group 8, term 8, commit 8
+//! (24 bytes). **Heartbeat response** (kind 3): sent_ms 8 (echoed), group count 4, per group:
+//! group 8, term 8, disk 16, appended 8, flushed 8 (48 bytes).
 //!
 //! Limits ([`CodecLimits`], from the `Config` every node shares): at most
 //! `APPEND_ENTRIES_MAX` entries per append, each at most `max_entry_bytes`, several together at
@@ -121,7 +121,7 @@ impl CodecLimits {
         let snapshot = (ENVELOPE_HEADER_BYTES + GROUP_HEADER_BYTES + 8 + 8 + 2 + 8)
             .saturating_add(MEMBERS_MAX * MEMBER_BYTES)
             .saturating_add(self.max_snapshot_bytes);
-        let heartbeat = (ENVELOPE_HEADER_BYTES + 4).saturating_add(
+        let heartbeat = (ENVELOPE_HEADER_BYTES + 8 + 4).saturating_add(
             self.max_heartbeat_groups
                 .saturating_mul(HEARTBEAT_RESP_GROUP_BYTES),
         );
@@ -173,8 +173,8 @@ pub fn encoded_len(env: &Envelope) -> usize {
                         Body::TimeoutNow => 0,
                     }
             }
-            Envelope::Heartbeat(h) => 4 + h.groups.len() * HEARTBEAT_GROUP_BYTES,
-            Envelope::HeartbeatResp(h) => 4 + h.groups.len() * HEARTBEAT_RESP_GROUP_BYTES,
+            Envelope::Heartbeat(h) => 8 + 4 + h.groups.len() * HEARTBEAT_GROUP_BYTES,
+            Envelope::HeartbeatResp(h) => 8 + 4 + h.groups.len() * HEARTBEAT_RESP_GROUP_BYTES,
         }
 }
 
@@ -199,6 +199,7 @@ pub fn encode_into(env: &Envelope, out: &mut BytesMut) {
             out.put_u8(KIND_HEARTBEAT);
             out.put_u64_le(h.from);
             out.put_u64_le(h.to);
+            out.put_u64_le(h.sent_ms);
             out.put_u32_le(u32_len(h.groups.len()));
             for g in &h.groups {
                 out.put_u64_le(g.group);
@@ -210,6 +211,7 @@ pub fn encode_into(env: &Envelope, out: &mut BytesMut) {
             out.put_u8(KIND_HEARTBEAT_RESP);
             out.put_u64_le(h.from);
             out.put_u64_le(h.to);
+            out.put_u64_le(h.sent_ms);
             out.put_u32_le(u32_len(h.groups.len()));
             for g in &h.groups {
                 out.put_u64_le(g.group);
@@ -342,6 +344,7 @@ pub fn decode_bytes(buf: Bytes, limits: &CodecLimits) -> Result<Envelope, Decode
             })
         }
         KIND_HEARTBEAT => {
+            let sent_ms = r.u64()?;
             let n = r.count(
                 HEARTBEAT_GROUP_BYTES,
                 limits.max_heartbeat_groups,
@@ -355,9 +358,15 @@ pub fn decode_bytes(buf: Bytes, limits: &CodecLimits) -> Result<Envelope, Decode
                     commit: r.u64()?,
                 });
             }
-            Envelope::Heartbeat(Heartbeat { from, to, groups })
+            Envelope::Heartbeat(Heartbeat {
+                from,
+                to,
+                sent_ms,
+                groups,
+            })
         }
         KIND_HEARTBEAT_RESP => {
+            let sent_ms = r.u64()?;
             let n = r.count(
                 HEARTBEAT_RESP_GROUP_BYTES,
                 limits.max_heartbeat_groups,
@@ -373,7 +382,12 @@ pub fn decode_bytes(buf: Bytes, limits: &CodecLimits) -> Result<Envelope, Decode
                     flushed: r.u64()?,
                 });
             }
-            Envelope::HeartbeatResp(HeartbeatResp { from, to, groups })
+            Envelope::HeartbeatResp(HeartbeatResp {
+                from,
+                to,
+                sent_ms,
+                groups,
+            })
         }
         k => return Err(DecodeError::UnknownKind(k)),
     };

@@ -93,6 +93,10 @@ pub enum Body {
 pub struct Heartbeat {
     pub from: NodeId,
     pub to: NodeId,
+    /// The sender's clock when it sent this round, echoed in the answer: the leader orders an
+    /// answer against the acknowledgements it holds by when its heartbeat left, so a late
+    /// answer (reordered behind newer acknowledgements) is recognised as such.
+    pub sent_ms: u64,
     pub groups: Vec<HeartbeatGroup>,
 }
 
@@ -108,6 +112,8 @@ pub struct HeartbeatGroup {
 pub struct HeartbeatResp {
     pub from: NodeId,
     pub to: NodeId,
+    /// `Heartbeat::sent_ms` of the heartbeat this answers.
+    pub sent_ms: u64,
     pub groups: Vec<HeartbeatRespGroup>,
 }
 

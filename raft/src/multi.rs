@@ -159,6 +159,7 @@ impl MultiRaft {
                     self.outbox.push(Envelope::HeartbeatResp(HeartbeatResp {
                         from: self.me,
                         to: hb.from,
+                        sent_ms: hb.sent_ms,
                         groups,
                     }));
                 }
@@ -167,7 +168,7 @@ impl MultiRaft {
             Envelope::HeartbeatResp(r) => {
                 for h in r.groups {
                     if let Some(g) = self.groups.get_mut(&h.group) {
-                        g.handle_heartbeat_resp(now_ms, r.from, h);
+                        g.handle_heartbeat_resp(now_ms, r.from, r.sent_ms, h);
                     }
                 }
                 Ok(())
@@ -202,6 +203,7 @@ impl MultiRaft {
                 self.outbox.push(Envelope::Heartbeat(Heartbeat {
                     from: self.me,
                     to,
+                    sent_ms: now_ms,
                     groups: chunk.to_vec(),
                 }));
             }

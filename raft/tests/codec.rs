@@ -131,11 +131,13 @@ fn every_variant() -> Vec<Envelope> {
     v.push(Envelope::Heartbeat(Heartbeat {
         from: 1,
         to: 3,
+        sent_ms: 1_700_000_000_000,
         groups: vec![],
     }));
     v.push(Envelope::Heartbeat(Heartbeat {
         from: 1,
         to: 3,
+        sent_ms: 1_700_000_000_000,
         groups: vec![
             HeartbeatGroup {
                 group: 1,
@@ -152,6 +154,7 @@ fn every_variant() -> Vec<Envelope> {
     v.push(Envelope::HeartbeatResp(HeartbeatResp {
         from: 3,
         to: 1,
+        sent_ms: 1_700_000_000_000,
         groups: vec![HeartbeatRespGroup {
             group: 1,
             term: 2,
@@ -285,11 +288,17 @@ fn malformed_input_gets_typed_errors() {
     many.extend_from_slice(&3u32.to_le_bytes());
     assert_eq!(dec(group_body(3, &many)), Err(DecodeError::Truncated));
     assert_eq!(
-        dec(with_header(2, &5u32.to_le_bytes())),
+        dec(with_header(
+            2,
+            &[&[0u8; 8][..], &5u32.to_le_bytes()].concat()
+        )),
         Err(DecodeError::TooManyHeartbeatGroups { count: 5, limit: 2 })
     );
     assert_eq!(
-        dec(with_header(3, &3u32.to_le_bytes())),
+        dec(with_header(
+            3,
+            &[&[0u8; 8][..], &3u32.to_le_bytes()].concat()
+        )),
         Err(DecodeError::TooManyHeartbeatGroups { count: 3, limit: 2 })
     );
     assert_eq!(
@@ -360,6 +369,7 @@ fn random_envelope(rng: &mut SmallRng) -> Envelope {
         0 => Envelope::Heartbeat(Heartbeat {
             from,
             to,
+            sent_ms: num(rng),
             groups: (0..rng.gen_range(0..20))
                 .map(|_| HeartbeatGroup {
                     group: num(rng),
@@ -371,6 +381,7 @@ fn random_envelope(rng: &mut SmallRng) -> Envelope {
         1 => Envelope::HeartbeatResp(HeartbeatResp {
             from,
             to,
+            sent_ms: num(rng),
             groups: (0..rng.gen_range(0..20))
                 .map(|_| HeartbeatRespGroup {
                     group: num(rng),

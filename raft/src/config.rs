@@ -19,8 +19,17 @@ pub struct Config {
     /// Base election timeout; each follower waits a random time in [t, 2t) (Redpanda: 1500 ms).
     /// Also the check-quorum window and the pre-vote leader lease.
     pub election_timeout_ms: u64,
-    /// Largest append message (bytes of entries): bounds one catch-up chunk (Redpanda 512 KiB).
+    /// Soft limit on one append message (bytes of entries): entries are packed into one append
+    /// up to it, and it bounds one catch-up read (Redpanda 512 KiB). An entry larger than it is
+    /// not refused: it travels alone, in an append of its own (see `max_entry_bytes`).
     pub max_append_bytes: usize,
+    /// Hard limit on one entry (one record batch): `propose` refuses a larger batch and the wire
+    /// codec refuses to decode one. 8 MiB: twice Sluice's largest batch (a queue partition's
+    /// 4 MiB batch; one SQS message is at most 1 MiB), so a full batch with its framing always
+    /// fits; no more than `max_cache_bytes`, so the leader can always hold its newest entry to
+    /// send; half of `max_uncommitted_bytes`, so one entry never fills the back-pressure window
+    /// alone; and far below the codec's 32-bit length field (4 GiB).
+    pub max_entry_bytes: usize,
     /// Bytes sent to one follower and not yet acknowledged (pipelining window).
     pub max_inflight_bytes: usize,
     /// Bytes of recent entries the core keeps to send without asking the log owner to read.
@@ -39,6 +48,7 @@ impl Default for Config {
             heartbeat_interval_ms: 150,
             election_timeout_ms: 1500,
             max_append_bytes: 512 * 1024,
+            max_entry_bytes: 8 * 1024 * 1024,
             max_inflight_bytes: 4 * 1024 * 1024,
             max_cache_bytes: 8 * 1024 * 1024,
             max_uncommitted_bytes: 16 * 1024 * 1024,

@@ -12,6 +12,30 @@ pub enum DecodeError {
     BadRole(u8),
     #[error("node {0} listed twice")]
     DuplicateNode(NodeId),
+    #[error("unknown codec version {0}")]
+    UnknownVersion(u8),
+    #[error("unknown envelope kind {0}")]
+    UnknownKind(u8),
+    #[error("unknown message body {0}")]
+    UnknownBody(u8),
+    #[error("unknown entry kind {0}")]
+    UnknownEntryKind(u8),
+    #[error("flag byte {0:#04x} has reserved bits set")]
+    BadFlags(u8),
+    #[error("{0} bytes after the end of the message")]
+    TrailingBytes(usize),
+    #[error("append of {count} entries, limit {limit}")]
+    TooManyEntries { count: u64, limit: usize },
+    #[error("heartbeat of {count} groups, limit {limit}")]
+    TooManyHeartbeatGroups { count: u64, limit: usize },
+    #[error("entry of {size_bytes} bytes, limit {limit_bytes}")]
+    EntryTooLarge { size_bytes: u64, limit_bytes: usize },
+    #[error("append of several entries totalling {size_bytes} bytes, limit {limit_bytes}")]
+    AppendTooLarge { size_bytes: u64, limit_bytes: usize },
+    #[error("snapshot of {size_bytes} bytes, limit {limit_bytes}")]
+    SnapshotTooLarge { size_bytes: u64, limit_bytes: usize },
+    #[error("entry at offset {offset} covering {count} offsets overflows the offset space")]
+    OffsetOverflow { offset: u64, count: u32 },
 }
 
 /// Why a proposal was refused. The caller retries elsewhere (`NotLeader`) or later.
@@ -30,7 +54,7 @@ pub enum ProposeError {
     },
     #[error("a batch must cover at least one offset")]
     EmptyBatch,
-    #[error("batch of {size_bytes} bytes is over max_append_bytes {limit_bytes}")]
+    #[error("batch of {size_bytes} bytes is over max_entry_bytes {limit_bytes}")]
     BatchTooLarge {
         size_bytes: usize,
         limit_bytes: usize,

@@ -285,10 +285,12 @@ impl RaftGroup {
         if !self.is_serving() {
             return Err(ProposeError::TermNotConfirmed);
         }
-        if size_bytes > self.cfg.max_append_bytes {
+        // Not `max_append_bytes`: that only decides how entries are packed into appends; a batch
+        // above it is sent in an append of its own.
+        if size_bytes > self.cfg.max_entry_bytes {
             return Err(ProposeError::BatchTooLarge {
                 size_bytes,
-                limit_bytes: self.cfg.max_append_bytes,
+                limit_bytes: self.cfg.max_entry_bytes,
             });
         }
         if self.pending_bytes + size_bytes > self.cfg.max_uncommitted_bytes {

@@ -9,6 +9,7 @@
 //! | `config` | `Config`: limits with units; `Durability` (flushed by default, relaxed only opt-in) |
 //! | `error` | typed errors: propose, membership change, step, decode |
 //! | `message` | per-group messages and the coalesced per-node `Heartbeat` |
+//! | `codec` | the versioned wire format of an `Envelope`: bounded, zero-copy, never panics |
 //! | `log_view` | what the core knows of the log: bounds, term starts, recent-entry cache |
 //! | `progress` | the leader's view of one follower: matched/flushed, flow control |
 //! | `group` | `RaftGroup`: state, `Ready`, owner callbacks, `step`, `tick` |
@@ -20,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod codec;
 mod config;
 mod election;
 mod error;
@@ -33,12 +35,14 @@ mod replication;
 mod rng;
 mod types;
 
+pub use codec::{CodecLimits, CODEC_VERSION, SNAPSHOT_BYTES_MAX};
 pub use config::{Config, Durability};
 pub use error::{ChangeError, DecodeError, ProposeError, StepError};
 pub use group::{Fetch, Proposal, RaftGroup, RaftRole, Ready};
 pub use membership::ConfChange;
 pub use message::{
     Body, Envelope, Heartbeat, HeartbeatGroup, HeartbeatResp, HeartbeatRespGroup, Message,
+    APPEND_ENTRIES_MAX, HEARTBEAT_GROUPS_MAX,
 };
 pub use multi::{MultiRaft, MultiReady};
 pub use progress::{Progress, ProgressState};

@@ -164,9 +164,15 @@ impl LogView {
         self.cache_bytes
     }
 
-    /// Cached entries from the batch covering `from`, up to `max_bytes` (at least one entry).
+    /// Cached entries from the batch covering `from`, up to `max_bytes` and `max_entries` (at
+    /// least one entry, however large: a batch above `max_bytes` goes alone).
     /// `None` when the cache does not reach back to `from`: the owner must read the log.
-    pub fn read_cached(&self, from: Offset, max_bytes: usize) -> Option<Vec<Entry>> {
+    pub fn read_cached(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        max_entries: usize,
+    ) -> Option<Vec<Entry>> {
         let first = self.cache.front()?;
         if from < first.offset || from >= self.end {
             return None;
@@ -175,7 +181,7 @@ impl LogView {
         let mut out = Vec::new();
         let mut bytes = 0;
         for e in self.cache.iter().skip(i) {
-            if !out.is_empty() && bytes + e.data.len() > max_bytes {
+            if !out.is_empty() && (bytes + e.data.len() > max_bytes || out.len() >= max_entries) {
                 break;
             }
             bytes += e.data.len();
@@ -216,7 +222,7 @@ mod tests {
         assert_eq!(v.term_before(6), Some(3));
         assert_eq!(v.term_run_start(5), 0);
         assert_eq!(v.term_run_start(6), 5);
-        assert_eq!(v.read_cached(4, 1).unwrap()[0].offset, 3);
+        assert_eq!(v.read_cached(4, 1, 10).unwrap()[0].offset, 3);
         v.truncate(3);
         assert_eq!(v.last_term(), 1);
         assert_eq!(v.end, 3);
@@ -224,7 +230,7 @@ mod tests {
         assert_eq!((v.start, v.start_term), (3, 1));
         assert_eq!(v.term_before(3), Some(1));
         assert_eq!(v.term_before(2), None);
-        assert!(v.read_cached(0, 100).is_none());
+        assert!(v.read_cached(0, 100, 10).is_none());
     }
 
     #[test]
@@ -234,7 +240,7 @@ mod tests {
             v.append(&e(i, 1, 1), true, 35);
         }
         assert!(v.cache_bytes() <= 35);
-        assert!(v.read_cached(0, 100).is_none());
-        assert_eq!(v.read_cached(9, 100).unwrap().len(), 1);
+        assert!(v.read_cached(0, 100, 10).is_none());
+        assert_eq!(v.read_cached(9, 100, 10).unwrap().len(), 1);
     }
 }

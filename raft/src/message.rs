@@ -2,9 +2,21 @@
 
 use crate::types::{DiskId, Entry, GroupId, NodeId, Offset, Snapshot, Term};
 
+/// Most entries in one `Append`. The leader packs at most this many (and at most
+/// `max_append_bytes` of data, or a single larger entry), and the codec refuses more, so a
+/// decoded append allocates a bounded entry list. 4096: a full 512 KiB append of batches of
+/// 128 bytes or more (a batch header plus one small record) fits; smaller batches just take
+/// more appends.
+pub const APPEND_ENTRIES_MAX: usize = 4096;
+
+/// Most groups in one `Heartbeat` or `HeartbeatResp`. `MultiRaft` splits a larger round into
+/// several messages, and the codec refuses more. 16,384: sixteen times the design's ~1,000
+/// groups per core, with a response of 48 bytes per group staying under 1 MiB.
+pub const HEARTBEAT_GROUPS_MAX: usize = 16_384;
+
 /// Everything one node sends another. Heartbeats of all groups a node leads for a peer travel in
 /// one `Heartbeat`, so 1,000 idle groups cost one message per peer per interval, not 1,000.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Envelope {
     Group(Message),
     Heartbeat(Heartbeat),
@@ -29,7 +41,7 @@ impl Envelope {
 }
 
 /// A message of one group.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
     pub group: GroupId,
     pub from: NodeId,
@@ -39,7 +51,7 @@ pub struct Message {
     pub body: Body,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     /// A (pre-)vote request. `transfer`: sent after TimeoutNow, so voters ignore their lease.
     Vote {
@@ -77,10 +89,14 @@ pub enum Body {
 }
 
 /// One coalesced heartbeat: per group the leader's term and the commit the follower may adopt.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
     pub from: NodeId,
     pub to: NodeId,
+    /// The sender's clock when it sent this round, echoed in the answer: the leader orders an
+    /// answer against the acknowledgements it holds by when its heartbeat left, so a late
+    /// answer (reordered behind newer acknowledgements) is recognised as such.
+    pub sent_ms: u64,
     pub groups: Vec<HeartbeatGroup>,
 }
 
@@ -92,10 +108,12 @@ pub struct HeartbeatGroup {
     pub commit: Offset,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeartbeatResp {
     pub from: NodeId,
     pub to: NodeId,
+    /// `Heartbeat::sent_ms` of the heartbeat this answers.
+    pub sent_ms: u64,
     pub groups: Vec<HeartbeatRespGroup>,
 }
 

@@ -8,7 +8,7 @@
 use crate::config::Config;
 use crate::error::{ProposeError, StepError};
 use crate::group::{Proposal, RaftGroup, Ready};
-use crate::message::{Envelope, Heartbeat, HeartbeatGroup, HeartbeatResp};
+use crate::message::{Envelope, Heartbeat, HeartbeatGroup, HeartbeatResp, HEARTBEAT_GROUPS_MAX};
 use crate::types::{Entry, GroupId, NodeId, Offset, Restore, Snapshot};
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -159,6 +159,7 @@ impl MultiRaft {
                     self.outbox.push(Envelope::HeartbeatResp(HeartbeatResp {
                         from: self.me,
                         to: hb.from,
+                        sent_ms: hb.sent_ms,
                         groups,
                     }));
                 }
@@ -167,7 +168,7 @@ impl MultiRaft {
             Envelope::HeartbeatResp(r) => {
                 for h in r.groups {
                     if let Some(g) = self.groups.get_mut(&h.group) {
-                        g.handle_heartbeat_resp(now_ms, r.from, h);
+                        g.handle_heartbeat_resp(now_ms, r.from, r.sent_ms, h);
                     }
                 }
                 Ok(())
@@ -197,11 +198,15 @@ impl MultiRaft {
             }
         }
         for (to, groups) in per_peer {
-            self.outbox.push(Envelope::Heartbeat(Heartbeat {
-                from: self.me,
-                to,
-                groups,
-            }));
+            // More groups than one message may carry (the codec's bound) go in several.
+            for chunk in groups.chunks(HEARTBEAT_GROUPS_MAX) {
+                self.outbox.push(Envelope::Heartbeat(Heartbeat {
+                    from: self.me,
+                    to,
+                    sent_ms: now_ms,
+                    groups: chunk.to_vec(),
+                }));
+            }
         }
     }
 

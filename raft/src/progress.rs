@@ -34,8 +34,16 @@ pub struct Progress {
     pub recent_active: bool,
     /// A read of the log owner is pending for this follower.
     pub fetch_pending: bool,
-    /// `matched` at the previous heartbeat answer: no progress across two means an append was lost.
+    /// `matched` at the previous heartbeat answer (informational: lost appends are now found
+    /// by `waiting_since_ms`, which a late answer cannot fool).
     pub matched_at_last_heartbeat: Offset,
+    /// Leader's clock when `matched` last moved forward. A heartbeat answer reflects every
+    /// acknowledgement only if its heartbeat left after this; an earlier one may be late.
+    pub acked_at_ms: u64,
+    /// Leader's clock when the oldest unanswered append (or probe) went out, or when the
+    /// follower last made progress with appends still in flight: the start of the wait that
+    /// decides whether an append was lost.
+    pub waiting_since_ms: u64,
     /// When the snapshot was asked for, to retry a lost one.
     pub snapshot_at_ms: u64,
 }
@@ -54,6 +62,8 @@ impl Progress {
             recent_active: false,
             fetch_pending: false,
             matched_at_last_heartbeat: 0,
+            acked_at_ms: 0,
+            waiting_since_ms: 0,
             snapshot_at_ms: 0,
         }
     }
@@ -83,7 +93,10 @@ impl Progress {
         }
     }
 
-    /// Whether another append may be sent now.
+    /// Whether another append may be sent now. In `Replicate`, while the window is not full: an
+    /// append may overshoot it by its own size, so an entry larger than the room left (or than
+    /// the whole window, up to `max_entry_bytes`) is delayed until acknowledgements free the
+    /// window, never blocked for good.
     pub fn can_send(&self, max_inflight_bytes: usize) -> bool {
         match self.state {
             ProgressState::Probe => !self.paused,

@@ -7,7 +7,7 @@
 //! will overwrite; reporting it as "flushed" would let the leader count bytes it never sent.
 
 use crate::group::{Fetch, Proposal, RaftGroup, RaftRole};
-use crate::message::{Body, HeartbeatGroup, HeartbeatRespGroup};
+use crate::message::{Body, HeartbeatGroup, HeartbeatRespGroup, APPEND_ENTRIES_MAX};
 use crate::progress::ProgressState;
 use crate::types::{Entry, EntryKind, NodeId, Offset, Snapshot, SnapshotMeta, Term};
 use crate::{Durability, StepError};
@@ -66,6 +66,7 @@ impl RaftGroup {
                 if pr.state == ProgressState::Probe {
                     // An empty append: establishes the match at our log end.
                     let end = self.log.end;
+                    pr.waiting_since_ms = self.now_ms;
                     pr.sent(end, 0);
                     let body = Body::Append {
                         prev_offset: end,
@@ -77,7 +78,10 @@ impl RaftGroup {
                 }
                 return;
             }
-            match self.log.read_cached(pr.next, self.cfg.max_append_bytes) {
+            let cached =
+                self.log
+                    .read_cached(pr.next, self.cfg.max_append_bytes, APPEND_ENTRIES_MAX);
+            match cached {
                 Some(entries) => {
                     if !self.send_entries(peer, entries) {
                         return;
@@ -110,6 +114,9 @@ impl RaftGroup {
         let Some(pr) = self.progress.get_mut(&peer) else {
             return false;
         };
+        if pr.state == ProgressState::Probe || pr.inflight.is_empty() {
+            pr.waiting_since_ms = self.now_ms;
+        }
         pr.sent(end, bytes);
         let body = Body::Append {
             prev_offset,
@@ -123,7 +130,11 @@ impl RaftGroup {
 
     /// The log owner's answer to a `Fetch`: entries of this leader's log from the batch covering
     /// `from`. Empty: the log no longer holds `from` (compacted), so a snapshot is needed.
-    pub fn on_fetched(&mut self, peer: NodeId, from: Offset, entries: Vec<Entry>) {
+    /// The first entry is sent whatever its size (a batch above `max_append_bytes` goes alone);
+    /// entries past `max_append_bytes` or `APPEND_ENTRIES_MAX` are dropped here and read again
+    /// later, so an owner that returns too much never makes an append the codec refuses.
+    pub fn on_fetched(&mut self, peer: NodeId, from: Offset, mut entries: Vec<Entry>) {
+        entries.truncate(pack_len(&entries, self.cfg.max_append_bytes));
         if self.role != RaftRole::Leader {
             return;
         }
@@ -308,6 +319,10 @@ impl RaftGroup {
             return;
         }
         let (appended, flushed) = (appended.min(self.log.end), flushed.min(self.log.end));
+        if appended > pr.matched {
+            pr.acked_at_ms = self.now_ms;
+            pr.waiting_since_ms = self.now_ms;
+        }
         pr.matched = pr.matched.max(appended);
         pr.flushed = pr.flushed.max(flushed);
         pr.ack(appended);
@@ -449,12 +464,19 @@ impl RaftGroup {
         }
     }
 
-    /// Leader: a follower's heartbeat answer. Also the retransmission path: an append that was
-    /// lost shows up as a follower that made no progress between two heartbeats.
+    /// Leader: a follower's heartbeat answer, to the heartbeat this leader sent at `sent_ms`
+    /// (its own clock, echoed back). Also the retransmission path: an append that was lost
+    /// shows up as an answer, to a heartbeat sent a full interval after the append, that does
+    /// not include it.
+    ///
+    /// Answers are judged by when their heartbeat left, never by when they arrive: an answer
+    /// reordered behind newer acknowledgements (late) reports an older position, and must
+    /// neither move the follower back nor make the leader probe or re-send.
     pub(crate) fn handle_heartbeat_resp(
         &mut self,
         now_ms: u64,
         from: NodeId,
+        sent_ms: u64,
         r: HeartbeatRespGroup,
     ) {
         self.now_ms = self.now_ms.max(now_ms);
@@ -467,6 +489,9 @@ impl RaftGroup {
             return;
         }
         let end = self.log.end;
+        let now = self.now_ms;
+        let interval_ms = self.cfg.heartbeat_interval_ms;
+        let election_timeout_ms = self.cfg.election_timeout_ms;
         let Some(pr) = self.progress.get_mut(&from) else {
             return;
         };
@@ -476,28 +501,42 @@ impl RaftGroup {
             return;
         }
         pr.recent_active = true;
+        // Flushed is durable on that disk: any report of it, late or not, only adds.
+        pr.flushed = pr.flushed.max(r.flushed.min(end));
         let mut resend = false;
-        if r.appended < pr.matched {
-            // It lost unflushed writes (a restart) or this answer is stale: re-probe.
-            pr.matched = r.appended;
-            pr.become_probe(end);
-            resend = true;
+        let appended = r.appended.min(end);
+        if appended < pr.matched {
+            // Less than it acknowledged. If the heartbeat left after the latest acknowledgement
+            // arrived, the follower really holds less (it restarted and lost unflushed writes):
+            // probe again. Otherwise the answer is late and tells nothing new.
+            if sent_ms > pr.acked_at_ms {
+                pr.matched = appended;
+                pr.become_probe(end);
+                resend = true;
+            }
         } else {
-            pr.matched = pr.matched.max(r.appended.min(end));
-            pr.flushed = pr.flushed.max(r.flushed.min(end));
+            if appended > pr.matched {
+                pr.matched = appended;
+                pr.acked_at_ms = now;
+                pr.waiting_since_ms = now;
+                pr.ack(appended);
+            }
+            // What was sent a full interval before this heartbeat left, and is still not in its
+            // answer, was lost (or is hopelessly slow): send it again.
+            let overdue = sent_ms >= pr.waiting_since_ms.saturating_add(interval_ms);
             if pr.matched < end {
                 match pr.state {
-                    ProgressState::Probe => {
+                    ProgressState::Probe if !pr.paused || overdue => {
                         pr.paused = false;
                         resend = true;
                     }
-                    ProgressState::Replicate if pr.matched == pr.matched_at_last_heartbeat => {
+                    ProgressState::Replicate if overdue => {
                         let m = pr.matched;
                         pr.become_probe(m);
                         resend = true;
                     }
                     ProgressState::Snapshot
-                        if self.now_ms >= pr.snapshot_at_ms + self.cfg.election_timeout_ms =>
+                        if now >= pr.snapshot_at_ms.saturating_add(election_timeout_ms) =>
                     {
                         let m = pr.matched;
                         pr.become_probe(m);
@@ -518,5 +557,48 @@ impl RaftGroup {
         if self.commit != before {
             self.dirty = true;
         }
+    }
+}
+
+/// How many of `entries` one append carries: at least one (however large), then as many as fit
+/// `max_bytes` of data and `APPEND_ENTRIES_MAX` entries.
+fn pack_len(entries: &[Entry], max_bytes: usize) -> usize {
+    let mut bytes = 0usize;
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 && (bytes + e.data.len() > max_bytes || i >= APPEND_ENTRIES_MAX) {
+            return i;
+        }
+        bytes += e.data.len();
+    }
+    entries.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(offset: Offset, len: usize) -> Entry {
+        Entry {
+            offset,
+            count: 1,
+            term: 1,
+            kind: EntryKind::Data,
+            data: Bytes::from(vec![0u8; len]),
+        }
+    }
+
+    #[test]
+    fn packing_keeps_at_least_one_entry_and_respects_both_limits() {
+        assert_eq!(pack_len(&[], 10), 0);
+        assert_eq!(
+            pack_len(&[e(0, 50), e(1, 1)], 10),
+            1,
+            "a large first entry alone"
+        );
+        assert_eq!(pack_len(&[e(0, 4), e(1, 6), e(2, 1)], 10), 2);
+        let many: Vec<Entry> = (0..APPEND_ENTRIES_MAX as u64 + 5)
+            .map(|o| e(o, 0))
+            .collect();
+        assert_eq!(pack_len(&many, 10), APPEND_ENTRIES_MAX);
     }
 }

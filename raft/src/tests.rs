@@ -242,11 +242,15 @@ fn proposals_need_a_confirmed_term_and_respect_limits() {
         l.propose(Bytes::from_static(b"x"), 0),
         Err(ProposeError::EmptyBatch)
     );
-    let big = Bytes::from(vec![0u8; cfg().max_append_bytes + 1]);
-    assert!(matches!(
-        l.propose(big, 1),
-        Err(ProposeError::BatchTooLarge { .. })
-    ));
+    let too_big = Bytes::from(vec![0u8; cfg().max_entry_bytes + 1]);
+    assert_eq!(
+        l.propose(too_big, 1),
+        Err(ProposeError::BatchTooLarge {
+            size_bytes: cfg().max_entry_bytes + 1,
+            limit_bytes: cfg().max_entry_bytes
+        })
+    );
+    assert_eq!(l.log_end(), 1, "a refused batch is not appended");
     let p = l.propose(Bytes::from_static(b"ok"), 3).unwrap();
     assert_eq!((p.offset, p.end), (1, 4));
     let r = l.ready();
@@ -398,4 +402,252 @@ fn leader_with_id(gid: GroupId) -> RaftGroup {
     g.step(1, m(vote(false))).unwrap();
     assert_eq!(g.role(), RaftRole::Leader);
     g
+}
+
+/// `max_append_bytes` is a packing limit, not a size limit: a batch above it is accepted and
+/// travels alone in its own append; smaller ones around it are packed together.
+#[test]
+fn a_batch_above_max_append_bytes_travels_alone() {
+    let mut l = leader();
+    let max = cfg().max_append_bytes;
+    // Node 2 stops answering (probe paused), so several batches queue up for it.
+    let sizes = [100, max + 1, 100, 100];
+    for (i, &len) in sizes.iter().enumerate() {
+        l.propose(Bytes::from(vec![i as u8; len]), 1).unwrap();
+    }
+    let r = l.ready();
+    l.on_flushed(r.log_epoch, 5);
+    let appends = |r: &Ready, to: NodeId| -> Vec<Vec<usize>> {
+        r.messages
+            .iter()
+            .filter(|m| m.to == to)
+            .filter_map(|m| match &m.body {
+                Body::Append { entries, .. } if !entries.is_empty() => {
+                    Some(entries.iter().map(|e| e.data.len()).collect())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // Node 3 never answered: probe it now from the start, as after a reject.
+    let reject = Body::AppendResp {
+        disk: DISKS[2],
+        appended: 0,
+        flushed: 0,
+        reject: Some(1),
+    };
+    l.step(3, msg(3, 1, 1, reject)).unwrap();
+    let r = l.ready();
+    assert_eq!(appends(&r, 3), vec![vec![100]], "probe: one append");
+    let ack = |appended| Body::AppendResp {
+        disk: DISKS[2],
+        appended,
+        flushed: appended,
+        reject: None,
+    };
+    l.step(4, msg(3, 1, 1, ack(2))).unwrap();
+    let r = l.ready();
+    assert_eq!(
+        appends(&r, 3),
+        vec![vec![max + 1], vec![100, 100]],
+        "the large batch alone, then the small ones packed"
+    );
+}
+
+/// A round with more groups than one message may carry (the codec's bound) is split.
+#[test]
+fn heartbeats_split_at_the_codec_bound() {
+    let mut mr = MultiRaft::new(1, cfg());
+    let n = HEARTBEAT_GROUPS_MAX as u64 + 1;
+    for gid in 0..n {
+        mr.add_group(gid, restore(1), 0, gid).unwrap();
+        *mr.group_mut(gid).unwrap() = leader_with_id(gid);
+    }
+    mr.ready();
+    mr.tick(100);
+    let mut sizes: Vec<(NodeId, usize)> = mr
+        .ready()
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Envelope::Heartbeat(h) => Some((h.to, h.groups.len())),
+            _ => None,
+        })
+        .collect();
+    sizes.sort();
+    assert_eq!(
+        sizes,
+        vec![
+            (2, 1),
+            (2, HEARTBEAT_GROUPS_MAX),
+            (3, 1),
+            (3, HEARTBEAT_GROUPS_MAX)
+        ]
+    );
+}
+
+// ---- Heartbeat answers: late ones change nothing, fresh ones still repair -------------------
+
+/// Node 1 leading group 0 in a registry, node 2 acknowledged up to the no-op (offset 1).
+fn registry_leader() -> MultiRaft {
+    let mut mr = MultiRaft::new(1, cfg());
+    mr.add_group(0, restore(1), 0, 0).unwrap();
+    *mr.group_mut(0).unwrap() = leader();
+    mr.ready();
+    mr
+}
+
+/// One heartbeat round at `now_ms`: the heartbeat sent to `to`.
+fn heartbeat_round(mr: &mut MultiRaft, now_ms: u64, to: NodeId) -> Heartbeat {
+    mr.tick(now_ms);
+    mr.ready()
+        .messages
+        .into_iter()
+        .find_map(|m| match m {
+            Envelope::Heartbeat(h) if h.to == to => Some(h),
+            _ => None,
+        })
+        .expect("a heartbeat round")
+}
+
+/// Node 2's answer to `hb`, reporting `appended` (and as much flushed).
+fn answer(hb: &Heartbeat, appended: Offset) -> Envelope {
+    Envelope::HeartbeatResp(HeartbeatResp {
+        from: 2,
+        to: 1,
+        sent_ms: hb.sent_ms,
+        groups: vec![HeartbeatRespGroup {
+            group: 0,
+            term: 1,
+            disk: DISKS[1],
+            appended,
+            flushed: appended,
+        }],
+    })
+}
+
+fn ack_from_2(appended: Offset) -> Envelope {
+    Envelope::Group(msg(
+        2,
+        1,
+        1,
+        Body::AppendResp {
+            disk: DISKS[1],
+            appended,
+            flushed: appended,
+            reject: None,
+        },
+    ))
+}
+
+/// (first offset of each append with entries, whether any empty probe) sent to node 2.
+fn appends_to_2(r: &MultiReady) -> (Vec<Offset>, bool) {
+    let mut firsts = Vec::new();
+    let mut probe = false;
+    for m in &r.messages {
+        if let Envelope::Group(Message {
+            to: 2,
+            body: Body::Append { entries, .. },
+            ..
+        }) = m
+        {
+            match entries.first() {
+                Some(e) => firsts.push(e.offset),
+                None => probe = true,
+            }
+        }
+    }
+    (firsts, probe)
+}
+
+/// A heartbeat answer that arrives late — after acknowledgements of appends sent after it was
+/// written — reports an older position than the leader knows. It must not move the follower's
+/// progress back, make the leader probe, or re-send from an older offset; nor may a duplicate
+/// of it (two answers in a row without progress look like a lost append).
+#[test]
+fn a_late_heartbeat_answer_forces_no_reprobe_or_resend() {
+    let mut mr = registry_leader();
+    let hb = heartbeat_round(&mut mr, 10, 2);
+    let late = answer(&hb, 1); // written by node 2 now, delivered below
+
+    mr.propose(0, Bytes::from_static(b"first"), 2).unwrap(); // [1, 3)
+    let r = mr.ready();
+    let (epoch, _) = (r.groups[0].1.log_epoch, ());
+    mr.on_flushed(0, epoch, 3).unwrap();
+    mr.step(12, ack_from_2(3)).unwrap();
+    mr.propose(0, Bytes::from_static(b"second"), 2).unwrap(); // [3, 5), in flight
+    let r = mr.ready();
+    assert_eq!(appends_to_2(&r).0, vec![3]);
+
+    // The late answer, a duplicate of it, then answers to the same heartbeat that include the
+    // first batch (node 2 acknowledged it before the heartbeat reached it) but, of course, not
+    // the second, sent after the heartbeat left: twice, as "no progress between two answers".
+    let caught_up = answer(&hb, 3);
+    for (now_ms, env) in [(14, &late), (16, &late), (18, &caught_up), (20, &caught_up)] {
+        mr.step(now_ms, env.clone()).unwrap();
+        let r = mr.ready();
+        assert_eq!(
+            appends_to_2(&r),
+            (vec![], false),
+            "no probe, no re-send at {now_ms} ms"
+        );
+        let pr = mr
+            .group(0)
+            .unwrap()
+            .progress()
+            .find(|(n, _)| *n == 2)
+            .unwrap()
+            .1
+            .clone();
+        assert_eq!(pr.state, ProgressState::Replicate, "at {now_ms} ms");
+        assert_eq!((pr.matched, pr.next), (3, 5), "at {now_ms} ms");
+        assert_eq!(pr.inflight_bytes, b"second".len(), "at {now_ms} ms");
+    }
+}
+
+/// Still, an append that was lost is re-sent once answers to heartbeats sent well after it
+/// show the follower never got it.
+#[test]
+fn a_lost_append_is_resent_after_heartbeat_answers_show_it_missing() {
+    let mut mr = registry_leader();
+    mr.propose(0, Bytes::from_static(b"lost"), 2).unwrap(); // [1, 3), never arrives
+    let r = mr.ready();
+    assert_eq!(appends_to_2(&r).0, vec![1]);
+    let mut resent = false;
+    for now_ms in [100, 150, 200] {
+        let hb = heartbeat_round(&mut mr, now_ms, 2);
+        mr.step(now_ms + 1, answer(&hb, 1)).unwrap();
+        let (firsts, _) = appends_to_2(&mr.ready());
+        resent |= firsts == vec![1];
+    }
+    assert!(resent, "the lost append was re-sent from offset 1");
+}
+
+/// A follower that restarted and lost its unflushed writes answers a heartbeat sent after its
+/// last acknowledgement with less than the leader knows: that answer is not late, so the
+/// leader probes it again.
+#[test]
+fn a_restarted_follower_is_probed_again() {
+    let mut mr = registry_leader();
+    mr.propose(0, Bytes::from_static(b"unflushed"), 2).unwrap(); // [1, 3)
+    mr.ready();
+    mr.step(12, ack_from_2(3)).unwrap();
+    mr.ready();
+    // Node 2 restarts: it has verified nothing against this leader yet, so it reports 0.
+    let hb = heartbeat_round(&mut mr, 100, 2);
+    mr.step(101, answer(&hb, 0)).unwrap();
+    let (firsts, probe) = appends_to_2(&mr.ready());
+    assert!(
+        probe || !firsts.is_empty(),
+        "the leader probes node 2 again"
+    );
+    let pr = mr
+        .group(0)
+        .unwrap()
+        .progress()
+        .find(|(n, _)| *n == 2)
+        .unwrap()
+        .1
+        .clone();
+    assert_eq!(pr.state, ProgressState::Probe);
 }

@@ -44,6 +44,10 @@ fn campaign_with(default_seeds: u64, default_steps: u64) {
         t.elapsed().as_secs_f64()
     );
     assert!(total.acked > 0, "the campaign acknowledged nothing");
+    assert!(
+        total.large_proposals > 0 && total.oversized_reads > 0,
+        "the campaign proposed no batch over max_append_bytes, or never read one back"
+    );
 }
 
 #[test]

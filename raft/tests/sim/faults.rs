@@ -141,10 +141,29 @@ impl Sim {
         })
     }
 
+    /// A batch: mostly small, sometimes (1 in 64) above `max_append_bytes`, up to
+    /// `max_entry_bytes`, so large entries go through appends, the window, the cache and
+    /// catch-up reads under every fault.
     pub fn payload(&mut self) -> (Bytes, u32) {
-        self.next_payload += 1;
+        let len = if self.rng.gen_ratio(1, 64) {
+            let lo = self.cfg.max_append_bytes.max(8) + 1;
+            self.rng.gen_range(lo..=self.cfg.max_entry_bytes.max(lo))
+        } else {
+            self.rng.gen_range(8..600)
+        };
+        self.payload_of(len)
+    }
+
+    /// A small batch (scripted scenarios propose many in a row within the back-pressure limit).
+    pub fn small_payload(&mut self) -> (Bytes, u32) {
         let len = self.rng.gen_range(8..600);
-        let mut v = vec![0u8; len];
+        self.payload_of(len)
+    }
+
+    /// A batch of `len` bytes (at least 8) starting with a unique number.
+    pub fn payload_of(&mut self, len: usize) -> (Bytes, u32) {
+        self.next_payload += 1;
+        let mut v = vec![0u8; len.max(8)];
         v[..8].copy_from_slice(&self.next_payload.to_le_bytes());
         (Bytes::from(v), self.rng.gen_range(1..=5))
     }
@@ -163,9 +182,11 @@ impl Sim {
             return false;
         }
         let (data, count) = self.payload();
+        let large = data.len() > self.cfg.max_append_bytes;
         let raft = self.nodes[i].raft.as_mut().expect("up");
         if raft.propose(g, data, count).is_ok() {
             self.stats.proposals += 1;
+            self.stats.large_proposals += u64::from(large);
             self.drive(i);
             true
         } else {

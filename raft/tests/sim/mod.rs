@@ -19,8 +19,9 @@ use disk::Disk;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sluice_raft::{
-    ConfChange, Config, DiskId, Entry, EntryKind, Envelope, GroupId, Membership, MultiRaft,
-    MultiReady, NodeId, Offset, RaftRole, Replica, Role, Snapshot, SnapshotMeta, Term,
+    codec, CodecLimits, ConfChange, Config, DiskId, Entry, EntryKind, Envelope, GroupId,
+    Membership, MultiRaft, MultiReady, NodeId, Offset, RaftRole, Replica, Role, Snapshot,
+    SnapshotMeta, Term,
 };
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -34,6 +35,10 @@ pub fn sim_config() -> Config {
         heartbeat_interval_ms: 50,
         election_timeout_ms: 300,
         max_append_bytes: 2048,
+        // Above the append size, the in-flight window and the cache, as the real 8 MiB entry is
+        // above the real 512 KiB append: large entries (see `payload`) travel alone and are read
+        // back through the owner.
+        max_entry_bytes: 12 * 1024,
         max_inflight_bytes: 8192,
         max_cache_bytes: 4096,
         max_uncommitted_bytes: 64 * 1024,
@@ -64,6 +69,12 @@ pub struct Stats {
     pub conf_changes: u64,
     pub leaders_elected: u64,
     pub committed_offsets: u64,
+    /// Catch-up reads answered by the log owner.
+    pub fetches: u64,
+    /// Of those, reads whose first batch alone was over the read's `max_bytes`.
+    pub oversized_reads: u64,
+    /// Proposals of a batch over `max_append_bytes`.
+    pub large_proposals: u64,
 }
 
 /// One committed entry in the canonical history of a group.
@@ -399,6 +410,15 @@ impl Sim {
     }
 
     fn send(&mut self, env: Envelope) {
+        // Every message crosses the wire codec, as between real nodes: what the core sends must
+        // decode, within the limits its own config implies, to exactly what it sent.
+        let wire = codec::encode(&env);
+        let limits = CodecLimits::from_config(&self.cfg);
+        match codec::decode_bytes(wire, &limits) {
+            Ok(back) if back == env => {}
+            Ok(back) => self.fail(format!("codec changed {env:?} into {back:?}")),
+            Err(e) => self.fail(format!("codec refused {env:?}: {e}")),
+        }
         let (from, to) = (env.from(), env.to());
         if self.blocked.get(&(from, to)).is_some_and(|&t| t > self.now) {
             self.stats.dropped += 1;
@@ -477,7 +497,21 @@ impl Sim {
 
     /// Proposes on `node` (which must serve `g`); returns the proposal.
     pub fn propose_on(&mut self, node: NodeId, g: GroupId) -> sluice_raft::Proposal {
-        let (data, count) = self.payload();
+        let (data, count) = self.small_payload();
+        self.propose_data_on(node, g, data, count)
+    }
+
+    /// Proposes this batch on `node` (which must serve `g`); returns the proposal.
+    pub fn propose_data_on(
+        &mut self,
+        node: NodeId,
+        g: GroupId,
+        data: Bytes,
+        count: u32,
+    ) -> sluice_raft::Proposal {
+        if data.len() > self.cfg.max_append_bytes {
+            self.stats.large_proposals += 1;
+        }
         let i = self.idx(node);
         let p = self.nodes[i]
             .raft
@@ -529,6 +563,9 @@ pub fn add_stats(a: &mut Stats, b: &Stats) {
     a.conf_changes += b.conf_changes;
     a.leaders_elected += b.leaders_elected;
     a.committed_offsets += b.committed_offsets;
+    a.fetches += b.fetches;
+    a.oversized_reads += b.oversized_reads;
+    a.large_proposals += b.large_proposals;
 }
 
 pub fn entry_kind_name(k: EntryKind) -> &'static str {

@@ -54,6 +54,10 @@ impl Sim {
             }
             for f in rd.fetches.drain(..) {
                 let entries = self.nodes[i].disks[&g].read(f.from, f.max_bytes);
+                self.stats.fetches += 1;
+                if entries.first().is_some_and(|e| e.data.len() > f.max_bytes) {
+                    self.stats.oversized_reads += 1;
+                }
                 let raft = self.nodes[i].raft.as_mut().expect("up");
                 raft.on_fetched(g, f.peer, f.from, entries)
                     .expect("group exists");

@@ -302,10 +302,12 @@ pub fn lost_writes(ix: &Index, _cfg: &Config) -> Checked {
     out
 }
 
-/// The moment until which a delivery's lease certainly lasted: the receive's start plus the
-/// visibility timeout, unless a visibility change on its receipt or a delete of the message may
-/// have cut it (or an acknowledged change certainly moved it).
-fn lease_until_us(ix: &Index, d: &Delivery) -> u64 {
+/// The moment until which a delivery's lease certainly lasted, as far as a call that took effect
+/// before `before_us` can tell: the receive's start plus the visibility timeout, unless a
+/// visibility change on its receipt or a delete of the message that started before `before_us`
+/// may have cut it (or an acknowledged change certainly moved it). Releases that started later
+/// cannot have ended the lease before that call.
+fn lease_until_us(ix: &Index, d: &Delivery, before_us: u64) -> u64 {
     let start = d.receive.start_us;
     let mut until = start.saturating_add(d.visibility_us());
     for cv in ix
@@ -321,7 +323,7 @@ fn lease_until_us(ix: &Index, d: &Delivery) -> u64 {
         else {
             continue;
         };
-        if cv.start_us >= until {
+        if cv.start_us >= until || cv.start_us >= before_us {
             continue;
         }
         // Applied at some moment p >= its start: the lease ends at p + timeout >= start + timeout.
@@ -341,7 +343,7 @@ fn lease_until_us(ix: &Index, d: &Delivery) -> u64 {
         .into_iter()
         .flatten()
     {
-        if del.effect_until_us() > start {
+        if del.effect_until_us() > start && del.start_us < before_us {
             until = until.min(del.start_us.max(start));
         }
     }
@@ -357,21 +359,22 @@ pub fn double_leases(ix: &Index, cfg: &Config) -> Checked {
     ids.sort();
     for id in ids {
         let ds = &ix.deliveries[*id];
-        let untils: Vec<u64> = ds.iter().map(|d| lease_until_us(ix, d)).collect();
         for i in 0..ds.len() {
             for j in i + 1..ds.len() {
                 let (a, b) = (&ds[i], &ds[j]);
                 if a.receive.id == b.receive.id || a.queue != b.queue {
                     continue;
                 }
-                let b_inside_a = b.end_us() < untils[i].saturating_sub(cfg.margin_us);
-                let a_inside_b = a.end_us() < untils[j].saturating_sub(cfg.margin_us);
+                let a_until = lease_until_us(ix, a, b.end_us());
+                let b_until = lease_until_us(ix, b, a.end_us());
+                let b_inside_a = b.end_us() < a_until.saturating_sub(cfg.margin_us);
+                let a_inside_b = a.end_us() < b_until.saturating_sub(cfg.margin_us);
                 if b_inside_a && a_inside_b {
                     out.anomalies.push(Anomaly::DoubleLease {
                         queue: a.queue.to_string(),
                         message_id: id.to_string(),
                         first: OpRef::from(a.receive),
-                        first_lease_until_us: untils[i],
+                        first_lease_until_us: a_until,
                         second: OpRef::from(b.receive),
                         margin_us: cfg.margin_us,
                     });

@@ -901,7 +901,14 @@ impl Sim {
                 topic: TOPIC.into(),
                 partition,
             };
-            let offset = self.committed[partition as usize];
+            let mut offset = self.committed[partition as usize];
+            if self.armed(AnomalyKind::CommittedOffsetBack)
+                && self.last_ok_commit_end_us[partition as usize].is_some()
+            {
+                // The faulty phase offered no moment: the drain's read forgets instead.
+                self.planted = true;
+                offset = None;
+            }
             self.push(
                 d,
                 start,

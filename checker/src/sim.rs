@@ -123,7 +123,9 @@ struct Held {
 struct Client {
     name: String,
     free_at_us: u64,
-    alive: bool,
+    /// Incarnations so far: a client that dies mid-call comes back as a new process, as in
+    /// Jepsen, and its old call stays open for ever.
+    incarnation: u32,
     held: Vec<Held>,
     /// The last FIFO send, for retries: (payload, dedup id, content-based).
     last_fifo: Option<(String, Option<String>, bool)>,
@@ -197,7 +199,7 @@ pub fn generate(seed: u64, fault: Option<AnomalyKind>, cfg: SimConfig) -> Genera
             .map(|i| Client {
                 name: format!("c{i}"),
                 free_at_us: 0,
-                alive: true,
+                incarnation: 0,
                 held: Vec::new(),
                 last_fifo: None,
             })
@@ -265,20 +267,6 @@ impl Sim {
         call: Call,
         reply: Result<Reply, String>,
     ) {
-        let client = &mut self.clients[c];
-        client.free_at_us = end_us;
-        let (outcome, end, reply, error) = match (fate, reply) {
-            (Fate::Ok, Ok(r)) => (Outcome::Ok, Some(end_us), Some(r), None),
-            (Fate::Ok, Err(e)) => (Outcome::Fail, Some(end_us), None, Some(e)),
-            (Fate::Refused, _) => (Outcome::Fail, Some(end_us), None, Some("refused".into())),
-            (Fate::Timeout { .. }, _) => {
-                (Outcome::Info, Some(end_us), None, Some("timeout".into()))
-            }
-            (Fate::Died { .. }, _) => {
-                client.alive = false;
-                (Outcome::Info, None, None, None)
-            }
-        };
         if let Call::Send { queue, payload, .. } = &call {
             if fate != Fate::Refused {
                 let q = if queue == "fifo" { FIFO } else { STD };
@@ -289,6 +277,42 @@ impl Sim {
                 *e = (*e).min(start_us);
             }
         }
+        let client = &mut self.clients[c];
+        client.free_at_us = end_us;
+        let (outcome, end, reply, error) = match (fate, reply) {
+            (Fate::Ok, Ok(r)) => (Outcome::Ok, Some(end_us), Some(r), None),
+            (Fate::Ok, Err(e)) => (Outcome::Fail, Some(end_us), None, Some(e)),
+            (Fate::Refused, _) => (Outcome::Fail, Some(end_us), None, Some("refused".into())),
+            (Fate::Timeout { .. }, _) => {
+                (Outcome::Info, Some(end_us), None, Some("timeout".into()))
+            }
+            (Fate::Died { .. }, _) => {
+                client.incarnation += 1;
+                client.held.clear();
+                let slot = client
+                    .name
+                    .split('.')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let process =
+                    std::mem::replace(&mut client.name, format!("{slot}.{}", client.incarnation));
+                self.ops.push(Op {
+                    id: self.next_op,
+                    process,
+                    start_us,
+                    end_us: None,
+                    outcome: Outcome::Info,
+                    call,
+                    reply: None,
+                    error: None,
+                });
+                self.next_op += 1;
+                // The new process may start at once.
+                client.free_at_us = start_us;
+                return;
+            }
+        };
         self.ops.push(Op {
             id: self.next_op,
             process: client.name.clone(),
@@ -313,7 +337,7 @@ impl Sim {
             self.now_us += self.rng.range(STEP_US_MIN, STEP_US_MAX);
             let c = self.rng.below(self.clients.len() as u64) as usize;
             let client = &self.clients[c];
-            if !client.alive || client.free_at_us >= self.now_us {
+            if client.free_at_us >= self.now_us {
                 continue;
             }
             match self.rng.below(100) {
@@ -800,7 +824,7 @@ impl Sim {
         self.clients.push(Client {
             name: "drain".into(),
             free_at_us: drain_us,
-            alive: true,
+            incarnation: 0,
             held: Vec::new(),
             last_fifo: None,
         });

@@ -98,3 +98,29 @@ fn histories_survive_the_jsonl_round_trip() {
     assert_eq!(ops, back_ops, "SLUICE_SEED={seed}");
     assert_eq!(back.drain_us, g.history.drain_us);
 }
+
+/// A long history is judged in reasonable time (the checks are near-linear apart from pairs of
+/// deliveries of one message and one dedup key). `SLUICE_BIG_STEPS` makes it longer.
+#[test]
+fn a_long_history_is_judged_quickly() {
+    let seed = base_seed();
+    let steps = std::env::var("SLUICE_BIG_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+    let cfg = SimConfig {
+        steps,
+        ..SimConfig::default()
+    };
+    let g = generate(seed, None, cfg);
+    let started = std::time::Instant::now();
+    let report = check(&g.history, &Config::default());
+    let took = started.elapsed();
+    println!("{} operations judged in {took:?}", g.history.ops.len());
+    assert_eq!(
+        report.verdict,
+        Verdict::Pass,
+        "SLUICE_SEED={seed}:\n{}",
+        report.to_text()
+    );
+}

@@ -362,7 +362,12 @@ pub fn double_leases(ix: &Index, cfg: &Config) -> Checked {
         for i in 0..ds.len() {
             for j in i + 1..ds.len() {
                 let (a, b) = (&ds[i], &ds[j]);
-                if a.receive.id == b.receive.id || a.queue != b.queue {
+                // The same receipt is the same lease: a FIFO receive retried with its request
+                // attempt id returns the same messages and receipts.
+                if a.receive.id == b.receive.id
+                    || a.queue != b.queue
+                    || a.message.receipt == b.message.receipt
+                {
                     continue;
                 }
                 let a_until = lease_until_us(ix, a, b.end_us());

@@ -371,6 +371,20 @@ fn the_margin_decides_a_close_double_lease() {
 }
 
 #[test]
+fn a_retried_receive_attempt_returning_the_same_lease_is_not_a_double_lease() {
+    let mut h = base();
+    // The same receipt as c2's receive of 20..25 ms: a retry with the same attempt id.
+    h.receive(
+        "c2",
+        (26, 27),
+        "q",
+        LONG_VISIBILITY_MS,
+        vec![delivered("m1", "a", "r1", None)],
+    );
+    assert_eq!(finish(h).kinds(&cfg()), vec![]);
+}
+
+#[test]
 fn redelivery_after_the_lease_or_a_release_is_not_a_double_lease() {
     let mut h = H::default();
     h.send("c1", (0, 5), "q", "a", "m1");
@@ -542,6 +556,61 @@ fn a_fifo_message_delivered_while_an_earlier_one_waits_is_caught() {
             ..
         }
     ));
+}
+
+#[test]
+fn a_dead_lettered_fifo_message_does_not_hold_its_group_back() {
+    let mut h = H::default();
+    h.send_full(
+        "c1",
+        (0, 1),
+        "f",
+        "a",
+        Some("g"),
+        Some("da"),
+        Outcome::Ok,
+        Some("ma"),
+    );
+    h.send_full(
+        "c1",
+        (2, 3),
+        "f",
+        "b",
+        Some("g"),
+        Some("db"),
+        Outcome::Ok,
+        Some("mb"),
+    );
+    // `ma` is received once and never deleted; with maxReceiveCount 1 the next receive moves it
+    // to the dead-letter queue and may deliver `mb` at once.
+    h.receive(
+        "c2",
+        (4, 5),
+        "f",
+        10,
+        vec![delivered("ma", "a", "ra", Some("g"))],
+    );
+    h.receive(
+        "c2",
+        (20, 21),
+        "f",
+        10,
+        vec![delivered("mb", "b", "rb", Some("g"))],
+    );
+    h.delete("c2", (22, 23), "f", "mb", "rb");
+    h.drain(100);
+    h.receive(
+        "drain",
+        (101, 102),
+        "f-dlq",
+        LONG_VISIBILITY_MS,
+        vec![delivered("ma", "a", "ra2", Some("g"))],
+    );
+    h.delete("drain", (103, 104), "f-dlq", "ma", "ra2");
+    h.receive("drain", (105, 106), "f", LONG_VISIBILITY_MS, vec![]);
+    h.receive("drain", (107, 108), "f-dlq", LONG_VISIBILITY_MS, vec![]);
+    let report = check(&h.h, &cfg());
+    assert_eq!(report.verdict, Verdict::Pass, "{}", report.to_text());
 }
 
 /// A third message on `f` with dedup id `d1` (as `mf1`'s), delivered by the drain.

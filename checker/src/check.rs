@@ -76,7 +76,7 @@ pub struct Stored<'h> {
     pub id: &'h str,
     pub queue: &'h str,
     pub group: Option<&'h str>,
-    pub dedup_key: Option<&'h str>,
+    pub dedup_key: Option<String>,
     /// It was stored no earlier than this (the earliest start of a send that can have stored it)...
     pub stored_from_us: u64,
     /// ...and no later than this (the earliest ack of a send returning it, or of a receive
@@ -96,17 +96,29 @@ pub struct Index<'h> {
     pub visibility_changes: HashMap<&'h str, Vec<&'h Op>>,
 }
 
-fn send_key(call: &Call) -> Option<&str> {
-    match call {
-        Call::Send { dedup: Some(d), .. } => Some(d),
-        Call::Send {
-            dedup: None,
-            content_dedup: true,
-            payload,
-            ..
-        } => Some(payload),
-        _ => None,
-    }
+/// A send's deduplication key: the explicit id, else the body under content-based dedup;
+/// prefixed with the group when the queue deduplicates per group.
+fn send_key(call: &Call) -> Option<String> {
+    let Call::Send {
+        payload,
+        group,
+        dedup,
+        content_dedup,
+        dedup_per_group,
+        ..
+    } = call
+    else {
+        return None;
+    };
+    let key = match dedup {
+        Some(d) => d,
+        None if *content_dedup => payload,
+        None => return None,
+    };
+    Some(match (dedup_per_group, group) {
+        (true, Some(g)) => format!("{g}/{key}"),
+        _ => key.clone(),
+    })
 }
 
 impl<'h> Index<'h> {
@@ -117,7 +129,7 @@ impl<'h> Index<'h> {
         let mut ok_sends: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
         // Indeterminate sends by (queue, payload) and by (queue, dedup key).
         let mut info_by_payload: HashMap<(&str, &str), Vec<&Op>> = HashMap::new();
-        let mut info_by_key: HashMap<(&str, &str), Vec<&Op>> = HashMap::new();
+        let mut info_by_key: HashMap<(&str, String), Vec<&Op>> = HashMap::new();
         for o in &history.ops {
             match (&o.call, o.outcome, &o.reply) {
                 (Call::Send { .. }, Outcome::Ok, Some(Reply::Send { message_id })) => {
@@ -513,8 +525,8 @@ pub fn duplicates_in_window(ix: &Index, cfg: &Config) -> Checked {
     let mut out = Checked::default();
     let mut keys: BTreeMap<(&str, &str), Vec<&Stored>> = BTreeMap::new();
     for s in ix.stored.values() {
-        if let Some(k) = s.dedup_key {
-            keys.entry((s.queue, k)).or_default().push(s);
+        if let Some(k) = &s.dedup_key {
+            keys.entry((s.queue, k.as_str())).or_default().push(s);
         }
     }
     for ((queue, key), mut msgs) in keys {

@@ -59,13 +59,16 @@ pub enum Call {
         payload: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group: Option<String>,
-        /// The explicit deduplication id. For a queue whose dedup scope is the message group,
-        /// write `group/dedup`: the checker compares ids within a queue.
+        /// The explicit deduplication id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dedup: Option<String>,
         /// Content-based deduplication: without `dedup`, the body (the payload) is the key.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         content_dedup: bool,
+        /// The queue deduplicates per message group (SQS's `DeduplicationScope=messageGroup`),
+        /// not across the queue.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dedup_per_group: bool,
     },
     /// A queue receive; `visibility_timeout_ms` is the timeout in force (the queue's default when
     /// the request names none).

@@ -392,6 +392,7 @@ impl Sim {
             group: group.clone(),
             dedup: dedup.clone(),
             content_dedup: content,
+            dedup_per_group: false,
         };
         let key = dedup
             .clone()

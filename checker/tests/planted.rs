@@ -80,6 +80,7 @@ impl H {
             group: group.map(Into::into),
             dedup: dedup.map(Into::into),
             content_dedup: false,
+            dedup_per_group: false,
         };
         let reply = id.map(|m| Reply::Send {
             message_id: m.into(),
@@ -660,43 +661,47 @@ fn a_duplicate_inside_the_dedup_window_is_caught() {
 
 #[test]
 fn a_content_duplicate_inside_the_window_is_caught() {
+    // The same body twice in group g, stored as two messages 10 ms apart.
+    assert_eq!(
+        same_body_twice(["g", "g"], false).kinds(&cfg()),
+        vec![AnomalyKind::DuplicateInWindow]
+    );
+    assert_eq!(
+        same_body_twice(["g", "g"], true).kinds(&cfg()),
+        vec![AnomalyKind::DuplicateInWindow]
+    );
+    // In two groups: a duplicate only if the queue deduplicates across groups.
+    assert_eq!(
+        same_body_twice(["g", "h"], false).kinds(&cfg()),
+        vec![AnomalyKind::DuplicateInWindow]
+    );
+    assert_eq!(same_body_twice(["g", "h"], true).kinds(&cfg()), vec![]);
+}
+
+fn same_body_twice(groups: [&str; 2], dedup_per_group: bool) -> H {
     let mut h = H::default();
     for (i, (s, id)) in [(0, "m1"), (10, "m2")].into_iter().enumerate() {
+        let group = groups[i];
         let call = Call::Send {
             queue: "f".into(),
             payload: "same body".into(),
-            group: Some("g".into()),
+            group: Some(group.into()),
             dedup: None,
             content_dedup: true,
+            dedup_per_group,
         };
-        h.op(
-            "c1",
-            s,
-            Some(s + 5),
-            Outcome::Ok,
-            call,
-            Some(Reply::Send {
-                message_id: id.into(),
-            }),
-        );
-        h.receive(
-            "c2",
-            (100 + i as u64 * 10, 101 + i as u64 * 10),
-            "f",
-            LONG_VISIBILITY_MS,
-            vec![delivered(id, "same body", id, Some("g"))],
-        );
-        h.delete(
-            "c2",
-            (102 + i as u64 * 10, 103 + i as u64 * 10),
-            "f",
-            id,
-            id,
-        );
+        let reply = Reply::Send {
+            message_id: id.into(),
+        };
+        h.op("c1", s, Some(s + 5), Outcome::Ok, call, Some(reply));
+        let t = 100 + i as u64 * 10;
+        let d = vec![delivered(id, "same body", id, Some(group))];
+        h.receive("c2", (t, t + 1), "f", LONG_VISIBILITY_MS, d);
+        h.delete("c2", (t + 2, t + 3), "f", id, id);
     }
     h.drain(200);
     h.receive("drain", (201, 202), "f", LONG_VISIBILITY_MS, vec![]);
-    assert_eq!(h.kinds(&cfg()), vec![AnomalyKind::DuplicateInWindow]);
+    h
 }
 
 #[test]
@@ -778,6 +783,7 @@ fn indeterminate_calls_pass_either_way_and_are_counted() {
         group: None,
         dedup: None,
         content_dedup: false,
+        dedup_per_group: false,
     };
     h.op("c8", 24, None, Outcome::Info, call, None);
     // A receive that timed out: whatever it leased is not seen.

@@ -275,21 +275,27 @@ pub fn lost_writes(ix: &Index, _cfg: &Config) -> Checked {
         ));
         return out;
     }
+    // A queue is drained once a receive after the marker came back empty: the drain went on
+    // until nothing was left.
     let drained: HashSet<&str> = ix
         .history
         .ops
         .iter()
         .filter(|o| o.outcome == Outcome::Ok && ix.after_drain(o))
-        .filter_map(|o| match &o.call {
-            Call::Receive { queue, .. } => Some(queue.as_str()),
+        .filter_map(|o| match (&o.call, &o.reply) {
+            (Call::Receive { queue, .. }, Some(Reply::Receive { messages }))
+                if messages.is_empty() =>
+            {
+                Some(queue.as_str())
+            }
             _ => None,
         })
         .collect();
     for (queue, n) in &queues_sent {
         if !drained.contains(queue) {
             out.undecided.push(format!(
-                "lost writes: queue {queue} has no ok receive after the drain marker, so its {n} \
-                 acknowledged sends cannot be judged"
+                "lost writes: no ok receive of queue {queue} after the drain marker came back \
+                 empty (the drain did not finish it), so its {n} acknowledged sends cannot be judged"
             ));
         }
     }
@@ -564,7 +570,8 @@ pub fn stream_offsets(ix: &Index, _cfg: &Config) -> Checked {
     let mut seen: BTreeMap<(PartitionKey, u64), (&str, &Op)> = BTreeMap::new();
     let mut conflicted: HashSet<(PartitionKey, u64)> = HashSet::new();
     let mut drain_seen: HashMap<(PartitionKey, u64), &str> = HashMap::new();
-    let mut drain_from: HashMap<PartitionKey, u64> = HashMap::new();
+    // The drain's fetches: (from, the highest offset returned; none if it returned nothing).
+    let mut drain_spans: HashMap<PartitionKey, Vec<(u64, Option<u64>)>> = HashMap::new();
     let mut produced: Vec<(PartitionKey, u64, &str, &Op)> = Vec::new();
     for o in ix.history.ops.iter().filter(|o| o.outcome == Outcome::Ok) {
         let mut shown: Vec<(PartitionKey, u64, &str)> = Vec::new();
@@ -592,8 +599,8 @@ pub fn stream_offsets(ix: &Index, _cfg: &Config) -> Checked {
                 let p = (topic.as_str(), *partition);
                 let drain = ix.after_drain(o);
                 if drain {
-                    let f = drain_from.entry(p).or_insert(u64::MAX);
-                    *f = (*f).min(*from_offset);
+                    let last = records.iter().map(|r| r.offset).max();
+                    drain_spans.entry(p).or_default().push((*from_offset, last));
                 }
                 for r in records {
                     shown.push((p, r.offset, &r.payload));
@@ -634,7 +641,14 @@ pub fn stream_offsets(ix: &Index, _cfg: &Config) -> Checked {
     }
     let mut unjudged: BTreeMap<PartitionKey, usize> = BTreeMap::new();
     for (p, offset, payload, o) in produced {
-        if drain_from.get(&p).is_none_or(|&from| from > offset) {
+        // Judged once a drain fetch from at or below the offset returned it or a later one, or
+        // nothing at all (the log ends before it).
+        let covered = drain_spans.get(&p).is_some_and(|spans| {
+            spans
+                .iter()
+                .any(|&(from, last)| from <= offset && last.is_none_or(|l| l >= offset))
+        });
+        if !covered {
             *unjudged.entry(p).or_insert(0) += 1;
             continue;
         }
@@ -650,8 +664,9 @@ pub fn stream_offsets(ix: &Index, _cfg: &Config) -> Checked {
     }
     for ((topic, partition), n) in unjudged {
         out.undecided.push(format!(
-            "lost produces: no ok fetch of {topic}/{partition} after the drain marker starts at or \
-             below the offsets of {n} acknowledged produces"
+            "lost produces: no ok fetch of {topic}/{partition} after the drain marker reached the \
+             offsets of {n} acknowledged produces (from at or below one, returning it, a later one \
+             or nothing), so they cannot be judged"
         ));
     }
     out

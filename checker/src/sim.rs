@@ -918,6 +918,19 @@ impl Sim {
                 call,
                 Ok(Reply::Fetch { records }),
             );
+            // ...until a fetch comes back empty.
+            self.now_us += 10;
+            let start = self.now_us;
+            self.now_us += 10;
+            let call = Call::Fetch {
+                topic: TOPIC.into(),
+                partition,
+                from_offset: self.partitions[partition as usize].len() as u64,
+            };
+            let end = Ok(Reply::Fetch {
+                records: Vec::new(),
+            });
+            self.push(d, start, self.now_us, Fate::Ok, call, end);
             self.now_us += 10;
             let start = self.now_us;
             self.now_us += 10;

@@ -262,6 +262,7 @@ fn finish(mut h: H) -> H {
     h.receive("drain", (250, 251), "q", LONG_VISIBILITY_MS, vec![]);
     h.receive("drain", (252, 253), "f", LONG_VISIBILITY_MS, vec![]);
     h.fetch("drain", (254, 255), 0, &[(0, "s1"), (1, "s2")]);
+    h.fetch("drain", (255, 256), 2, &[]);
     h.read_committed("drain", (256, 257), Some(2));
     h
 }
@@ -845,6 +846,35 @@ fn without_a_drain_the_checker_says_it_cannot_decide() {
     let report = check(&h.h, &cfg());
     assert_eq!(report.verdict, Verdict::Undecided, "{}", report.to_text());
     assert!(report.undecided.iter().any(|u| u.contains("t/0")));
+    // Nor a drain that stopped before a receive came back empty: what it left is not lost.
+    let mut h = base();
+    h.send("c1", (16, 18), "q", "c", "m3");
+    h.send("c1", (19, 20), "q", "d", "m4");
+    h.receive(
+        "drain",
+        (250, 251),
+        "q",
+        LONG_VISIBILITY_MS,
+        vec![delivered("m3", "c", "r", None)],
+    );
+    h.receive("drain", (252, 253), "f", LONG_VISIBILITY_MS, vec![]);
+    h.fetch("drain", (254, 255), 0, &[(0, "s1"), (1, "s2")]);
+    h.fetch("drain", (255, 256), 2, &[]);
+    let report = check(&h.h, &cfg());
+    assert_eq!(report.verdict, Verdict::Undecided, "{}", report.to_text());
+    assert!(report
+        .undecided
+        .iter()
+        .any(|u| u.contains("did not finish")));
+    // Nor fetches that stopped before an acknowledged offset.
+    let mut h = base();
+    h.produce("c4", (126, 127), 0, "s3", 2);
+    h.receive("drain", (250, 251), "q", LONG_VISIBILITY_MS, vec![]);
+    h.receive("drain", (252, 253), "f", LONG_VISIBILITY_MS, vec![]);
+    h.fetch("drain", (254, 255), 0, &[(0, "s1"), (1, "s2")]);
+    let report = check(&h.h, &cfg());
+    assert_eq!(report.verdict, Verdict::Undecided, "{}", report.to_text());
+    assert!(report.undecided.iter().any(|u| u.contains("t/0")));
 }
 
 #[test]
@@ -859,9 +889,11 @@ fn the_json_lines_schema_reads_what_python_writes() {
 {"event":"complete","op":3,"time_us":12000,"outcome":"ok","result":{"type":"receive","messages":[{"message_id":"m1","payload":"p1","receipt":"r1","receive_count":1}]}}
 {"event":"invoke","op":4,"process":"py-1","time_us":13000,"call":{"type":"delete","queue":"q","message_id":"m1","receipt":"r1"}}
 {"event":"complete","op":4,"time_us":14000,"outcome":"ok"}
+{"event":"invoke","op":5,"process":"py-1","time_us":15000,"call":{"type":"receive","queue":"q","visibility_timeout_ms":30000}}
+{"event":"complete","op":5,"time_us":16000,"outcome":"ok","result":{"type":"receive","messages":[]}}
 "#;
     let h = History::from_jsonl(text.as_bytes()).expect("parses");
-    assert_eq!(h.ops.len(), 4);
+    assert_eq!(h.ops.len(), 5);
     let report = check(&h, &cfg());
     assert_eq!(report.verdict, Verdict::Pass, "{}", report.to_text());
     assert_eq!(report.indeterminate.sends, 1);

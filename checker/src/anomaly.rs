@@ -133,6 +133,16 @@ pub enum Anomaly {
         read_offset: Option<u64>,
         margin_us: u64,
     },
+    /// A payload nobody sent (or only a send that certainly failed) was delivered or fetched:
+    /// corrupted, invented, or a refused call that happened after all.
+    UnsentPayload {
+        /// `queue <name>` or `<topic>/<partition> offset <n>`.
+        place: String,
+        /// The delivered message's id, for a queue.
+        message_id: Option<String>,
+        payload: String,
+        seen_by: OpRef,
+    },
 }
 
 /// The kinds of [`Anomaly`], for counting and tests.
@@ -147,10 +157,11 @@ pub enum AnomalyKind {
     OffsetConflict,
     LostProduce,
     CommittedOffsetBack,
+    UnsentPayload,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 8] = [
+    pub const ALL: [AnomalyKind; 9] = [
         AnomalyKind::LostWrite,
         AnomalyKind::DoubleLease,
         AnomalyKind::DeletedRedelivered,
@@ -159,6 +170,7 @@ impl AnomalyKind {
         AnomalyKind::OffsetConflict,
         AnomalyKind::LostProduce,
         AnomalyKind::CommittedOffsetBack,
+        AnomalyKind::UnsentPayload,
     ];
 
     pub fn name(self) -> &'static str {
@@ -171,6 +183,7 @@ impl AnomalyKind {
             AnomalyKind::OffsetConflict => "offset_conflict",
             AnomalyKind::LostProduce => "lost_produce",
             AnomalyKind::CommittedOffsetBack => "committed_offset_back",
+            AnomalyKind::UnsentPayload => "unsent_payload",
         }
     }
 }
@@ -186,6 +199,7 @@ impl Anomaly {
             Anomaly::OffsetConflict { .. } => AnomalyKind::OffsetConflict,
             Anomaly::LostProduce { .. } => AnomalyKind::LostProduce,
             Anomaly::CommittedOffsetBack { .. } => AnomalyKind::CommittedOffsetBack,
+            Anomaly::UnsentPayload { .. } => AnomalyKind::UnsentPayload,
         }
     }
 
@@ -285,6 +299,20 @@ impl Anomaly {
                 format!(
                     "group {group} {topic}/{partition}: {read} read committed offset {got}, \
                      below {earlier_offset} acknowledged by {earlier} (margin {margin_us} us)"
+                )
+            }
+            Anomaly::UnsentPayload {
+                place,
+                message_id,
+                payload,
+                seen_by,
+            } => {
+                let id = message_id
+                    .as_ref()
+                    .map_or_else(String::new, |m| format!(" as message {m}"));
+                format!(
+                    "{place}: {seen_by} got payload {payload}{id}, which no send or produce \
+                     that may have happened carried"
                 )
             }
         }

@@ -754,3 +754,69 @@ pub fn committed_offsets(ix: &Index, cfg: &Config) -> Checked {
     }
     out
 }
+
+/// Check 8: a delivered or fetched payload that no call that may have happened sent: not an
+/// `ok` or `info` send (on any queue: dead-letter moves keep the body), nor such a produce to
+/// the same partition. Catches corrupted and invented messages, and refused (`fail`) calls that
+/// took effect after all.
+pub fn unsent_payloads(ix: &Index, _cfg: &Config) -> Checked {
+    let mut out = Checked::default();
+    let mut sent: HashSet<&str> = HashSet::new();
+    let mut produced: HashSet<(&str, u32, &str)> = HashSet::new();
+    for o in ix.history.ops.iter().filter(|o| o.outcome != Outcome::Fail) {
+        match &o.call {
+            Call::Send { payload, .. } => {
+                sent.insert(payload);
+            }
+            Call::Produce {
+                topic,
+                partition,
+                payload,
+            } => {
+                produced.insert((topic, *partition, payload));
+            }
+            _ => {}
+        }
+    }
+    let mut reported: HashSet<(String, &str)> = HashSet::new();
+    for o in ix.history.ops.iter().filter(|o| o.outcome == Outcome::Ok) {
+        match (&o.call, &o.reply) {
+            (Call::Receive { queue, .. }, Some(Reply::Receive { messages })) => {
+                for m in messages {
+                    if !sent.contains(m.payload.as_str())
+                        && reported.insert((m.message_id.clone(), &m.payload))
+                    {
+                        out.anomalies.push(Anomaly::UnsentPayload {
+                            place: format!("queue {queue}"),
+                            message_id: Some(m.message_id.clone()),
+                            payload: m.payload.clone(),
+                            seen_by: OpRef::from(o),
+                        });
+                    }
+                }
+            }
+            (
+                Call::Fetch {
+                    topic, partition, ..
+                },
+                Some(Reply::Fetch { records }),
+            ) => {
+                for r in records {
+                    let place = format!("{topic}/{partition} offset {}", r.offset);
+                    if !produced.contains(&(topic.as_str(), *partition, r.payload.as_str()))
+                        && reported.insert((place.clone(), &r.payload))
+                    {
+                        out.anomalies.push(Anomaly::UnsentPayload {
+                            place,
+                            message_id: None,
+                            payload: r.payload.clone(),
+                            seen_by: OpRef::from(o),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}

@@ -60,7 +60,7 @@ pub struct Report {
 /// Runs every check.
 pub fn check(history: &History, cfg: &Config) -> Report {
     let ix = Index::new(history);
-    let checks: [fn(&Index, &Config) -> Checked; 7] = [
+    let checks: [fn(&Index, &Config) -> Checked; 8] = [
         check::lost_writes,
         check::double_leases,
         check::deleted_redelivered,
@@ -68,6 +68,7 @@ pub fn check(history: &History, cfg: &Config) -> Report {
         check::duplicates_in_window,
         check::stream_offsets,
         check::committed_offsets,
+        check::unsent_payloads,
     ];
     let mut all = Checked::default();
     for c in checks {

@@ -542,6 +542,11 @@ impl Sim {
                 });
             }
         }
+        if fate == Fate::Ok && !delivered.is_empty() && self.armed(AnomalyKind::UnsentPayload) {
+            // A bit flipped on the way out.
+            self.planted = true;
+            delivered[0].payload.push_str("-flipped");
+        }
         let call = Call::Receive {
             queue: queue_name(q),
             visibility_timeout_ms: visibility_ms,

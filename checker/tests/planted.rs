@@ -615,6 +615,44 @@ fn a_dead_lettered_fifo_message_does_not_hold_its_group_back() {
     assert_eq!(report.verdict, Verdict::Pass, "{}", report.to_text());
 }
 
+#[test]
+fn a_payload_nobody_sent_is_caught() {
+    // A flipped bit in a delivered body.
+    let mut h = base();
+    let receive =
+        h.h.ops
+            .iter_mut()
+            .find(|o| o.start_us == 40 * US_PER_MS)
+            .unwrap();
+    if let Some(Reply::Receive { messages }) = &mut receive.reply {
+        messages[0].payload = "b-flipped".into();
+    }
+    let report = check(&finish(h).h, &cfg());
+    assert_eq!(
+        report.kinds(),
+        vec![AnomalyKind::UnsentPayload],
+        "{}",
+        report.to_text()
+    );
+    // A send refused as certainly failed, delivered all the same.
+    let mut h = base();
+    h.send_full("c1", (16, 18), "q", "x", None, None, Outcome::Fail, None);
+    h.receive(
+        "drain",
+        (210, 211),
+        "q",
+        LONG_VISIBILITY_MS,
+        vec![delivered("mx", "x", "rx", None)],
+    );
+    h.delete("drain", (212, 213), "q", "mx", "rx");
+    assert_eq!(finish(h).kinds(&cfg()), vec![AnomalyKind::UnsentPayload]);
+    // A record nobody produced.
+    let mut h = base();
+    h.fetch("c6", (136, 137), 2, &[(2, "s9")]);
+    let h = finish(h);
+    assert_eq!(h.kinds(&cfg()), vec![AnomalyKind::UnsentPayload]);
+}
+
 /// A third message on `f` with dedup id `d1` (as `mf1`'s), delivered by the drain.
 fn with_second_d1(message_id: &str) -> H {
     let mut h = base();
@@ -708,7 +746,8 @@ fn same_body_twice(groups: [&str; 2], dedup_per_group: bool) -> H {
 #[test]
 fn two_fetches_disagreeing_about_an_offset_are_caught() {
     let mut h = base();
-    h.fetch("c6", (136, 137), 1, &[(1, "other")]);
+    // `s1` is a record of this partition, but at offset 0.
+    h.fetch("c6", (136, 137), 1, &[(1, "s1")]);
     let report = check(&finish(h).h, &cfg());
     assert_eq!(
         report.kinds(),

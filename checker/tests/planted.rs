@@ -386,6 +386,55 @@ fn a_retried_receive_attempt_returning_the_same_lease_is_not_a_double_lease() {
     assert_eq!(finish(h).kinds(&cfg()), vec![]);
 }
 
+/// `m1` leased by `c2` (receipt `r1`, from 2 ms) and then delivered to `c3` at 5..6 ms, with a
+/// change of visibility on `r1` as given.
+fn leased_then_changed(vis_ms: u64, change: (u64, Option<u64>), outcome: Outcome, to_ms: u64) -> H {
+    let mut h = H::default();
+    h.send("c1", (0, 1), "q", "a", "m1");
+    h.receive(
+        "c2",
+        (2, 3),
+        "q",
+        vis_ms,
+        vec![delivered("m1", "a", "r1", None)],
+    );
+    let cv = Call::ChangeVisibility {
+        queue: "q".into(),
+        message_id: "m1".into(),
+        receipt: "r1".into(),
+        visibility_timeout_ms: to_ms,
+    };
+    let reply = (outcome == Outcome::Ok).then_some(Reply::ChangeVisibility {});
+    h.op("c2", change.0, change.1, outcome, cv, reply);
+    h.receive(
+        "c3",
+        (25, 26),
+        "q",
+        LONG_VISIBILITY_MS,
+        vec![delivered("m1", "a", "r2", None)],
+    );
+    h.delete("c3", (27, 28), "q", "m1", "r2");
+    h.drain(100);
+    h.receive("drain", (101, 102), "q", LONG_VISIBILITY_MS, vec![]);
+    h
+}
+
+#[test]
+fn changes_of_visibility_count_only_when_they_can_have_applied() {
+    // A release that started as the second receive completed did not free the message for it.
+    let h = leased_then_changed(LONG_VISIBILITY_MS, (26, Some(27)), Outcome::Ok, 0);
+    assert_eq!(h.kinds(&cfg()), vec![AnomalyKind::DoubleLease]);
+    // One that started before may have.
+    let h = leased_then_changed(LONG_VISIBILITY_MS, (10, Some(11)), Outcome::Ok, 0);
+    assert_eq!(h.kinds(&cfg()), vec![]);
+    // An extension that timed out may never have applied: the 20 ms lease may have run out.
+    let h = leased_then_changed(20, (4, Some(50)), Outcome::Info, 30_000);
+    assert_eq!(h.kinds(&cfg()), vec![]);
+    // One acknowledged inside the lease certainly applied.
+    let h = leased_then_changed(20, (4, Some(5)), Outcome::Ok, 30_000);
+    assert_eq!(h.kinds(&cfg()), vec![AnomalyKind::DoubleLease]);
+}
+
 #[test]
 fn redelivery_after_the_lease_or_a_release_is_not_a_double_lease() {
     let mut h = H::default();

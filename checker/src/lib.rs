@@ -6,16 +6,18 @@
 //!
 //! [`History::from_jsonl`] reads a history (schema in README.md), [`check`] runs every check and
 //! returns a [`Report`]; the checks are also callable one by one ([`check`] module functions on
-//! an [`Index`]). [`sim`] generates valid histories from a tiny correct queue and stream, with an
+//! an [`Index`]). [`Recorder`] writes histories from Rust clients. [`sim`] generates valid histories from a tiny correct queue and stream, with an
 //! optional planted fault, for the checker's own tests.
 
 pub mod anomaly;
 pub mod check;
 pub mod history;
+pub mod recorder;
 pub mod report;
 pub mod sim;
 
 pub use anomaly::{Anomaly, AnomalyKind, FifoReason, OpRef};
 pub use check::{Checked, Config, Index, DEDUP_WINDOW_US, MARGIN_MS_DEFAULT};
 pub use history::{Call, Delivered, Event, History, HistoryError, Op, Outcome, Record, Reply};
+pub use recorder::{RecordError, Recorder};
 pub use report::{check, Report, Verdict};

@@ -163,13 +163,26 @@ impl Cluster {
 
     /// Opens node `id`'s replica on its disk (created on the first start, restored after).
     pub async fn start(&mut self, id: NodeId) {
+        let create = Create::Bootstrap(self.membership.clone());
+        self.start_with(id, create).await;
+    }
+
+    /// Node `id` lost its disk: it comes back on a new, empty one with a new disk id.
+    pub async fn start_on_new_disk(&mut self, id: NodeId, disk: DiskId) {
+        let n = self.node_mut(id);
+        n.replica = None;
+        n.fs = SimFs::new();
+        n.disk = disk;
+        self.start_with(id, Create::Empty { disk }).await;
+    }
+
+    async fn start_with(&mut self, id: NodeId, create: Create) {
         let cfg = ReplicaConfig {
             node: id,
             group: GROUP,
             raft: self.raft.clone(),
             seed: self.seed ^ id.wrapping_mul(0x9E37_79B9),
         };
-        let create = Create::Bootstrap(self.membership.clone());
         let now = self.now_ms;
         let fs = self.node(id).fs.clone();
         let r = Replica::open(fs, dir(), log_config(), cfg, create, now)
@@ -178,6 +191,7 @@ impl Cluster {
         let n = self.node_mut(id);
         n.replica = Some(r);
         n.inbox.clear();
+        n.hold_flush = false;
     }
 
     /// Power loss on node `id`: its process is gone, its disk keeps what was synced.

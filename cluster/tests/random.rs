@@ -48,7 +48,25 @@ async fn run(seed: u64) {
     let mut next = 0u64;
     let mut disks = 0u128;
     let mut lost_disk = false;
-    for _step in 0..STEPS {
+    let trace = std::env::var("SLUICE_TRACE").is_ok();
+    for step in 0..STEPS {
+        if trace {
+            let st: Vec<_> = (1..=3u64)
+                .map(|id| {
+                    c.node(id).replica.as_ref().map(|r| {
+                        (
+                            id,
+                            r.role(),
+                            r.term(),
+                            r.log().end_offset(),
+                            r.committed_end(),
+                            c.node(id).hold_flush,
+                        )
+                    })
+                })
+                .collect();
+            eprintln!("step {step} t={} cut={:?} {st:?}", c.now_ms, c.cut);
+        }
         let down: Vec<u64> = (1..=3).filter(|&id| c.node(id).replica.is_none()).collect();
         let up = c.up();
         match rng.gen_range(0..100) {
@@ -71,11 +89,23 @@ async fn run(seed: u64) {
                 } else {
                     CrashMode::Random { seed: rng.gen() }
                 };
+                if trace {
+                    eprintln!("  crash {id} {mode:?}");
+                }
                 c.crash(id, mode);
             }
             57..=66 if !down.is_empty() => {
                 let id = down[rng.gen_range(0..down.len())];
                 c.start(id).await;
+                if trace {
+                    let r = c.replica(id);
+                    eprintln!(
+                        "  start {id}: end {} last term {} hs {:?}",
+                        r.log().end_offset(),
+                        r.log().last_term(),
+                        r.hard_state()
+                    );
+                }
             }
             // One disk lost per run, while the other two are up: the node comes back empty,
             // on a new disk id; the leader makes it a learner and promotes it once caught up.
@@ -104,7 +134,18 @@ async fn run(seed: u64) {
             _ => {}
         }
         c.rounds(rng.gen_range(1..12)).await;
+        let before = acked.len();
         collect(&mut open, &mut acked);
+        if trace && acked.len() != before {
+            eprintln!(
+                "  acked now {:?}",
+                acked
+                    .iter()
+                    .rev()
+                    .take(acked.len() - before)
+                    .collect::<Vec<_>>()
+            );
+        }
     }
     // Heal everything; every node comes back; a leader must serve and everyone catch up.
     c.heal();
@@ -114,13 +155,15 @@ async fn run(seed: u64) {
         }
         c.node_mut(id).hold_flush = false;
     }
+    // Caught up: nothing staged anywhere (a leader may acknowledge on its followers' flushes
+    // before its own), and every replica's readable committed prefix ends at the leader's log.
     let caught_up = |c: &Cluster| {
         c.serving_leader().is_some_and(|l| {
             let end = c.replica(l).log().end_offset();
-            c.replica(l).committed_end() == end
-                && c.up()
-                    .iter()
-                    .all(|&id| c.replica(id).committed_end() == end)
+            c.up().iter().all(|&id| {
+                let r = c.replica(id);
+                !r.has_unflushed() && r.committed_end() == end
+            })
         })
     };
     let ok = c.run_until(60_000, caught_up).await;
@@ -132,6 +175,35 @@ async fn run(seed: u64) {
     collect(&mut open, &mut acked);
     let leader = c.serving_leader().expect("leader");
     let reference = c.committed(leader).await;
+    if trace {
+        for id in 1..=3u64 {
+            let r = c.replica(id);
+            eprintln!(
+                "node {id}: {:?} term {} end {} committed {} unflushed {} hold {} t={}",
+                r.role(),
+                r.term(),
+                r.log().end_offset(),
+                r.committed_end(),
+                r.has_unflushed(),
+                c.node(id).hold_flush,
+                c.now_ms
+            );
+            let bs = c.batches(id, u64::MAX).await;
+            let tail: Vec<_> = bs
+                .iter()
+                .filter(|b| b.header.base_offset >= 185)
+                .map(|b| {
+                    (
+                        b.header.base_offset,
+                        b.header.record_count,
+                        b.header.term,
+                        proposal_of(b),
+                    )
+                })
+                .collect();
+            eprintln!("  {tail:?}");
+        }
+    }
     for id in 1..=3 {
         let bs = c.committed(id).await;
         assert_eq!(bs.len(), reference.len(), "seed {seed}: node {id}");

@@ -344,3 +344,76 @@ fn a_restarted_replica_restores_term_vote_and_disk_from_its_state_file_and_log()
         }
     });
 }
+
+#[test]
+fn a_replica_back_on_a_new_disk_never_votes_and_rejoins_as_a_learner() {
+    on_glommio(|| async {
+        let mut c = Cluster::new(3, 7).await;
+        let mut acked = Acked::new();
+        let leader = c.elect().await;
+        propose_and_ack(&mut c, leader, 0, 10, &mut acked).await;
+        let others: Vec<_> = c.up().into_iter().filter(|&id| id != leader).collect();
+        let (wiped, other) = (others[0], others[1]);
+        let old_disk = c.node(wiped).disk;
+        let new_disk = sluice_raft::DiskId(0xD15C);
+        // The wiped node comes back empty while the leader is cut off: the other follower may
+        // campaign, but the wiped node's vote (from a disk the membership does not list) must
+        // not count, and the wiped node, knowing no membership, must not campaign.
+        c.crash(wiped, CrashMode::DropUnsynced);
+        c.isolate(leader);
+        c.start_on_new_disk(wiped, new_disk).await;
+        let other_end = c.replica(other).log().end_offset();
+        c.rounds(600).await;
+        assert_eq!(
+            c.serving_leader().filter(|&l| l != leader),
+            None,
+            "a leader was elected with a lost disk's vote: {:?}",
+            c.roles()
+        );
+        assert_ne!(c.replica(wiped).role(), RaftRole::Leader);
+        assert_eq!(
+            c.replica(wiped).term(),
+            0,
+            "the empty replica never campaigned"
+        );
+        assert!(
+            c.replica(other).log().end_offset() >= other_end,
+            "nothing truncated"
+        );
+        // Healed: a leader makes the new disk a learner, catches it up, promotes it.
+        c.heal();
+        let voter_on_new_disk = |c: &Cluster| {
+            c.serving_leader().is_some_and(|l| {
+                c.replica(l).membership().is_voter(wiped, new_disk)
+                    && c.replica(wiped).committed_end() == c.replica(l).committed_end()
+            })
+        };
+        assert!(
+            c.run_until(30_000, voter_on_new_disk).await,
+            "the new disk was not promoted: {:?}",
+            c.roles()
+        );
+        let l = c.serving_leader().expect("leader");
+        assert!(!c.replica(l).membership().is_voter(wiped, old_disk));
+        propose_and_ack(&mut c, l, 10, 5, &mut acked).await;
+        let end = c.replica(l).committed_end();
+        assert!(
+            c.run_until(5_000, |c| c
+                .up()
+                .iter()
+                .all(|&id| c.replica(id).committed_end() >= end))
+                .await
+        );
+        for id in c.up() {
+            check_acked(&c, id, &acked).await;
+        }
+        // Restarted, the rejoined replica restores its disk id and the membership entries
+        // from its state file and log.
+        let membership = c.replica(wiped).membership().clone();
+        c.crash(wiped, CrashMode::DropUnsynced);
+        c.start(wiped).await;
+        assert_eq!(c.replica(wiped).disk(), new_disk);
+        assert_eq!(c.replica(wiped).membership(), &membership);
+        assert!(membership.is_voter(wiped, new_disk));
+    });
+}

@@ -60,6 +60,38 @@ pub fn entry_to_batch(e: &Entry) -> Result<Vec<u8>, ReplicaError> {
     }
 }
 
+/// Checks a replicated entry before the core takes it: a data entry's batch verifies
+/// (checksum, records), covers `count` records and is not a control batch; a no-op or
+/// membership entry covers one offset. (Staging verifies the checksum again: a later
+/// `stage_replicated` variant for pre-verified bytes can save that hash.)
+pub fn verify_entry(e: &Entry) -> Result<(), ReplicaError> {
+    let mismatch = |why| ReplicaError::EntryMismatch {
+        offset: e.offset,
+        why,
+    };
+    match e.kind {
+        EntryKind::Data => {
+            let view = BatchView::parse(&e.data).map_err(ReplicaError::BadEntry)?;
+            view.validate_records().map_err(ReplicaError::BadEntry)?;
+            if view.bytes.len() != e.data.len() {
+                return Err(mismatch("bytes after the batch"));
+            }
+            if view.header.record_count != e.count {
+                return Err(mismatch("record count differs from the entry's"));
+            }
+            if view.header.is_control() {
+                return Err(mismatch("a data entry holds a control batch"));
+            }
+        }
+        EntryKind::Noop | EntryKind::Config => {
+            if e.count != 1 {
+                return Err(mismatch("a no-op or membership entry covers one offset"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A one-record control batch for a no-op or a membership entry.
 pub fn control_batch(kind: EntryKind, payload: &[u8]) -> Vec<u8> {
     let mut value = Vec::with_capacity(2 + payload.len());

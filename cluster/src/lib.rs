@@ -20,5 +20,5 @@ pub mod replica;
 pub mod state;
 
 pub use error::ReplicaError;
-pub use replica::{Create, ProposalTicket, Replica, ReplicaConfig};
+pub use replica::{Create, ProposalTicket, Replica, ReplicaConfig, ReplicaStats};
 pub use state::{PersistedState, HARD_STATE_FILE};

@@ -29,13 +29,16 @@
 //! check-quorum they feed) are coalesced per node there and are not reachable on a bare
 //! `RaftGroup`. A shard holding many partitions will share one `MultiRaft` instead.
 
-use crate::entry::{batch_membership, batch_to_entry, entry_to_batch, normalize_proposal};
+use crate::entry::{
+    batch_membership, batch_to_entry, entry_to_batch, normalize_proposal, verify_entry,
+};
 use crate::error::ReplicaError;
 use crate::state::{self, PersistedState};
 use futures::channel::oneshot;
 use sluice_raft::{
-    Config, DiskId, Entry, EntryKind, Envelope, Fetch, GroupId, HardState, Membership, MultiRaft,
-    NodeId, Offset, ProposeError, RaftGroup, RaftRole, Ready, Restore, SnapshotMeta, Term,
+    Body, Config, DiskId, Entry, EntryKind, Envelope, Fetch, GroupId, HardState, Membership,
+    MultiRaft, NodeId, Offset, ProposeError, RaftGroup, RaftRole, Ready, Restore, SnapshotMeta,
+    Term,
 };
 use sluice_storage::fs::Fs;
 use sluice_storage::{AppendInfo, AppendTicket, Log, LogConfig};
@@ -103,6 +106,22 @@ impl Future for ProposalTicket {
 
 type TicketTx = oneshot::Sender<Result<AppendInfo, ReplicaError>>;
 
+/// Counters of what the driver did (for metrics, and for tests to show a path was taken).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    /// Hard-state file replacements (each a durable write, rename and directory sync).
+    pub hard_state_writes: u64,
+    /// Suffixes cut because a leader's log disagreed (`truncate_to`).
+    pub truncations: u64,
+    /// Batches staged (the leader's own and replicated ones).
+    pub batches_staged: u64,
+    /// Catch-up reads answered from the log.
+    pub fetches_served: u64,
+    /// Proposals resolved committed, and resolved with leadership lost.
+    pub proposals_committed: u64,
+    pub proposals_dropped: u64,
+}
+
 /// One replica of one partition: the Raft group and the log it drives.
 pub struct Replica<F: Fs> {
     fs: F,
@@ -118,6 +137,7 @@ pub struct Replica<F: Fs> {
     deferred_fetches: Vec<Fetch>,
     /// Open proposals by (term, offset).
     tickets: BTreeMap<(Term, Offset), TicketTx>,
+    stats: ReplicaStats,
 }
 
 impl<F: Fs> Replica<F> {
@@ -159,6 +179,7 @@ impl<F: Fs> Replica<F> {
             staged: Vec::new(),
             deferred_fetches: Vec::new(),
             tickets: BTreeMap::new(),
+            stats: ReplicaStats::default(),
         })
     }
 
@@ -210,6 +231,9 @@ impl<F: Fs> Replica<F> {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+    pub fn stats(&self) -> &ReplicaStats {
+        &self.stats
+    }
 
     /// Proposes a producer's batch. The ticket resolves with the batch's offsets once it is
     /// committed (flushed on a majority in this leader's confirmed term), or with
@@ -248,8 +272,17 @@ impl<F: Fs> Replica<F> {
 
     // ---- Driving the core -------------------------------------------------------------------
 
-    /// Feeds one message from a peer. A malformed one is refused (typed) and changes nothing.
+    /// Feeds one message from a peer. A malformed one is refused (typed) and changes nothing:
+    /// the entries of an append are verified first (a batch failing its checksum is never
+    /// taken; the leader sends it again when this follower shows no progress).
     pub fn step(&mut self, now_ms: u64, env: Envelope) -> Result<(), ReplicaError> {
+        if let Envelope::Group(m) = &env {
+            if let Body::Append { entries, .. } = &m.body {
+                for e in entries {
+                    verify_entry(e)?;
+                }
+            }
+        }
         Ok(self.raft.step(now_ms, env)?)
     }
 
@@ -265,11 +298,7 @@ impl<F: Fs> Replica<F> {
     /// An error leaves the core and the log possibly apart (a storage failure, or a leader's
     /// entry that does not verify): the caller drops the replica and reopens it, which
     /// restores the core from what is durable.
-    pub async fn handle_ready(
-        &mut self,
-        _now_ms: u64,
-        outbox: &mut Vec<Envelope>,
-    ) -> Result<(), ReplicaError> {
+    pub async fn handle_ready(&mut self, outbox: &mut Vec<Envelope>) -> Result<(), ReplicaError> {
         for _ in 0..READY_ROUNDS_MAX {
             let mr = self.raft.ready();
             let mut progressed = !mr.messages.is_empty();
@@ -327,6 +356,7 @@ impl<F: Fs> Replica<F> {
             let mut s = self.state.clone();
             s.configs.extend(new_configs.iter().cloned());
             state::store(&self.fs, &self.dir, &s).await?;
+            self.stats.hard_state_writes += 1;
         }
         if rd.snapshot.is_some() {
             return Err(ReplicaError::SnapshotUnsupported);
@@ -334,6 +364,7 @@ impl<F: Fs> Replica<F> {
         // 2. Truncate, then stage at the core's offsets and terms.
         if let Some(t) = rd.truncate_to {
             self.log.truncate_from(t).await?;
+            self.stats.truncations += 1;
             self.state.configs.retain(|(o, _, _)| *o < t);
         }
         self.state.configs.extend(new_configs);
@@ -341,6 +372,7 @@ impl<F: Fs> Replica<F> {
             let bytes = entry_to_batch(e)?;
             let ticket = self.log.stage_replicated(bytes, e.offset, e.term)?;
             self.staged.push((rd.log_epoch, e.end(), ticket));
+            self.stats.batches_staged += 1;
         }
         // 4. Catch-up reads.
         for f in rd.fetches {
@@ -356,6 +388,7 @@ impl<F: Fs> Replica<F> {
         // 5. Commit and the clients' outcomes.
         for p in rd.committed {
             if let Some(tx) = self.tickets.remove(&(p.term, p.offset)) {
+                self.stats.proposals_committed += 1;
                 let _ = tx.send(Ok(AppendInfo {
                     base_offset: p.offset,
                     last_offset: p.end - 1,
@@ -366,6 +399,7 @@ impl<F: Fs> Replica<F> {
             let (leader_hint, term) = (self.leader(), self.term());
             for p in rd.dropped {
                 if let Some(tx) = self.tickets.remove(&(p.term, p.offset)) {
+                    self.stats.proposals_dropped += 1;
                     let _ = tx.send(Err(ReplicaError::LeadershipLost { leader_hint, term }));
                 }
             }
@@ -391,6 +425,7 @@ impl<F: Fs> Replica<F> {
             entries.push(e);
         }
         self.raft.on_fetched(self.group, f.peer, f.from, entries)?;
+        self.stats.fetches_served += 1;
         Ok(())
     }
 }

@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use sluice_cluster::{ProposalTicket, ReplicaError};
+use sluice_cluster::{ProposalTicket, ReplicaError, ReplicaStats};
 use sluice_raft::DiskId;
 use sluice_storage::fs::CrashMode;
 use std::collections::BTreeMap;
@@ -29,19 +29,48 @@ fn runs() -> u64 {
 #[test]
 fn acknowledged_proposals_survive_crashes_partitions_and_a_lost_disk() {
     let first = seed();
-    for k in 0..runs() {
+    let total = std::sync::Arc::new(std::sync::Mutex::new(ReplicaStats::default()));
+    let runs = runs();
+    for k in 0..runs {
         let s = first.wrapping_add(k);
-        let r = std::panic::catch_unwind(|| on_glommio(move || run(s)));
+        let t = total.clone();
+        let r = std::panic::catch_unwind(|| {
+            on_glommio(move || async move {
+                let stats = run(s).await;
+                add_stats(&mut t.lock().expect("stats"), &stats);
+            })
+        });
         if let Err(e) = r {
             eprintln!("\n*** random run failed with seed {s}: rerun with SLUICE_SEED={s} SLUICE_RANDOM_RUNS=1 ***\n");
             std::panic::resume_unwind(e);
         }
     }
+    let t = total.lock().expect("stats").clone();
+    eprintln!("{runs} runs from seed {first}: {t:?}");
+    // The paths the runs are meant to take were taken (over enough runs to be sure).
+    if runs >= 20 {
+        assert!(t.truncations > 0, "no run truncated a follower's suffix");
+        assert!(
+            t.fetches_served > 0,
+            "no run read the log for a lagging follower"
+        );
+        assert!(
+            t.proposals_dropped > 0,
+            "no run lost leadership with proposals open"
+        );
+    }
 }
 
-async fn run(seed: u64) {
+async fn run(seed: u64) -> ReplicaStats {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut c = Cluster::new(3, seed).await;
+    // A small leader cache, so catch-up reads the log; batches of up to ~4.5 KiB, so segments
+    // (64 KiB) roll.
+    let raft = sluice_raft::Config {
+        max_cache_bytes: 8 * 1024,
+        ..raft_config()
+    };
+    let mut c = Cluster::with_config(3, seed, raft).await;
+    c.pad_bytes = rng.gen_range(0..1500);
     // offset → proposal number, for every acknowledgement ever given.
     let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
     let mut open: Vec<(u64, ProposalTicket)> = Vec::new();
@@ -134,6 +163,9 @@ async fn run(seed: u64) {
             _ => {}
         }
         c.rounds(rng.gen_range(1..12)).await;
+        if step % 25 == 0 {
+            check_prefixes_agree(&c, seed).await;
+        }
         let before = acked.len();
         collect(&mut open, &mut acked);
         if trace && acked.len() != before {
@@ -231,11 +263,40 @@ async fn run(seed: u64) {
         .filter(|b| sluice_cluster::entry::batch_membership(b).is_some())
         .count();
     eprintln!(
-        "seed {seed}: {next} proposals, {} acknowledged, {} batches committed, {configs} membership changes, lost disk {lost_disk}, term {}",
+        "seed {seed}: {next} proposals, {} acknowledged, {} batches committed, {configs} membership changes, lost disk {lost_disk}, {} segments of {} bytes, term {}",
         acked.len(),
         reference.len(),
+        c.replica(leader).log().segments().len(),
+        c.replica(leader).log().size_bytes(),
         c.replica(leader).term()
     );
+    c.total_stats()
+}
+
+/// The committed prefixes of the live replicas agree, byte for byte, as far as both reach.
+async fn check_prefixes_agree(c: &Cluster, seed: u64) {
+    let up = c.up();
+    for (i, &a) in up.iter().enumerate() {
+        for &b in &up[i + 1..] {
+            let end = c
+                .replica(a)
+                .committed_end()
+                .min(c.replica(b).committed_end());
+            let (x, y) = (c.batches(a, end).await, c.batches(b, end).await);
+            assert_eq!(
+                x.len(),
+                y.len(),
+                "seed {seed}: nodes {a} and {b} below {end}"
+            );
+            for (p, q) in x.iter().zip(&y) {
+                assert!(
+                    same_batch(p, q),
+                    "seed {seed}: nodes {a} and {b} differ at {}",
+                    p.header.base_offset
+                );
+            }
+        }
+    }
 }
 
 /// Moves resolved tickets into `acked`; two acknowledgements at one offset is a safety bug.

@@ -417,3 +417,58 @@ fn a_replica_back_on_a_new_disk_never_votes_and_rejoins_as_a_learner() {
         assert!(membership.is_voter(wiped, new_disk));
     });
 }
+
+#[test]
+fn a_replicated_entry_that_fails_its_checksum_is_refused_before_the_core_takes_it() {
+    use sluice_raft::{Body, Entry, EntryKind, Envelope, Message};
+    use sluice_storage::batch::BatchError;
+    on_glommio(|| async {
+        let mut c = Cluster::new(3, 8).await;
+        let leader = c.elect().await;
+        c.rounds(20).await;
+        let f = c.up().into_iter().find(|&id| id != leader).expect("one");
+        let (end, term) = (c.replica(f).log().end_offset(), c.replica(leader).term());
+        let mut data = proposal(99, 1);
+        let last = data.len() - 1;
+        data[last] ^= 1;
+        let m = Message {
+            group: GROUP,
+            from: leader,
+            to: f,
+            term,
+            body: Body::Append {
+                prev_offset: end,
+                prev_term: c.replica(f).log().last_term(),
+                entries: vec![Entry {
+                    offset: end,
+                    count: 1,
+                    term,
+                    kind: EntryKind::Data,
+                    data: data.into(),
+                }],
+                commit: 0,
+            },
+        };
+        let now = c.now_ms;
+        match c.replica_mut(f).step(now, Envelope::Group(m)) {
+            Err(ReplicaError::BadEntry(BatchError::ChecksumMismatch { .. })) => {}
+            other => panic!("expected a checksum mismatch, got {other:?}"),
+        }
+        let mut out = Vec::new();
+        c.replica_mut(f)
+            .handle_ready(&mut out)
+            .await
+            .expect("ready");
+        assert!(!c.replica(f).has_unflushed());
+        assert_eq!(c.replica(f).log().end_offset(), end, "nothing stored");
+        // Nothing changed: the follower goes on following.
+        let mut acked = Acked::new();
+        propose_and_ack(&mut c, leader, 0, 3, &mut acked).await;
+        let e = c.replica(leader).committed_end();
+        assert!(
+            c.run_until(5_000, |c| c.replica(f).committed_end() >= e)
+                .await
+        );
+        check_acked(&c, f, &acked).await;
+    });
+}

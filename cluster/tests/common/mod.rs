@@ -3,7 +3,7 @@
 //! and virtual time advanced in rounds. Everything runs on one glommio executor.
 #![allow(dead_code)]
 
-use sluice_cluster::{Create, ProposalTicket, Replica, ReplicaConfig, ReplicaError};
+use sluice_cluster::{Create, ProposalTicket, Replica, ReplicaConfig, ReplicaError, ReplicaStats};
 use sluice_raft::{Config, DiskId, Envelope, Membership, NodeId, RaftRole, Replica as Member};
 use sluice_storage::batch::{self, Record};
 use sluice_storage::fs::{CrashMode, SimFs};
@@ -64,8 +64,17 @@ pub fn log_config() -> LogConfig {
 
 /// A producer's batch whose records say which proposal they belong to.
 pub fn proposal(n: u64, records: usize) -> Vec<u8> {
+    proposal_padded(n, records, 0)
+}
+
+/// [`proposal`] with `pad_bytes` more in each record's value.
+pub fn proposal_padded(n: u64, records: usize, pad_bytes: usize) -> Vec<u8> {
     let rs: Vec<Record> = (0..records.max(1))
-        .map(|i| Record::new(n as i64, format!("proposal-{n}-record-{i}").into_bytes()))
+        .map(|i| {
+            let mut v = format!("proposal-{n}-record-{i}-").into_bytes();
+            v.extend((0..pad_bytes).map(|k| (n as usize + k) as u8));
+            Record::new(n as i64, v)
+        })
         .collect();
     batch::encode(&rs).expect("non-empty")
 }
@@ -76,8 +85,13 @@ pub fn proposal_of(b: &ReadBatch) -> Option<u64> {
         return None;
     }
     let r = b.view().records().next()?.ok()?;
-    let s = std::str::from_utf8(r.value).ok()?;
-    s.strip_prefix("proposal-")?.split('-').next()?.parse().ok()
+    let rest = r.value.strip_prefix(b"proposal-")?;
+    let digits: Vec<u8> = rest
+        .iter()
+        .copied()
+        .take_while(u8::is_ascii_digit)
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
 pub struct Node {
@@ -98,6 +112,10 @@ pub struct Cluster {
     pub raft: Config,
     pub seed: u64,
     pub membership: Membership,
+    /// Bytes added to each proposed record (bigger batches: segments roll).
+    pub pad_bytes: usize,
+    /// Counters of replicas that crashed (a live replica's are in its own).
+    pub past_stats: ReplicaStats,
 }
 
 fn dir() -> PathBuf {
@@ -134,6 +152,8 @@ impl Cluster {
             raft,
             seed,
             membership,
+            pad_bytes: 0,
+            past_stats: ReplicaStats::default(),
         };
         for id in 1..=n as u64 {
             c.start(id).await;
@@ -196,6 +216,10 @@ impl Cluster {
 
     /// Power loss on node `id`: its process is gone, its disk keeps what was synced.
     pub fn crash(&mut self, id: NodeId, mode: CrashMode) {
+        if let Some(r) = self.node(id).replica.as_ref() {
+            let s = r.stats().clone();
+            add_stats(&mut self.past_stats, &s);
+        }
         let n = self.node_mut(id);
         n.replica = None;
         n.inbox.clear();
@@ -245,10 +269,10 @@ impl Cluster {
             }
             r.tick(now);
             let mut out = Vec::new();
-            r.handle_ready(now, &mut out).await.expect("ready");
+            r.handle_ready(&mut out).await.expect("ready");
             if !self.nodes[i].hold_flush {
                 r.flush().await.expect("flush");
-                r.handle_ready(now, &mut out).await.expect("ready");
+                r.handle_ready(&mut out).await.expect("ready");
             }
             self.nodes[i].replica = Some(r);
             self.send(out);
@@ -296,8 +320,8 @@ impl Cluster {
 
     /// Proposes on `leader`.
     pub fn propose(&mut self, leader: NodeId, n: u64) -> Result<ProposalTicket, ReplicaError> {
-        self.replica_mut(leader)
-            .propose(proposal(n, 1 + (n % 3) as usize))
+        let b = proposal_padded(n, 1 + (n % 3) as usize, self.pad_bytes);
+        self.replica_mut(leader).propose(b)
     }
 
     /// Runs until the ticket resolves (within `max_ms`).
@@ -348,6 +372,28 @@ impl Cluster {
             .map(|n| (n.id, n.replica.as_ref().map(|r| (r.role(), r.term()))))
             .collect()
     }
+}
+
+impl Cluster {
+    /// Counters of every replica that ran, crashed ones included.
+    pub fn total_stats(&self) -> ReplicaStats {
+        let mut t = self.past_stats.clone();
+        for n in &self.nodes {
+            if let Some(r) = &n.replica {
+                add_stats(&mut t, r.stats());
+            }
+        }
+        t
+    }
+}
+
+pub fn add_stats(t: &mut ReplicaStats, s: &ReplicaStats) {
+    t.hard_state_writes += s.hard_state_writes;
+    t.truncations += s.truncations;
+    t.batches_staged += s.batches_staged;
+    t.fetches_served += s.fetches_served;
+    t.proposals_committed += s.proposals_committed;
+    t.proposals_dropped += s.proposals_dropped;
 }
 
 /// Whether two stored batches are the same batch, byte for byte.

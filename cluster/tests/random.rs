@@ -166,17 +166,26 @@ async fn run(seed: u64) -> ReplicaStats {
         if step % 25 == 0 {
             check_prefixes_agree(&c, seed).await;
         }
-        let before = acked.len();
+        let before = acked.clone();
         collect(&mut open, &mut acked);
-        if trace && acked.len() != before {
-            eprintln!(
-                "  acked now {:?}",
-                acked
-                    .iter()
-                    .rev()
-                    .take(acked.len() - before)
-                    .collect::<Vec<_>>()
+        // Acknowledged means flushed on a majority: what the disks have synced now holds it
+        // on at least two of the three (no disk was lost since the acknowledgement).
+        for (&off, &n) in acked.iter().filter(|(o, _)| !before.contains_key(o)) {
+            let mut copies = 0;
+            for id in 1..=3 {
+                copies += usize::from(c.durably_holds(id, off, n).await);
+            }
+            assert!(
+                copies >= 2,
+                "seed {seed}: proposal {n} at {off} acknowledged, durable on {copies} disks"
             );
+        }
+        if trace && acked.len() != before.len() {
+            let new: Vec<_> = acked
+                .iter()
+                .filter(|(o, _)| !before.contains_key(o))
+                .collect();
+            eprintln!("  acked now {new:?}");
         }
     }
     // Heal everything; every node comes back; a leader must serve and everyone catch up.

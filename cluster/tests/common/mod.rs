@@ -118,7 +118,7 @@ pub struct Cluster {
     pub past_stats: ReplicaStats,
 }
 
-fn dir() -> PathBuf {
+pub fn dir() -> PathBuf {
     PathBuf::from("/data/partition-7")
 }
 
@@ -375,6 +375,21 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// Whether node `id`'s disk, if the power went now, would hold proposal `n` at `offset`
+    /// (read from a copy of what its disk has synced: the node itself runs on).
+    pub async fn durably_holds(&self, id: NodeId, offset: u64, n: u64) -> bool {
+        let fs = self.node(id).fs.crash(CrashMode::DropUnsynced);
+        let log = sluice_storage::Log::open(fs, dir(), log_config())
+            .await
+            .expect("open a copy");
+        if log.end_offset() <= offset || log.start_offset() > offset {
+            return false;
+        }
+        let bs = log.read(offset, 1).await.expect("read");
+        bs.first()
+            .is_some_and(|b| b.header.base_offset == offset && proposal_of(b) == Some(n))
+    }
+
     /// Counters of every replica that ran, crashed ones included.
     pub fn total_stats(&self) -> ReplicaStats {
         let mut t = self.past_stats.clone();

@@ -472,3 +472,45 @@ fn a_replicated_entry_that_fails_its_checksum_is_refused_before_the_core_takes_i
         check_acked(&c, f, &acked).await;
     });
 }
+
+#[test]
+fn a_damaged_or_missing_hard_state_file_is_refused_not_guessed() {
+    use sluice_cluster::{Create, Replica, ReplicaConfig, HARD_STATE_FILE};
+    use sluice_storage::fs::Fs;
+    on_glommio(|| async {
+        let mut c = Cluster::new(3, 9).await;
+        let leader = c.elect().await;
+        let mut acked = Acked::new();
+        propose_and_ack(&mut c, leader, 0, 3, &mut acked).await;
+        let f = c.up().into_iter().find(|&id| id != leader).expect("one");
+        c.crash(f, CrashMode::DropUnsynced);
+        let fs = c.node(f).fs.clone();
+        let path = dir().join(HARD_STATE_FILE);
+        let open = |fs| {
+            let cfg = ReplicaConfig {
+                node: f,
+                group: GROUP,
+                raft: raft_config(),
+                seed: 1,
+            };
+            let create = Create::Bootstrap(c.membership.clone());
+            Replica::open(fs, dir(), log_config(), cfg, create, 0)
+        };
+        let good = fs.read_file(&path).expect("a state file");
+        let mut bad = good.clone();
+        bad[6] ^= 0x10;
+        fs.write_file_durably(&path, bad);
+        match open(fs.clone()).await {
+            Err(ReplicaError::BadHardState { .. }) => {}
+            other => panic!("expected a damaged state refused, got {:?}", other.err()),
+        }
+        // Gone while the log holds data: the vote and the disk id are lost; never recreated.
+        fs.remove(&path).await.expect("remove");
+        match open(fs.clone()).await {
+            Err(ReplicaError::MissingHardState(_)) => {}
+            other => panic!("expected a missing state refused, got {:?}", other.err()),
+        }
+        fs.write_file_durably(&path, good);
+        assert!(open(fs).await.is_ok());
+    });
+}

@@ -45,9 +45,9 @@ pub enum StorageError {
     /// the leader's disagree on where this batch goes (the caller truncates first, or re-syncs).
     #[error("replicated batch at offset {offset}, the log ends at {expected}")]
     ReplicaOffsetMismatch { offset: u64, expected: u64 },
-    /// `Log::stage_replicated` with a term below the last batch's: terms never go back along a
-    /// log, so the batch would be out of order (a stale leader's message, or a caller's bug).
-    #[error("replicated batch of term {term} below the log's last term {last}")]
+    /// `Log::stage_replicated` with a term below the last batch's, or `Log::set_term` below the
+    /// log's term: terms never go back along a log (a stale leader's message or call).
+    #[error("term {term} below the log's term {last}")]
     TermRegressed { term: u64, last: u64 },
     #[error("invalid configuration: {0}")]
     Config(String),

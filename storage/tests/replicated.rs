@@ -110,7 +110,7 @@ fn a_reopened_log_ends_in_its_last_batchs_term() {
     {
         // A leader's path: stamp its own term.
         let log = open(&fs, &config);
-        log.set_term(7);
+        log.set_term(7).expect("a higher term");
         block_on(log.append(batch(0, 2))).expect("append");
         block_on(log.close()).expect("close");
     }

@@ -58,16 +58,16 @@ impl<F: Fs> Log<F> {
         self.inner.borrow().term
     }
 
-    /// Sets the term stamped on the batches staged from now on (a leader's epoch: it only
-    /// grows; a smaller one is a caller's bug).
-    pub fn set_term(&self, term: u64) {
+    /// Sets the term stamped on the batches staged from now on (a leader's epoch). It never
+    /// goes back: a smaller one than the log's is refused with
+    /// [`StorageError::TermRegressed`] (a deposed leader's late call), and changes nothing.
+    pub fn set_term(&self, term: u64) -> Result<()> {
         let mut i = self.inner.borrow_mut();
-        assert!(
-            term >= i.term,
-            "a log's term never decreases ({} -> {term})",
-            i.term
-        );
+        if term < i.term {
+            return Err(StorageError::TermRegressed { term, last: i.term });
+        }
         i.term = term;
+        Ok(())
     }
 
     /// Verifies a batch and stages it at the end of the log, synchronously: batches are

@@ -116,6 +116,8 @@ pub struct Cluster {
     pub pad_bytes: usize,
     /// Counters of replicas that crashed (a live replica's are in its own).
     pub past_stats: ReplicaStats,
+    /// Disks lost (replaced by new ones), as they were when lost.
+    pub lost_disks: Vec<SimFs>,
 }
 
 pub fn dir() -> PathBuf {
@@ -154,6 +156,7 @@ impl Cluster {
             membership,
             pad_bytes: 0,
             past_stats: ReplicaStats::default(),
+            lost_disks: Vec::new(),
         };
         for id in 1..=n as u64 {
             c.start(id).await;
@@ -191,8 +194,9 @@ impl Cluster {
     pub async fn start_on_new_disk(&mut self, id: NodeId, disk: DiskId) {
         let n = self.node_mut(id);
         n.replica = None;
-        n.fs = SimFs::new();
+        let lost = std::mem::take(&mut n.fs);
         n.disk = disk;
+        self.lost_disks.push(lost);
         self.start_with(id, Create::Empty { disk }).await;
     }
 
@@ -378,18 +382,37 @@ impl Cluster {
     /// Whether node `id`'s disk, if the power went now, would hold proposal `n` at `offset`
     /// (read from a copy of what its disk has synced: the node itself runs on).
     pub async fn durably_holds(&self, id: NodeId, offset: u64, n: u64) -> bool {
-        let fs = self.node(id).fs.crash(CrashMode::DropUnsynced);
-        let log = sluice_storage::Log::open(fs, dir(), log_config())
-            .await
-            .expect("open a copy");
-        if log.end_offset() <= offset || log.start_offset() > offset {
-            return false;
-        }
-        let bs = log.read(offset, 1).await.expect("read");
-        bs.first()
-            .is_some_and(|b| b.header.base_offset == offset && proposal_of(b) == Some(n))
+        holds(&self.node(id).fs, offset, n).await
     }
 
+    /// How many disks hold proposal `n` at `offset` durably: the nodes' disks, and the disks
+    /// lost since (a follower's flush report counts until the leader hears from its new disk,
+    /// so an acknowledgement may rest on a disk lost a moment before).
+    pub async fn durable_copies(&self, offset: u64, n: u64) -> usize {
+        let mut copies = 0;
+        for fs in self.nodes.iter().map(|n| &n.fs).chain(&self.lost_disks) {
+            copies += usize::from(holds(fs, offset, n).await);
+        }
+        copies
+    }
+}
+
+/// Whether `fs`, if the power went now, holds proposal `n` at `offset` (read from a copy of
+/// what it has synced).
+async fn holds(fs: &SimFs, offset: u64, n: u64) -> bool {
+    let fs = fs.crash(CrashMode::DropUnsynced);
+    let log = sluice_storage::Log::open(fs, dir(), log_config())
+        .await
+        .expect("open a copy");
+    if log.end_offset() <= offset || log.start_offset() > offset {
+        return false;
+    }
+    let bs = log.read(offset, 1).await.expect("read");
+    bs.first()
+        .is_some_and(|b| b.header.base_offset == offset && proposal_of(b) == Some(n))
+}
+
+impl Cluster {
     /// Counters of every replica that ran, crashed ones included.
     pub fn total_stats(&self) -> ReplicaStats {
         let mut t = self.past_stats.clone();

@@ -18,8 +18,8 @@
 use crate::error::ReplicaError;
 use bytes::Bytes;
 use sluice_raft::{Entry, EntryKind, Membership};
-use sluice_storage::batch::{self, BatchBuilder, BatchView, Record};
 use sluice_storage::ReadBatch;
+use sluice_wire::batch::{self, BatchBuilder, BatchView, Record};
 
 /// The key of every Raft control record.
 pub const RAFT_CONTROL_KEY: &[u8] = b"sluice.raft";

@@ -41,6 +41,14 @@ pub enum StorageError {
     /// A suffix of the log is being removed (`Log::truncate_from`); retry once it is done.
     #[error("log is truncating a suffix")]
     Truncating,
+    /// `Log::stage_replicated` at an offset other than the log's end: the follower's log and
+    /// the leader's disagree on where this batch goes (the caller truncates first, or re-syncs).
+    #[error("replicated batch at offset {offset}, the log ends at {expected}")]
+    ReplicaOffsetMismatch { offset: u64, expected: u64 },
+    /// `Log::stage_replicated` with a term below the last batch's, or `Log::set_term` below the
+    /// log's term: terms never go back along a log (a stale leader's message or call).
+    #[error("term {term} below the log's term {last}")]
+    TermRegressed { term: u64, last: u64 },
     #[error("invalid configuration: {0}")]
     Config(String),
     /// The log directory was written in a layout newer than this build reads
@@ -77,6 +85,8 @@ impl StorageError {
             StorageError::Closed => "closed",
             StorageError::Truncating => "truncating",
             StorageError::NotBatchBoundary { .. } => "not_batch_boundary",
+            StorageError::ReplicaOffsetMismatch { .. } => "replica_offset_mismatch",
+            StorageError::TermRegressed { .. } => "term_regressed",
             StorageError::Config(_) => "config",
             StorageError::UnsupportedFormat { .. } => "unsupported_format",
         }
@@ -124,6 +134,16 @@ impl StorageError {
             StorageError::NotBatchBoundary { offset } => {
                 StorageError::NotBatchBoundary { offset: *offset }
             }
+            StorageError::ReplicaOffsetMismatch { offset, expected } => {
+                StorageError::ReplicaOffsetMismatch {
+                    offset: *offset,
+                    expected: *expected,
+                }
+            }
+            StorageError::TermRegressed { term, last } => StorageError::TermRegressed {
+                term: *term,
+                last: *last,
+            },
             StorageError::Config(s) => StorageError::Config(s.clone()),
             StorageError::UnsupportedFormat {
                 path,

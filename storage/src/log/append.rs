@@ -58,16 +58,16 @@ impl<F: Fs> Log<F> {
         self.inner.borrow().term
     }
 
-    /// Sets the term stamped on the batches staged from now on (a leader's epoch: it only
-    /// grows; a smaller one is a caller's bug).
-    pub fn set_term(&self, term: u64) {
+    /// Sets the term stamped on the batches staged from now on (a leader's epoch). It never
+    /// goes back: a smaller one than the log's is refused with
+    /// [`StorageError::TermRegressed`] (a deposed leader's late call), and changes nothing.
+    pub fn set_term(&self, term: u64) -> Result<()> {
         let mut i = self.inner.borrow_mut();
-        assert!(
-            term >= i.term,
-            "a log's term never decreases ({} -> {term})",
-            i.term
-        );
+        if term < i.term {
+            return Err(StorageError::TermRegressed { term, last: i.term });
+        }
         i.term = term;
+        Ok(())
     }
 
     /// Verifies a batch and stages it at the end of the log, synchronously: batches are
@@ -79,6 +79,56 @@ impl<F: Fs> Log<F> {
     /// rewritten as v2 once verified ([`batch::upgraded`]); a v2 batch is stored in the bytes it
     /// came in, but for the base offset and term the log stamps.
     pub fn stage_batch(&self, bytes: Vec<u8>) -> Result<AppendTicket> {
+        let bytes = self.verified(bytes)?;
+        self.check_writable()?;
+        let (info, slot) = self.stage(bytes, None);
+        Ok(AppendTicket { info, slot })
+    }
+
+    /// Stages a batch a leader made, as a follower stores it: at the leader's `base_offset` and
+    /// with the leader's `term`, verified by its checksum like any batch. The partition's log is
+    /// the Raft log, so offsets and terms must agree on every replica; what would break that is
+    /// refused with a typed error, never stored: `base_offset` other than the end of the log
+    /// (staged batches included) is [`StorageError::ReplicaOffsetMismatch`] (the caller
+    /// truncates first when it must overwrite), a `term` below the last batch's is
+    /// [`StorageError::TermRegressed`] (terms never go back along a log). The log's own term
+    /// ([`Log::term`]) rises to `term` if below. Durable once [`Log::durable`] resolves.
+    pub fn stage_replicated(
+        &self,
+        bytes: Vec<u8>,
+        base_offset: u64,
+        term: u64,
+    ) -> Result<AppendTicket> {
+        let bytes = self.verified(bytes)?;
+        self.check_writable()?;
+        {
+            let i = self.inner.borrow();
+            if base_offset != i.next_offset {
+                return Err(StorageError::ReplicaOffsetMismatch {
+                    offset: base_offset,
+                    expected: i.next_offset,
+                });
+            }
+            if term < i.last_term {
+                return Err(StorageError::TermRegressed {
+                    term,
+                    last: i.last_term,
+                });
+            }
+        }
+        let (info, slot) = self.stage(bytes, Some(term));
+        Ok(AppendTicket { info, slot })
+    }
+
+    /// The term of the last batch in the log, staged ones included (0 for an empty log, or a
+    /// log written by the single-node broker).
+    pub fn last_term(&self) -> u64 {
+        self.inner.borrow().last_term
+    }
+
+    /// A batch as the log stores it: within the size limit, verified (checksum, records), in
+    /// the current format.
+    fn verified(&self, bytes: Vec<u8>) -> Result<Vec<u8>> {
         if bytes.len() > self.config.batch_bytes_max {
             return Err(crate::error::BatchError::TooLarge {
                 size_bytes: bytes.len(),
@@ -91,14 +141,11 @@ impl<F: Fs> Log<F> {
         if view.bytes.len() != bytes.len() {
             return Err(crate::error::BatchError::BadLength(view.header.batch_len).into());
         }
-        let bytes = if view.header.version == batch::BATCH_FORMAT_VERSION {
+        Ok(if view.header.version == batch::BATCH_FORMAT_VERSION {
             bytes
         } else {
             batch::upgraded(&view)
-        };
-        self.check_writable()?;
-        let (info, slot) = self.stage(bytes);
-        Ok(AppendTicket { info, slot })
+        })
     }
 
     /// Resolves when the staged batch is durable (driving a group commit if one may start).
@@ -141,12 +188,18 @@ impl<F: Fs> Log<F> {
         }
     }
 
-    pub(super) fn stage(&self, mut bytes: Vec<u8>) -> (AppendInfo, Slot) {
+    /// Stamps and stages a verified batch at the end of the log, with the log's term or, for a
+    /// replicated batch, `term` (checked by the caller not to go below the last batch's).
+    pub(super) fn stage(&self, mut bytes: Vec<u8>, term: Option<u64>) -> (AppendInfo, Slot) {
         let mut guard = self.inner.borrow_mut();
         let i = &mut *guard;
         let mut header = BatchHeader::parse(&bytes).expect("verified by the caller");
+        if let Some(t) = term {
+            i.term = i.term.max(t);
+        }
         header.base_offset = i.next_offset;
-        header.term = i.term;
+        header.term = term.unwrap_or(i.term);
+        i.last_term = header.term;
         batch::set_base_offset(&mut bytes, header.base_offset);
         batch::set_term(&mut bytes, header.term).expect("staged batches are in the current format");
         let len = bytes.len() as u64;

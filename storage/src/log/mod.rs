@@ -17,6 +17,7 @@
 //! | `read`      | reads by offset (commit cache, then disk windows) and by timestamp          |
 //! | `retention` | deleting whole sealed segments by time, size or a compaction floor          |
 //! | `truncate`  | removing a suffix durably (`truncate_from`), crash-safe back to front       |
+//! | `terms`     | the last batch's term, restored at open; term starts by binary search       |
 //!
 //! This file holds the `Log` itself, its shared state (`Inner`), the public result types, and
 //! what does not belong to one step (offsets, statistics, close).
@@ -27,6 +28,7 @@ mod read;
 mod recovery;
 mod retention;
 mod segment;
+mod terms;
 mod truncate;
 
 pub use append::SINGLE_NODE_TERM;
@@ -167,6 +169,9 @@ struct Inner<F: Fs> {
     next_offset: u64,
     /// The term stamped on staged batches (see [`SINGLE_NODE_TERM`]); it never decreases.
     term: u64,
+    /// The term of the last batch in the log (staged included): a replicated batch may not
+    /// carry a lower one. Restored from the last batch at open and after a truncation.
+    last_term: u64,
     /// Where the last staged chunk's segment stands (size and first timestamp, staged included).
     proj_segment: u64,
     proj_size: u64,

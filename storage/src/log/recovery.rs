@@ -162,6 +162,7 @@ impl<F: Fs> Log<F> {
                 staged_bytes: 0,
                 next_offset: 0,
                 term: SINGLE_NODE_TERM,
+                last_term: SINGLE_NODE_TERM,
                 proj_segment: 0,
                 proj_size: 0,
                 proj_first_ts: None,
@@ -252,6 +253,9 @@ impl<F: Fs> Log<F> {
             inner.proj_size = size;
             inner.proj_first_ts = first_ts;
         }
+        // A restarted replica must know the term its log ends in (Raft compares it in votes,
+        // and a follower may not append below it): the last batch's, not 0.
+        log.restore_last_term().await?;
         Ok(log)
     }
 

@@ -189,17 +189,20 @@ impl<F: Fs> Log<F> {
         self.forget_segment(base);
         drop(file);
         self.recover_active(base).await?;
-        let mut guard = self.inner.borrow_mut();
-        let i = &mut *guard;
-        let s = i.segments.get(&base).expect("recovered");
-        debug_assert_eq!(s.size, cut, "recovery ends the segment at the cut");
-        let (size, first_ts, next) = (s.size, s.first_ts, s.next_offset);
-        i.next_offset = next;
-        i.proj_segment = base;
-        i.proj_size = size;
-        i.proj_first_ts = first_ts;
-        i.stats.fsyncs += 1;
-        Ok(())
+        {
+            let mut guard = self.inner.borrow_mut();
+            let i = &mut *guard;
+            let s = i.segments.get(&base).expect("recovered");
+            debug_assert_eq!(s.size, cut, "recovery ends the segment at the cut");
+            let (size, first_ts, next) = (s.size, s.first_ts, s.next_offset);
+            i.next_offset = next;
+            i.proj_segment = base;
+            i.proj_size = size;
+            i.proj_first_ts = first_ts;
+            i.stats.fsyncs += 1;
+        }
+        // The removed suffix may have held newer terms: the log's last term is the cut's.
+        self.restore_last_term().await
     }
 
     /// Bytes zeroed by one durable write of a truncation. A power loss during the write may

@@ -1,0 +1,510 @@
+//! `Replica`: one partition's replicated log — a Raft group driven over a storage log.
+//!
+//! The driver owns the Raft core (`sluice_raft`, sans-I/O) and the partition's segment log, and
+//! runs the core's `Ready` loop in the order raft/README.md states:
+//!
+//! 1. the hard state (term, vote, disk id) is made durable (`state.rs`) before anything of the
+//!    same `Ready` is sent — and before a membership entry is staged (so the state file lists
+//!    every membership entry the log can hold);
+//! 2. a truncation (`truncate_to`) cuts the log (`Log::truncate_from`), then the entries are
+//!    staged at exactly the offsets and terms Raft gave them (`Log::stage_replicated`, on the
+//!    leader too: a disagreement between the core's view and the log is an error, not a
+//!    silent shift);
+//! 3. the messages go to the caller's outbox; the leader's go out while its own write is in
+//!    flight (the caller sends them before it calls [`Replica::flush`]);
+//! 4. catch-up reads (`fetches`) are answered from the log (only durable data is readable:
+//!    a read beyond it waits for the next flush);
+//! 5. the commit advances, and proposal tickets resolve, only when Raft reports them
+//!    committed: flushed on a majority of voters, in the leader's confirmed term.
+//!
+//! [`Replica::flush`] waits for the staged batches' group commit and reports them to the core
+//! (`on_appended`/`on_flushed`, quoting the log epoch of their `Ready`, so a report from before
+//! a truncation is ignored).
+//!
+//! Time is an argument (`now_ms`); there is no clock, no socket and no task in here. A caller
+//! (the broker's shard, or a test) loops: `step` what arrived, `tick`, `handle_ready`, send the
+//! outbox, `flush`, `handle_ready` again.
+//!
+//! The core is driven through a `MultiRaft` holding this one group: heartbeats (and the
+//! check-quorum they feed) are coalesced per node there and are not reachable on a bare
+//! `RaftGroup`. A shard holding many partitions will share one `MultiRaft` instead.
+
+use crate::entry::{
+    batch_membership, batch_to_entry, entry_to_batch, normalize_proposal, verify_entry,
+};
+use crate::error::ReplicaError;
+use crate::state::{self, PersistedState};
+use futures::channel::oneshot;
+use sluice_raft::{
+    Body, Config, DiskId, Entry, EntryKind, Envelope, Fetch, GroupId, HardState, Membership,
+    MultiRaft, NodeId, Offset, ProposeError, RaftGroup, RaftRole, Ready, Restore, SnapshotMeta,
+    Term,
+};
+use sluice_storage::fs::Fs;
+use sluice_storage::{AppendInfo, AppendTicket, Log, LogConfig};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Rounds of `Ready` one [`Replica::handle_ready`] runs at most: answering a catch-up read
+/// makes the core send, which is the next round's work. Bounded so a caller's loop keeps
+/// control (what is left is done by its next call).
+const READY_ROUNDS_MAX: usize = 8;
+
+/// Who this replica is.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub node: NodeId,
+    pub group: GroupId,
+    pub raft: Config,
+    /// Drives election-timeout jitter only.
+    pub seed: u64,
+}
+
+/// How a replica whose log directory holds nothing yet begins. Ignored when the directory has
+/// a hard-state file (a restart).
+#[derive(Clone, Debug)]
+pub enum Create {
+    /// A group formed with this membership (every member's disk id chosen at formation, as
+    /// KIP-853's `--initial-controllers`): this node's entry names its disk.
+    Bootstrap(Membership),
+    /// An empty replica on a new disk, caught up by the leader once a membership lists it
+    /// (added later, or back after losing its disk). `disk` must be new: generated for this
+    /// log, never reused.
+    Empty { disk: DiskId },
+}
+
+/// A proposal's outcome: the committed batch's offsets, or why it did not commit.
+pub struct ProposalTicket {
+    pub term: Term,
+    pub offset: Offset,
+    rx: oneshot::Receiver<Result<AppendInfo, ReplicaError>>,
+}
+
+impl ProposalTicket {
+    /// The outcome, if known yet (for callers that poll instead of awaiting).
+    pub fn try_take(&mut self) -> Option<Result<AppendInfo, ReplicaError>> {
+        match self.rx.try_recv() {
+            Ok(r) => r,
+            Err(oneshot::Canceled) => Some(Err(ReplicaError::Closed)),
+        }
+    }
+}
+
+impl Future for ProposalTicket {
+    type Output = Result<AppendInfo, ReplicaError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.rx).poll(cx) {
+            Poll::Ready(Ok(r)) => Poll::Ready(r),
+            Poll::Ready(Err(oneshot::Canceled)) => Poll::Ready(Err(ReplicaError::Closed)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+type TicketTx = oneshot::Sender<Result<AppendInfo, ReplicaError>>;
+
+/// Counters of what the driver did (for metrics, and for tests to show a path was taken).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    /// Hard-state file replacements (each a durable write, rename and directory sync).
+    pub hard_state_writes: u64,
+    /// Suffixes cut because a leader's log disagreed (`truncate_to`).
+    pub truncations: u64,
+    /// Batches staged (the leader's own and replicated ones).
+    pub batches_staged: u64,
+    /// Catch-up reads answered from the log.
+    pub fetches_served: u64,
+    /// Proposals resolved committed, and resolved with leadership lost.
+    pub proposals_committed: u64,
+    pub proposals_dropped: u64,
+}
+
+/// One replica of one partition: the Raft group and the log it drives.
+pub struct Replica<F: Fs> {
+    fs: F,
+    dir: PathBuf,
+    node: NodeId,
+    group: GroupId,
+    raft: MultiRaft,
+    log: Log<F>,
+    state: PersistedState,
+    /// Staged batches not yet reported flushed: (log epoch, end offset, ticket).
+    staged: Vec<(u64, Offset, AppendTicket)>,
+    /// Catch-up reads that reached past the durable end: answered after the next flush.
+    deferred_fetches: Vec<Fetch>,
+    /// Open proposals by (term, offset).
+    tickets: BTreeMap<(Term, Offset), TicketTx>,
+    stats: ReplicaStats,
+}
+
+impl<F: Fs> Replica<F> {
+    /// Opens (or creates) the replica whose log lives in `dir`, and restores its Raft group
+    /// from the hard-state file and the log: log end, term starts (from batch headers), the
+    /// membership entries the log holds.
+    pub async fn open(
+        fs: F,
+        dir: impl Into<PathBuf>,
+        log_config: LogConfig,
+        cfg: ReplicaConfig,
+        create: Create,
+        now_ms: u64,
+    ) -> Result<Self, ReplicaError> {
+        let dir = dir.into();
+        let log = Log::open(fs.clone(), dir.clone(), log_config).await?;
+        let state = match state::load(&fs, &dir).await? {
+            Some(s) => s,
+            None => {
+                if log.end_offset() > log.start_offset() {
+                    return Err(ReplicaError::MissingHardState(dir));
+                }
+                let s = new_state(cfg.node, log.start_offset(), create)?;
+                state::store(&fs, &dir, &s).await?;
+                s
+            }
+        };
+        let restore = restore_from(&log, cfg.node, &state).await?;
+        let mut raft = MultiRaft::new(cfg.node, cfg.raft.clone());
+        raft.add_group(cfg.group, restore, now_ms, cfg.seed)?;
+        Ok(Replica {
+            fs,
+            dir,
+            node: cfg.node,
+            group: cfg.group,
+            raft,
+            log,
+            state,
+            staged: Vec::new(),
+            deferred_fetches: Vec::new(),
+            tickets: BTreeMap::new(),
+            stats: ReplicaStats::default(),
+        })
+    }
+
+    fn g(&self) -> &RaftGroup {
+        self.raft.group(self.group).expect("the replica's group")
+    }
+
+    // ---- What the broker asks ---------------------------------------------------------------
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+    pub fn role(&self) -> RaftRole {
+        self.g().role()
+    }
+    pub fn term(&self) -> Term {
+        self.g().term()
+    }
+    pub fn leader(&self) -> Option<NodeId> {
+        self.g().leader()
+    }
+    pub fn disk(&self) -> DiskId {
+        self.g().disk()
+    }
+    pub fn hard_state(&self) -> HardState {
+        self.g().hard_state()
+    }
+    pub fn membership(&self) -> &Membership {
+        self.g().membership()
+    }
+    /// Whether this replica leads and has committed an entry of its term: it takes proposals
+    /// and may answer reads.
+    pub fn is_serving(&self) -> bool {
+        self.g().is_serving()
+    }
+    /// One past the last committed offset this replica holds durably: what readers may see.
+    /// (Raft's commit may run ahead of this replica's own flushed end on a follower.)
+    pub fn committed_end(&self) -> Offset {
+        self.g().commit().min(self.log.end_offset())
+    }
+    /// The log, for reads (below [`Replica::committed_end`] only: above it nothing counts yet).
+    /// Raft's control batches (no-ops, membership) are in it: replay skips control batches.
+    pub fn log(&self) -> &Log<F> {
+        &self.log
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn stats(&self) -> &ReplicaStats {
+        &self.stats
+    }
+
+    /// Proposes a producer's batch. The ticket resolves with the batch's offsets once it is
+    /// committed (flushed on a majority in this leader's confirmed term), or with
+    /// [`ReplicaError::LeadershipLost`] if leadership goes first. Refused at once, with
+    /// [`ReplicaError::NotLeader`], on a replica that does not lead.
+    pub fn propose(&mut self, batch: Vec<u8>) -> Result<ProposalTicket, ReplicaError> {
+        let limit_bytes = self.log.config().batch_bytes_max;
+        if batch.len() > limit_bytes {
+            return Err(ReplicaError::InvalidBatch(
+                sluice_storage::batch::BatchError::TooLarge {
+                    size_bytes: batch.len(),
+                    limit_bytes,
+                },
+            ));
+        }
+        let (bytes, count) = normalize_proposal(batch)?;
+        let term = self.term();
+        let p = self
+            .raft
+            .propose(self.group, bytes, count)
+            .map_err(|e| match e {
+                ProposeError::NotLeader { leader } => ReplicaError::NotLeader {
+                    leader_hint: leader,
+                    term,
+                },
+                e => ReplicaError::Propose(e),
+            })?;
+        let (tx, rx) = oneshot::channel();
+        self.tickets.insert((p.term, p.offset), tx);
+        Ok(ProposalTicket {
+            term: p.term,
+            offset: p.offset,
+            rx,
+        })
+    }
+
+    // ---- Driving the core -------------------------------------------------------------------
+
+    /// Feeds one message from a peer. A malformed one is refused (typed) and changes nothing:
+    /// the entries of an append are verified first (a batch failing its checksum is never
+    /// taken; the leader sends it again when this follower shows no progress).
+    pub fn step(&mut self, now_ms: u64, env: Envelope) -> Result<(), ReplicaError> {
+        if let Envelope::Group(m) = &env {
+            if let Body::Append { entries, .. } = &m.body {
+                for e in entries {
+                    verify_entry(e)?;
+                }
+            }
+        }
+        Ok(self.raft.step(now_ms, env)?)
+    }
+
+    /// Advances time: elections, heartbeats, check-quorum.
+    pub fn tick(&mut self, now_ms: u64) {
+        self.raft.tick(now_ms);
+    }
+
+    /// Runs the `Ready` loop (see the module doc): persists, truncates, stages, answers reads,
+    /// resolves tickets, and appends the messages to send to `outbox`. Send them, then
+    /// [`Replica::flush`].
+    ///
+    /// An error leaves the core and the log possibly apart (a storage failure, or a leader's
+    /// entry that does not verify): the caller drops the replica and reopens it, which
+    /// restores the core from what is durable.
+    pub async fn handle_ready(&mut self, outbox: &mut Vec<Envelope>) -> Result<(), ReplicaError> {
+        for _ in 0..READY_ROUNDS_MAX {
+            let mr = self.raft.ready();
+            let mut progressed = !mr.messages.is_empty();
+            for (_, rd) in mr.groups {
+                progressed = true;
+                self.apply_ready(rd).await?;
+            }
+            // After the hard state of this round is durable (apply_ready awaited it).
+            outbox.extend(mr.messages);
+            if !progressed || !self.g().has_ready() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every staged batch is durable and tells the core (`on_appended`,
+    /// `on_flushed`); then answers catch-up reads that waited for durable data. Call
+    /// [`Replica::handle_ready`] after it: the core has news (acknowledgements, commits).
+    pub async fn flush(&mut self) -> Result<(), ReplicaError> {
+        let staged = std::mem::take(&mut self.staged);
+        for (epoch, end, ticket) in staged {
+            self.log.durable(ticket).await?;
+            self.raft.on_appended(self.group, epoch, end)?;
+            self.raft.on_flushed(self.group, epoch, end)?;
+        }
+        let fetches = std::mem::take(&mut self.deferred_fetches);
+        for f in fetches {
+            self.serve_fetch(f).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether staged batches wait for [`Replica::flush`].
+    pub fn has_unflushed(&self) -> bool {
+        !self.staged.is_empty()
+    }
+
+    async fn apply_ready(&mut self, rd: Ready) -> Result<(), ReplicaError> {
+        // 1. Hard state, and the membership entries about to be staged, durable first.
+        let mut persist = false;
+        if let Some(hs) = rd.hard_state {
+            persist |= hs != self.state.hard;
+            self.state.hard = hs;
+        }
+        let new_configs: Vec<(Offset, Term, Membership)> = rd
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::Config)
+            .filter_map(|e| Some((e.offset, e.term, Membership::decode(&e.data).ok()?)))
+            .collect();
+        if persist || !new_configs.is_empty() {
+            // Listed before they are staged; stale entries (at or after a truncation below)
+            // stay listed until the truncation is done, and are told apart at restore anyway.
+            let mut s = self.state.clone();
+            s.configs.extend(new_configs.iter().cloned());
+            state::store(&self.fs, &self.dir, &s).await?;
+            self.stats.hard_state_writes += 1;
+        }
+        if rd.snapshot.is_some() {
+            return Err(ReplicaError::SnapshotUnsupported);
+        }
+        // 2. Truncate, then stage at the core's offsets and terms.
+        if let Some(t) = rd.truncate_to {
+            self.log.truncate_from(t).await?;
+            self.stats.truncations += 1;
+            self.state.configs.retain(|(o, _, _)| *o < t);
+        }
+        self.state.configs.extend(new_configs);
+        for e in &rd.entries {
+            let bytes = entry_to_batch(e)?;
+            let ticket = self.log.stage_replicated(bytes, e.offset, e.term)?;
+            self.staged.push((rd.log_epoch, e.end(), ticket));
+            self.stats.batches_staged += 1;
+        }
+        // 4. Catch-up reads.
+        for f in rd.fetches {
+            self.serve_fetch(f).await?;
+        }
+        if !rd.snapshot_requests.is_empty() {
+            // Never asked while no log is compacted (this driver compacts none).
+            tracing::warn!(
+                group = self.group,
+                "snapshot requested; snapshots not supported yet"
+            );
+        }
+        // 5. Commit and the clients' outcomes.
+        for p in rd.committed {
+            if let Some(tx) = self.tickets.remove(&(p.term, p.offset)) {
+                self.stats.proposals_committed += 1;
+                let _ = tx.send(Ok(AppendInfo {
+                    base_offset: p.offset,
+                    last_offset: p.end - 1,
+                }));
+            }
+        }
+        if !rd.dropped.is_empty() {
+            let (leader_hint, term) = (self.leader(), self.term());
+            for p in rd.dropped {
+                if let Some(tx) = self.tickets.remove(&(p.term, p.offset)) {
+                    self.stats.proposals_dropped += 1;
+                    let _ = tx.send(Err(ReplicaError::LeadershipLost { leader_hint, term }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the log for a lagging follower; a read past the durable end waits for a flush.
+    async fn serve_fetch(&mut self, f: Fetch) -> Result<(), ReplicaError> {
+        if f.from >= self.log.end_offset() {
+            self.deferred_fetches.push(f);
+            return Ok(());
+        }
+        let batches = self.log.read(f.from, f.max_bytes).await?;
+        let mut entries: Vec<Entry> = Vec::with_capacity(batches.len());
+        let mut bytes = 0;
+        for b in &batches {
+            let e = batch_to_entry(b)?;
+            if !entries.is_empty() && bytes + e.data.len() > f.max_bytes {
+                break;
+            }
+            bytes += e.data.len();
+            entries.push(e);
+        }
+        self.raft.on_fetched(self.group, f.peer, f.from, entries)?;
+        self.stats.fetches_served += 1;
+        Ok(())
+    }
+}
+
+impl<F: Fs> Drop for Replica<F> {
+    fn drop(&mut self) {
+        for (_, tx) in std::mem::take(&mut self.tickets) {
+            let _ = tx.send(Err(ReplicaError::Closed));
+        }
+    }
+}
+
+fn new_state(node: NodeId, start: Offset, create: Create) -> Result<PersistedState, ReplicaError> {
+    let (disk, base) = match create {
+        Create::Bootstrap(m) => {
+            let (me, _) =
+                m.get(node)
+                    .ok_or(ReplicaError::Step(sluice_raft::StepError::BadRestore(
+                        "the bootstrap membership omits this node",
+                    )))?;
+            (
+                me.disk,
+                Some(SnapshotMeta {
+                    offset: start,
+                    term: 0,
+                    membership: m,
+                }),
+            )
+        }
+        Create::Empty { disk } => (disk, None),
+    };
+    Ok(PersistedState {
+        hard: HardState {
+            term: 0,
+            vote: None,
+            disk,
+        },
+        base,
+        configs: Vec::new(),
+    })
+}
+
+/// What the core needs to reopen: the hard state, the base, the log's end and term starts (by
+/// binary search over batch headers), and the membership entries the log really holds (each
+/// listed one checked against the batch at its offset).
+async fn restore_from<F: Fs>(
+    log: &Log<F>,
+    node: NodeId,
+    s: &PersistedState,
+) -> Result<Restore, ReplicaError> {
+    let (start, end) = (log.start_offset(), log.end_offset());
+    let mut configs = Vec::new();
+    for (o, t, m) in &s.configs {
+        if *o < start || *o >= end {
+            continue;
+        }
+        let batches = log.read(*o, 1).await?;
+        let holds = batches.first().is_some_and(|b| {
+            b.header.base_offset == *o
+                && b.header.term == *t
+                && batch_membership(b).as_ref() == Some(m)
+        });
+        if holds {
+            configs.push((*o, m.clone()));
+        }
+    }
+    configs.sort_by_key(|(o, _)| *o);
+    let term_starts = log
+        .term_starts()
+        .await?
+        .into_iter()
+        .filter(|&(t, _)| t > s.base.as_ref().map_or(0, |b| b.term))
+        .collect();
+    Ok(Restore {
+        node,
+        hard_state: s.hard,
+        base: s.base.clone(),
+        log_end: end,
+        term_starts,
+        configs,
+    })
+}

@@ -37,6 +37,20 @@ const CTL_FH: u64 = 0;
 
 pub(crate) struct FaultFuse {
     pub(crate) disk: Arc<Mutex<Disk>>,
+    /// Log each changing request and its result to stderr (`FAULTFS_TRACE=1`): to see which
+    /// fsyncs a program makes and which it misses.
+    pub(crate) trace: bool,
+}
+
+/// The environment variable that turns the request trace on.
+pub const TRACE_ENV: &str = "FAULTFS_TRACE";
+
+macro_rules! trace {
+    ($fs:expr, $($arg:tt)*) => {
+        if $fs.trace {
+            eprintln!("faultfs: {}", format_args!($($arg)*));
+        }
+    };
 }
 
 pub(crate) fn lock(disk: &Mutex<Disk>) -> MutexGuard<'_, Disk> {
@@ -196,7 +210,9 @@ impl Filesystem for FaultFuse {
                 d.handle(fh)?;
             }
             if let Some(size) = size {
-                d.set_size(ino, size)?;
+                let done = d.set_size(ino, size);
+                trace!(self, "truncate {ino} to {size} -> {done:?}");
+                done?;
             }
             // Permission bits only: the file type is fixed at creation.
             let perm = mode.map(|m| (m & 0o7777) as u16);
@@ -227,6 +243,7 @@ impl Filesystem for FaultFuse {
         }
         let perm = (mode & !umask & 0o7777) as u16;
         let made = lock(&self.disk).make(parent, name, Kind::File, perm, req.uid(), req.gid());
+        trace!(self, "mknod {parent}/{name:?} -> {made:?}");
         match made {
             Ok(ino) => self.entry(ino, reply),
             Err(e) => reply.error(e.errno()),
@@ -247,6 +264,7 @@ impl Filesystem for FaultFuse {
         }
         let perm = (mode & !umask & 0o7777) as u16;
         let made = lock(&self.disk).make(parent, name, Kind::Dir, perm, req.uid(), req.gid());
+        trace!(self, "mkdir {parent}/{name:?} -> {made:?}");
         match made {
             Ok(ino) => self.entry(ino, reply),
             Err(e) => reply.error(e.errno()),
@@ -257,14 +275,18 @@ impl Filesystem for FaultFuse {
         if is_ctl(parent, name) {
             return reply.error(libc::EPERM);
         }
-        match lock(&self.disk).remove(parent, name, false) {
+        let done = lock(&self.disk).remove(parent, name, false);
+        trace!(self, "unlink {parent}/{name:?} -> {done:?}");
+        match done {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        match lock(&self.disk).remove(parent, name, true) {
+        let done = lock(&self.disk).remove(parent, name, true);
+        trace!(self, "rmdir {parent}/{name:?} -> {done:?}");
+        match done {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
@@ -283,7 +305,12 @@ impl Filesystem for FaultFuse {
         if is_ctl(parent, name) || is_ctl(newparent, newname) {
             return reply.error(libc::EPERM);
         }
-        match lock(&self.disk).rename(parent, name, newparent, newname, flags) {
+        let done = lock(&self.disk).rename(parent, name, newparent, newname, flags);
+        trace!(
+            self,
+            "rename {parent}/{name:?} -> {newparent}/{newname:?} -> {done:?}"
+        );
+        match done {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
@@ -329,6 +356,11 @@ impl Filesystem for FaultFuse {
         let result = d
             .make(parent, name, Kind::File, perm, req.uid(), req.gid())
             .and_then(|ino| Ok((d.open(ino, flags)?, d.stat(ino)?)));
+        trace!(
+            self,
+            "create {parent}/{name:?} flags {flags:#x} -> {:?}",
+            result.as_ref().map(|(fh, s)| (s.ino, fh))
+        );
         match result {
             Ok((fh, s)) => reply.created(&TTL, &attr(&s), 0, fh, OPEN_FLAGS),
             Err(e) => reply.error(e.errno()),
@@ -398,7 +430,13 @@ impl Filesystem for FaultFuse {
             // The kernel passes the file's flags with RWF_DSYNC/RWF_SYNC of this write folded
             // in (O_SYNC includes the O_DSYNC bit); the open flags are checked too.
             let durable = (flags | open_flags) & libc::O_DSYNC != 0;
-            d.write(ino, offset, data, durable)
+            let n = d.write(ino, offset, data, durable);
+            trace!(
+                self,
+                "write {ino} @{offset} +{} durable={durable} -> {n:?}",
+                data.len()
+            );
+            n
         });
         match result {
             Ok(n) => reply.written(n as u32),
@@ -434,7 +472,9 @@ impl Filesystem for FaultFuse {
         // fsync and fdatasync alike: size is the only metadata modelled, and fdatasync syncs it
         // too when reading the data needs it.
         let mut d = lock(&self.disk);
-        match d.handle(fh).and_then(|_| d.sync_file(ino)) {
+        let done = d.handle(fh).and_then(|_| d.sync_file(ino));
+        trace!(self, "fsync {ino} -> {done:?}");
+        match done {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
@@ -486,7 +526,9 @@ impl Filesystem for FaultFuse {
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, _ds: bool, reply: ReplyEmpty) {
         let mut d = lock(&self.disk);
-        match d.handle(fh).and_then(|_| d.sync_dir(ino)) {
+        let done = d.handle(fh).and_then(|_| d.sync_dir(ino));
+        trace!(self, "fsyncdir {ino} -> {done:?}");
+        match done {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
@@ -524,10 +566,14 @@ impl Filesystem for FaultFuse {
             return reply.error(libc::EINVAL);
         };
         let mut d = lock(&self.disk);
-        match d
+        let done = d
             .handle(fh)
-            .and_then(|_| d.fallocate(ino, offset, length, mode))
-        {
+            .and_then(|_| d.fallocate(ino, offset, length, mode));
+        trace!(
+            self,
+            "fallocate {ino} @{offset} +{length} mode {mode:#x} -> {done:?}"
+        );
+        match done {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }

@@ -114,7 +114,10 @@ impl Mounted {
             // ask for this without /etc/fuse.conf's user_allow_other.
             options.push(MountOption::AllowOther);
         }
-        let fs = fuse::FaultFuse { disk: disk.clone() };
+        let fs = fuse::FaultFuse {
+            disk: disk.clone(),
+            trace: std::env::var_os(fuse::TRACE_ENV).is_some_and(|v| v == "1"),
+        };
         let session =
             fuser::spawn_mount2(fs, mountpoint, &options).map_err(|source| MountError::Mount {
                 path: mountpoint.to_path_buf(),

@@ -34,7 +34,8 @@
 //! afterwards: the processes that held them are meant to be killed by the harness and restarted
 //! on the same mount (no remount needed: the kernel caches no names, attributes or pages of
 //! faultfs, see below). **Torn power off** (`tear <seed>`, [`Mounted::power_off_torn`]) first
-//! writes a prefix of the latest write that is not yet durable into the durable state, of a
+//! writes a prefix of the latest write that is not yet durable (to a file that keeps a durable
+//! name: a tear elsewhere would change nothing) into the durable state, of a
 //! length drawn from the seed in `0..len` (the disk extends the durable size as far as the prefix
 //! reaches), then powers off.
 //!

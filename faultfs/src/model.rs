@@ -601,8 +601,9 @@ impl Disk {
         self.reset(None)
     }
 
-    /// Power off during the latest unsynced write: a prefix of it, of a length drawn from
-    /// `seed` in `0..len`, reached the disk; everything else volatile is gone.
+    /// Power off during the latest unsynced write to a file that keeps a durable name: a prefix
+    /// of it, of a length drawn from `seed` in `0..len`, reached the disk; everything else
+    /// volatile is gone.
     pub fn power_off_torn(&mut self, seed: u64) -> Result<PowerOffReport> {
         self.reset(Some(seed))
     }
@@ -612,9 +613,6 @@ impl Disk {
             volatile_bytes_dropped: self.volatile_bytes,
             ..PowerOffReport::default()
         };
-        if let Some(seed) = tear_seed {
-            report.torn = self.tear(seed)?;
-        }
         // What survives: the tree of durable names from the root. A directory reachable twice
         // (a cross-directory rename with both directories fsynced at different times) keeps its
         // first name in breadth-first order, so the tree stays a tree.
@@ -637,6 +635,9 @@ impl Disk {
                     queue.push_back(child);
                 }
             }
+        }
+        if let Some(seed) = tear_seed {
+            report.torn = self.tear(seed, &reachable)?;
         }
         let dead: Vec<Ino> = self
             .nodes
@@ -674,11 +675,17 @@ impl Disk {
         Ok(report)
     }
 
-    /// Writes a seeded prefix of the latest unsynced write into the durable bytes.
-    fn tear(&mut self, seed: u64) -> Result<Option<(Ino, u64, u64, u64)>> {
+    /// Writes a seeded prefix of the latest unsynced write into the durable bytes. Only files
+    /// that keep a durable name count: a torn write to a file the power off drops changes nothing.
+    fn tear(
+        &mut self,
+        seed: u64,
+        survivors: &HashSet<Ino>,
+    ) -> Result<Option<(Ino, u64, u64, u64)>> {
         let latest = self
             .nodes
             .iter()
+            .filter(|(ino, _)| survivors.contains(ino))
             .filter_map(|(&ino, n)| match &n.body {
                 Body::File(f) => f.last_write.map(|w| (w, ino)),
                 Body::Dir(_) => None,
@@ -831,6 +838,29 @@ mod tests {
         assert_eq!(d.read(f, 0, 100).expect("read"), b"he\0\0\0");
         d.power_off().expect("power off");
         assert_eq!(d.read(f, 0, 100).expect("read"), b"hello world");
+    }
+
+    #[test]
+    fn a_tear_picks_the_latest_write_to_a_file_that_survives() {
+        let (_t, mut d) = disk();
+        let kept = d
+            .make(ROOT_INO, OsStr::new("kept"), Kind::File, 0o644, 0, 0)
+            .expect("make");
+        d.sync_dir(ROOT_INO).expect("sync dir");
+        let gone = d
+            .make(ROOT_INO, OsStr::new("gone"), Kind::File, 0o644, 0, 0)
+            .expect("make");
+        d.write(kept, 0, &[1u8; 1000], false).expect("write");
+        d.write(gone, 0, &[2u8; 1000], false)
+            .expect("later write, to a file with no durable name");
+        let report = d.power_off_torn(99).expect("tear");
+        let (ino, offset, kept_bytes, written) = report.torn.expect("torn");
+        assert_eq!((ino, offset, written), (kept, 0, 1000));
+        assert!(kept_bytes < 1000);
+        assert_eq!(
+            d.read(kept, 0, 2000).expect("read"),
+            vec![1u8; kept_bytes as usize]
+        );
     }
 
     #[test]

@@ -341,3 +341,46 @@ fn past_the_volatile_bound_writes_fail_with_enospc() {
     f.sync_all().expect("fsync frees the room");
     f.write_all_at(&[1u8; 1], 64 * 1024).expect("fits again");
 }
+
+#[test]
+fn a_rename_across_directories_needs_both_fsynced() {
+    let Some(fx) = Fixture::new() else { return };
+    fs::create_dir(fx.path("a")).expect("mkdir a");
+    fs::create_dir(fx.path("b")).expect("mkdir b");
+    sync_dir(&fx.root());
+    write_synced(&fx.path("a/f"), b"payload");
+    sync_dir(&fx.path("a"));
+
+    // Only the target synced: the file is under both names after a power off.
+    fs::rename(fx.path("a/f"), fx.path("b/f")).expect("rename");
+    sync_dir(&fx.path("b"));
+    fx.power_off();
+    assert_eq!(read(&fx.path("a/f")).expect("old name"), b"payload");
+    assert_eq!(read(&fx.path("b/f")).expect("new name"), b"payload");
+
+    // Only the source synced: the file is lost.
+    fs::remove_file(fx.path("b/f")).expect("unlink");
+    sync_dir(&fx.path("b"));
+    fs::rename(fx.path("a/f"), fx.path("b/f")).expect("rename");
+    sync_dir(&fx.path("a"));
+    fx.power_off();
+    assert!(!fx.path("a/f").exists());
+    assert!(!fx.path("b/f").exists());
+}
+
+#[test]
+fn fallocate_extends_the_size_only_until_a_power_off() {
+    let Some(fx) = Fixture::new() else { return };
+    write_synced(&fx.path("seg"), b"head");
+    sync_dir(&fx.root());
+    let f = OpenOptions::new()
+        .write(true)
+        .open(fx.path("seg"))
+        .expect("open");
+    // SAFETY: a plain syscall on an open descriptor.
+    let rc = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 1 << 20) };
+    assert_eq!(rc, 0, "fallocate: {}", std::io::Error::last_os_error());
+    assert_eq!(fs::metadata(fx.path("seg")).expect("stat").len(), 1 << 20);
+    fx.power_off();
+    assert_eq!(read(&fx.path("seg")).expect("read"), b"head");
+}

@@ -9,8 +9,6 @@ command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 # The perf suite's Kafka target (`sluice-perf --features kafka`) links the system's librdkafka.
 pkg-config --exists rdkafka 2>/dev/null || missing+=(librdkafka-dev pkg-config)
-# faultfs (power-loss tests) mounts FUSE: as root directly, as another user through fusermount3.
-command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq

@@ -118,6 +118,7 @@ fn time(t: TimeOrNow) -> SystemTime {
 pub enum Command {
     PowerOff,
     Tear { seed: u64 },
+    PowerOn,
 }
 
 impl Command {
@@ -126,6 +127,7 @@ impl Command {
         let mut words = text.split_whitespace();
         let cmd = match (words.next()?, words.next()) {
             ("poweroff", None) => Command::PowerOff,
+            ("poweron", None) => Command::PowerOn,
             ("tear", Some(seed)) => Command::Tear {
                 seed: seed.parse().ok()?,
             },
@@ -138,12 +140,27 @@ impl Command {
 impl FaultFuse {
     fn run(&self, cmd: Command) -> Result<(), FsError> {
         let mut d = lock(&self.disk);
-        let report = match cmd {
-            Command::PowerOff => d.power_off()?,
-            Command::Tear { seed } => d.power_off_torn(seed)?,
-        };
-        eprintln!("faultfs: {cmd:?}: {report:?}");
+        match cmd {
+            Command::PowerOff => {
+                let report = d.power_off()?;
+                eprintln!("faultfs: {cmd:?}: {report:?}");
+            }
+            Command::Tear { seed } => {
+                let report = d.power_off_torn(seed)?;
+                eprintln!("faultfs: {cmd:?}: {report:?}");
+            }
+            Command::PowerOn => {
+                d.power_on();
+                eprintln!("faultfs: {cmd:?}");
+            }
+        }
         Ok(())
+    }
+
+    /// While the power is off every request but the control file's fails with EIO, as a dead
+    /// disk's would: nothing a process does between the cut and its kill reaches the disk.
+    fn off(&self) -> bool {
+        !lock(&self.disk).is_on()
     }
 
     fn entry(&self, ino: Ino, reply: ReplyEntry) {
@@ -165,6 +182,9 @@ impl Filesystem for FaultFuse {
         if is_ctl(parent, name) {
             return reply.entry(&TTL, &ctl_attr(), 0);
         }
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         let found = lock(&self.disk).lookup(parent, name);
         match found {
             Ok(ino) => self.entry(ino, reply),
@@ -175,6 +195,11 @@ impl Filesystem for FaultFuse {
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
         if ino == CTL_INO {
             return reply.attr(&TTL, &ctl_attr());
+        }
+        // The root's attributes stay readable while off: the kernel checks them on the way to
+        // the control file.
+        if ino != ROOT_INO && self.off() {
+            return reply.error(libc::EIO);
         }
         match lock(&self.disk).stat(ino) {
             Ok(s) => reply.attr(&TTL, &attr(&s)),
@@ -203,6 +228,9 @@ impl Filesystem for FaultFuse {
         if ino == CTL_INO {
             // `echo poweroff > ctl` truncates first; nothing to truncate.
             return reply.attr(&TTL, &ctl_attr());
+        }
+        if self.off() {
+            return reply.error(libc::EIO);
         }
         let mut d = lock(&self.disk);
         let result = (|| {
@@ -241,6 +269,9 @@ impl Filesystem for FaultFuse {
         if is_ctl(parent, name) {
             return reply.error(libc::EEXIST);
         }
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         let perm = (mode & !umask & 0o7777) as u16;
         let made = lock(&self.disk).make(parent, name, Kind::File, perm, req.uid(), req.gid());
         trace!(self, "mknod {parent}/{name:?} -> {made:?}");
@@ -262,6 +293,9 @@ impl Filesystem for FaultFuse {
         if is_ctl(parent, name) {
             return reply.error(libc::EEXIST);
         }
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         let perm = (mode & !umask & 0o7777) as u16;
         let made = lock(&self.disk).make(parent, name, Kind::Dir, perm, req.uid(), req.gid());
         trace!(self, "mkdir {parent}/{name:?} -> {made:?}");
@@ -275,6 +309,9 @@ impl Filesystem for FaultFuse {
         if is_ctl(parent, name) {
             return reply.error(libc::EPERM);
         }
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         let done = lock(&self.disk).remove(parent, name, false);
         trace!(self, "unlink {parent}/{name:?} -> {done:?}");
         match done {
@@ -284,6 +321,9 @@ impl Filesystem for FaultFuse {
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         let done = lock(&self.disk).remove(parent, name, true);
         trace!(self, "rmdir {parent}/{name:?} -> {done:?}");
         match done {
@@ -304,6 +344,9 @@ impl Filesystem for FaultFuse {
     ) {
         if is_ctl(parent, name) || is_ctl(newparent, newname) {
             return reply.error(libc::EPERM);
+        }
+        if self.off() {
+            return reply.error(libc::EIO);
         }
         let done = lock(&self.disk).rename(parent, name, newparent, newname, flags);
         trace!(
@@ -332,6 +375,9 @@ impl Filesystem for FaultFuse {
         if ino == CTL_INO {
             return reply.opened(CTL_FH, OPEN_FLAGS);
         }
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         match lock(&self.disk).open(ino, flags) {
             Ok(fh) => reply.opened(fh, OPEN_FLAGS),
             Err(e) => reply.error(e.errno()),
@@ -350,6 +396,9 @@ impl Filesystem for FaultFuse {
     ) {
         if is_ctl(parent, name) {
             return reply.error(libc::EEXIST);
+        }
+        if self.off() {
+            return reply.error(libc::EIO);
         }
         let perm = (mode & !umask & 0o7777) as u16;
         let mut d = lock(&self.disk);
@@ -381,15 +430,19 @@ impl Filesystem for FaultFuse {
         if ino == CTL_INO {
             let d = lock(&self.disk);
             let text = format!(
-                "epoch {}\nvolatile_bytes {}\n",
+                "epoch {}\nvolatile_bytes {}\npower {}\n",
                 d.epoch(),
-                d.volatile_bytes()
+                d.volatile_bytes(),
+                if d.is_on() { "on" } else { "off" }
             );
             let start = usize::try_from(offset)
                 .unwrap_or(usize::MAX)
                 .min(text.len());
             let end = start.saturating_add(size as usize).min(text.len());
             return reply.data(&text.as_bytes()[start..end]);
+        }
+        if self.off() {
+            return reply.error(libc::EIO);
         }
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(libc::EINVAL);
@@ -421,6 +474,9 @@ impl Filesystem for FaultFuse {
                 Ok(()) => reply.written(data.len() as u32),
                 Err(e) => reply.error(e.errno()),
             };
+        }
+        if self.off() {
+            return reply.error(libc::EIO);
         }
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(libc::EINVAL);
@@ -469,6 +525,9 @@ impl Filesystem for FaultFuse {
         if ino == CTL_INO {
             return reply.ok();
         }
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         // fsync and fdatasync alike: size is the only metadata modelled, and fdatasync syncs it
         // too when reading the data needs it.
         let mut d = lock(&self.disk);
@@ -481,6 +540,9 @@ impl Filesystem for FaultFuse {
     }
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         match lock(&self.disk).open(ino, flags) {
             Ok(fh) => reply.opened(fh, 0),
             Err(e) => reply.error(e.errno()),
@@ -495,6 +557,9 @@ impl Filesystem for FaultFuse {
         offset: i64,
         mut reply: ReplyDirectory,
     ) {
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         let d = lock(&self.disk);
         let listed = d.handle(fh).and_then(|_| d.list(ino));
         let children = match listed {
@@ -525,6 +590,9 @@ impl Filesystem for FaultFuse {
     }
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, _ds: bool, reply: ReplyEmpty) {
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         let mut d = lock(&self.disk);
         let done = d.handle(fh).and_then(|_| d.sync_dir(ino));
         trace!(self, "fsyncdir {ino} -> {done:?}");
@@ -535,6 +603,9 @@ impl Filesystem for FaultFuse {
     }
 
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         reply.statfs(
             STATFS_BLOCKS,
             STATFS_BLOCKS,
@@ -562,6 +633,9 @@ impl Filesystem for FaultFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if self.off() {
+            return reply.error(libc::EIO);
+        }
         let (Ok(offset), Ok(length)) = (u64::try_from(offset), u64::try_from(length)) else {
             return reply.error(libc::EINVAL);
         };
@@ -587,6 +661,7 @@ mod tests {
     #[test]
     fn control_commands_parse_strictly() {
         assert_eq!(Command::parse(b"poweroff\n"), Some(Command::PowerOff));
+        assert_eq!(Command::parse(b"poweron"), Some(Command::PowerOn));
         assert_eq!(Command::parse(b"tear 42"), Some(Command::Tear { seed: 42 }));
         assert_eq!(Command::parse(b"tear"), None);
         assert_eq!(Command::parse(b"tear x"), None);

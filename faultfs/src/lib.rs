@@ -30,10 +30,13 @@
 //!
 //! **Power off** ([`Mounted::power_off`], or `poweroff` written to [`CTL_NAME`]) drops the whole
 //! volatile state: files and directories not reachable through durable names are gone, the others
-//! get their durable entries and bytes back. Every handle opened before it fails with `EIO`
-//! afterwards: the processes that held them are meant to be killed by the harness and restarted
-//! on the same mount (no remount needed: the kernel caches no names, attributes or pages of
-//! faultfs, see below). **Torn power off** (`tear <seed>`, [`Mounted::power_off_torn`]) first
+//! get their durable entries and bytes back. The disk then stays **off**: every request but the
+//! control file's fails with `EIO`, so nothing a process does between the cut and its kill
+//! reaches the disk, until **power on** ([`Mounted::power_on`], `poweron`). Every handle opened
+//! before the power off fails with `EIO` for good: the harness kills the processes that held them
+//! and restarts them on the same mount after the power on (no remount needed: the kernel caches
+//! no names, attributes or pages of faultfs, see below). A round under load: `poweroff` (or
+//! `tear <seed>`), `kill -9`, `poweron`, restart. **Torn power off** (`tear <seed>`, [`Mounted::power_off_torn`]) first
 //! writes a prefix of the latest write that is not yet durable (to a file that keeps a durable
 //! name: a tear elsewhere would change nothing) into the durable state, of a
 //! length drawn from the seed in `0..len` (the disk extends the durable size as far as the prefix
@@ -41,9 +44,9 @@
 //!
 //! # Control
 //!
-//! In-process: the [`Mounted`] handle. From another process: write `poweroff` or `tear <seed>`
-//! to `<mount>/.faultfs-ctl` (one write; `EINVAL` for anything else); read it for
-//! `epoch <power offs>` and `volatile_bytes <n>`. The file is not listed by `readdir` and cannot
+//! In-process: the [`Mounted`] handle. From another process: write `poweroff`, `tear <seed>` or
+//! `poweron` to `<mount>/.faultfs-ctl` (one write; `EINVAL` for anything else); read it for
+//! `epoch <power offs>`, `volatile_bytes <n>` and `power on|off`. The file is not listed by `readdir` and cannot
 //! be created, renamed or removed. The `faultfs` binary mounts one from the command line.
 //!
 //! # Limits
@@ -135,7 +138,8 @@ impl Mounted {
         &self.mountpoint
     }
 
-    /// Drops everything volatile (see the crate docs).
+    /// Drops everything volatile (see the crate docs); requests fail with EIO until
+    /// [`Mounted::power_on`].
     pub fn power_off(&self) -> Result<PowerOffReport, FsError> {
         fuse::lock(&self.disk).power_off()
     }
@@ -143,6 +147,16 @@ impl Mounted {
     /// Tears the latest unsynced write at a seeded byte, then powers off.
     pub fn power_off_torn(&self, seed: u64) -> Result<PowerOffReport, FsError> {
         fuse::lock(&self.disk).power_off_torn(seed)
+    }
+
+    /// Serves requests again, from the durable state.
+    pub fn power_on(&self) {
+        fuse::lock(&self.disk).power_on()
+    }
+
+    /// Whether requests are served (false between a power off and a power on).
+    pub fn is_on(&self) -> bool {
+        fuse::lock(&self.disk).is_on()
     }
 
     /// Power offs so far.

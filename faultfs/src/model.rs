@@ -196,6 +196,8 @@ pub struct Disk {
     volatile_bytes: u64,
     /// Power offs so far.
     epoch: u64,
+    /// False from a power off until [`Disk::power_on`]: the FUSE layer refuses requests then.
+    on: bool,
 }
 
 fn now() -> SystemTime {
@@ -234,7 +236,18 @@ impl Disk {
             write_seq: 0,
             volatile_bytes: 0,
             epoch: 0,
+            on: true,
         })
+    }
+
+    /// Whether the disk serves requests (false between a power off and a power on).
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// Serves requests again after a power off, from the durable state.
+    pub fn power_on(&mut self) {
+        self.on = true;
     }
 
     /// Power offs so far.
@@ -596,7 +609,8 @@ impl Disk {
         self.handles.remove(&fh);
     }
 
-    /// Power off: everything volatile is gone; the durable state is what remains.
+    /// Power off: everything volatile is gone; the durable state is what remains. The disk stays
+    /// off (see [`Disk::is_on`]) until [`Disk::power_on`].
     pub fn power_off(&mut self) -> Result<PowerOffReport> {
         self.reset(None)
     }
@@ -672,6 +686,7 @@ impl Disk {
         self.handles.clear();
         self.volatile_bytes = 0;
         self.epoch += 1;
+        self.on = false;
         Ok(report)
     }
 

@@ -39,8 +39,11 @@ impl Fixture {
         self.fs.mountpoint().to_path_buf()
     }
 
+    /// Power off and on again.
     fn power_off(&self) {
         self.fs.power_off().expect("power off");
+        assert!(!self.fs.is_on());
+        self.fs.power_on();
     }
 }
 
@@ -263,6 +266,7 @@ fn a_torn_write_leaves_a_prefix_of_the_last_write() {
     drop(f);
     // From another process's point of view: the control file.
     fs::write(fx.path(CTL_NAME), b"tear 12345").expect("tear");
+    fs::write(fx.path(CTL_NAME), b"poweron").expect("power on");
     let data = read(&fx.path("a")).expect("read");
     assert_eq!(data.len(), LEN);
     let kept = data.iter().take_while(|&&b| b == b'b').count();
@@ -286,6 +290,7 @@ fn a_torn_write_leaves_a_prefix_of_the_last_write() {
     f.write_all_at(&[b'c'; LEN], 0).expect("write");
     drop(f);
     let report = fx.fs.power_off_torn(12345).expect("tear");
+    fx.fs.power_on();
     let (_, _, kept_again, written) = report.torn.expect("a write was torn");
     assert_eq!(written, LEN as u64);
     assert_eq!(kept_again as usize, kept);
@@ -298,6 +303,7 @@ fn handles_from_before_a_power_off_fail_and_bad_commands_are_refused() {
     sync_dir(&fx.root());
     let f = File::open(fx.path("a")).expect("open");
     fs::write(fx.path(CTL_NAME), b"poweroff\n").expect("power off");
+    fs::write(fx.path(CTL_NAME), b"poweron\n").expect("power on");
     assert_eq!(fx.fs.epoch(), 1);
     let mut buf = [0u8; 1];
     let err = f.read_at(&mut buf, 0).expect_err("stale handle");
@@ -383,4 +389,37 @@ fn fallocate_extends_the_size_only_until_a_power_off() {
     assert_eq!(fs::metadata(fx.path("seg")).expect("stat").len(), 1 << 20);
     fx.power_off();
     assert_eq!(read(&fx.path("seg")).expect("read"), b"head");
+}
+
+#[test]
+fn while_the_power_is_off_only_the_control_file_answers() {
+    let Some(fx) = Fixture::new() else { return };
+    write_synced(&fx.path("a"), b"durable");
+    sync_dir(&fx.root());
+    fs::write(fx.path(CTL_NAME), b"poweroff").expect("power off");
+    let eio = Some(libc::EIO);
+    assert_eq!(read(&fx.path("a")).map_err(|e| e.raw_os_error()), Err(eio));
+    assert_eq!(
+        fs::write(fx.path("b"), b"after the cut").map_err(|e| e.raw_os_error()),
+        Err(eio)
+    );
+    assert_eq!(
+        fs::create_dir(fx.path("d")).map_err(|e| e.raw_os_error()),
+        Err(eio)
+    );
+    assert_eq!(
+        fs::read_dir(fx.root())
+            .map(|_| ())
+            .map_err(|e| e.raw_os_error()),
+        Err(eio)
+    );
+    let status = fs::read_to_string(fx.path(CTL_NAME)).expect("ctl answers");
+    assert!(status.ends_with("power off\n"), "{status}");
+    fs::write(fx.path(CTL_NAME), b"poweron").expect("power on");
+    assert_eq!(read(&fx.path("a")).expect("read"), b"durable");
+    assert!(
+        !fx.path("b").exists(),
+        "nothing done while off reached the disk"
+    );
+    assert!(!fx.path("d").exists());
 }

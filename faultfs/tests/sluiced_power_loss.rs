@@ -206,6 +206,7 @@ fn acknowledged_sends_survive_power_loss() {
             fs.power_off_torn(fault)
         }
         .expect("power off");
+        fs.power_on();
         eprintln!("round {round}: {report:?}");
 
         let log = dir.path().join(format!("sluiced-{round}-after.log"));

@@ -92,6 +92,14 @@ pub struct CampaignReport {
     pub margin_ms: u64,
 }
 
+/// The checker's name of an anomaly kind (`lost_write`, ...).
+fn kind_name(k: &sluice_checker::AnomalyKind) -> String {
+    match serde_json::to_value(k) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{k:?}"),
+    }
+}
+
 fn p99_ms(mut latencies_us: Vec<u64>) -> Option<f64> {
     if latencies_us.is_empty() {
         return None;
@@ -197,7 +205,7 @@ impl CampaignReport {
             anomalies_by_kind: checked
                 .anomaly_counts
                 .iter()
-                .map(|(k, n)| (format!("{k:?}"), *n))
+                .map(|(k, n)| (kind_name(k), *n))
                 .collect(),
             undecided: checked.undecided.clone(),
             margin_ms: opts.margin_ms,

@@ -143,3 +143,31 @@ fn an_unknown_fault_is_refused() {
     assert_eq!(code, EXIT_HARNESS_ERROR, "{text}");
     assert!(text.contains("meteor"), "{text}");
 }
+
+/// Power loss through faultfs. Fails until the broker fsyncs its directories (fixed on another
+/// branch): a power off then drops the queues' files, and acknowledged sends are lost. Needs
+/// root and /dev/fuse.
+#[test]
+#[ignore = "fails until the broker's directory fsync fix lands; needs /dev/fuse"]
+fn power_loss_campaign_passes() {
+    if !sluice_faultfs::fuse_available() {
+        eprintln!("skipped: /dev/fuse is missing, faultfs cannot mount here");
+        return;
+    }
+    let seed = seed().to_string();
+    eprintln!("SLUICE_SEED={seed}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (code, text, report) = campaign(
+        dir.path(),
+        &[
+            "--seed",
+            &seed,
+            "--rounds",
+            CI_ROUNDS,
+            "--faults",
+            "power,kill",
+        ],
+    );
+    assert_eq!(code, 0, "SLUICE_SEED={seed}: not a pass:\n{text}");
+    assert_eq!(report.expect("report.json")["verdict"], "pass", "{text}");
+}

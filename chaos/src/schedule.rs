@@ -1,6 +1,7 @@
 //! The fault schedule: drawn from the seed alone (not from timing), so a seed replays it.
 
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
@@ -77,13 +78,20 @@ pub struct Schedule {
     nodes: usize,
     skew_ms_max: i64,
     round: u64,
+    /// The first rounds take every kind once, in a seeded order, so that even a short campaign
+    /// covers each fault asked for.
+    first: Vec<FaultKind>,
 }
 
 impl Schedule {
     /// `kinds` must not be empty; `skew_ms_max` ≥ 1.
     pub fn new(seed: u64, kinds: &[FaultKind], nodes: usize, skew_ms_max: i64) -> Schedule {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut first = kinds.to_vec();
+        first.shuffle(&mut rng);
         Schedule {
-            rng: SmallRng::seed_from_u64(seed),
+            rng,
+            first,
             kinds: kinds.to_vec(),
             nodes: nodes.max(1),
             skew_ms_max: skew_ms_max.max(1),
@@ -96,9 +104,10 @@ impl Iterator for Schedule {
     type Item = Planned;
 
     fn next(&mut self) -> Option<Planned> {
-        let kind = *self
+        let drawn = *self
             .kinds
             .get(self.rng.gen_range(0..self.kinds.len().max(1)))?;
+        let kind = self.first.pop().unwrap_or(drawn);
         // Every parameter is drawn every round, whatever the kind, so that the draws of later
         // rounds do not depend on this one's kind.
         let node = self.rng.gen_range(0..self.nodes);
@@ -148,6 +157,10 @@ mod tests {
             }
             assert!((QUIET_MS_MIN..QUIET_MS_MAX).contains(&p.quiet_ms));
         }
+        // The first rounds cover every kind.
+        let mut first: Vec<FaultKind> = a.iter().take(kinds.len()).map(|p| p.kind).collect();
+        first.sort();
+        assert_eq!(first, kinds.to_vec());
         // Only the kinds asked for.
         let only: Vec<Planned> = Schedule::new(7, &[FaultKind::Pause], 1, 40)
             .take(10)

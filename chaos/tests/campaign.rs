@@ -61,6 +61,13 @@ fn a_short_kill_pause_and_skew_campaign_passes() {
     assert_eq!(report["verdict"], "pass", "SLUICE_SEED={seed}\n{text}");
     assert_eq!(report["anomalies_by_kind"], serde_json::json!({}), "{text}");
     assert_eq!(report["rounds"], 4, "{text}");
+    // The first rounds take each kind asked for once.
+    for kind in ["kill", "pause", "skew"] {
+        assert!(
+            report["faults_by_kind"][kind].as_u64().unwrap_or(0) >= 1,
+            "no {kind}:\n{text}"
+        );
+    }
     // Load ran and was recorded, faults included.
     assert!(
         report["operations"]["send"]["ok"].as_u64().unwrap_or(0) > 0,

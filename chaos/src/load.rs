@@ -67,6 +67,10 @@ pub struct Shared {
     pub stop: AtomicBool,
     next_payload: AtomicU64,
     error: Mutex<Option<String>>,
+    /// Bumped whenever the broker goes down or comes back at a new address: calls in flight
+    /// give up then (as `info`) instead of waiting out their timeout on a dead connection, so
+    /// that the recovery time measures the broker, not the clients' timeouts.
+    moved: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shared {
@@ -79,6 +83,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             next_payload: AtomicU64::new(1),
             error: Mutex::new(None),
+            moved: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -110,6 +115,21 @@ impl Shared {
     pub fn set_target(&self, target: Option<Target>) {
         if let Ok(mut t) = self.target.write() {
             *t = target;
+        }
+        self.moved.send_modify(|g| *g += 1);
+    }
+
+    /// Runs an SDK call, giving up (an indeterminate outcome) if the broker moves meanwhile.
+    async fn until_moved<T>(
+        &self,
+        call: impl std::future::Future<Output = sluice_sdk::Result<T>>,
+    ) -> sluice_sdk::Result<T> {
+        let mut moved = self.moved.subscribe();
+        tokio::select! {
+            r = call => r,
+            _ = moved.changed() => Err(Error::ConnectionLost(
+                "the broker was killed or restarted; the client gave up".into(),
+            )),
         }
     }
 
@@ -347,7 +367,7 @@ async fn send(shared: &Shared, c: &Client, process: &str, target: &Target, group
             message_deduplication_id: fifo.then(|| payload.clone()),
             ..Default::default()
         };
-        match c.send_message(request).await {
+        match shared.until_moved(c.send_message(request)).await {
             Ok(r) => {
                 let reply = Reply::Send {
                     message_id: r.message_id,
@@ -422,7 +442,7 @@ async fn receive_recorded(
         system_attribute_names: vec!["All".to_string()],
         ..Default::default()
     };
-    match c.receive(url, options).await {
+    match shared.until_moved(c.receive(url, options)).await {
         Ok(messages) => {
             let skip = omit.and_then(|f| f(&messages));
             let recorded = messages
@@ -460,7 +480,7 @@ async fn delete(
     let Some(op) = shared.invoke(process, call) else {
         return false;
     };
-    match c.delete(url, &m.receipt_handle).await {
+    match shared.until_moved(c.delete(url, &m.receipt_handle)).await {
         Ok(()) => {
             shared.complete("delete", op, Outcome::Ok, Some(Reply::Delete {}), None);
             true

@@ -96,8 +96,9 @@ pub struct Options {
     /// The checker's margin, in ms.
     #[arg(long, default_value_t = sluice_checker::MARGIN_MS_DEFAULT)]
     pub margin_ms: u64,
-    /// Self-test of the harness: leave one acknowledged message out of the drain's recorded
-    /// receives, as a broker that lost it would. The verdict must then be a lost write.
+    /// Self-test of the harness: send one more message after the load, and leave it out of the
+    /// drain's recorded receives, as a broker that lost it would. The verdict must then be one
+    /// lost write.
     #[arg(long, hide = true)]
     pub plant_lost_write: bool,
 }
@@ -310,11 +311,15 @@ pub fn run(opts: &Options) -> Result<Outcome, ChaosError> {
         n.kill();
     }
     let target = start_node(&mut nodes[0], 0)?;
+    let plant = match opts.plant_lost_write {
+        true => rt.block_on(load::plant_send(&shared, &target)),
+        false => None,
+    };
     std::thread::sleep(Duration::from_millis(
         u64::from(load::VISIBILITY_TIMEOUT_S) * 1000 + DRAIN_SETTLE_MS,
     ));
     shared.mark_drain();
-    let drained = rt.block_on(load::drain(&shared, &target, opts.plant_lost_write));
+    let drained = rt.block_on(load::drain(&shared, &target, plant));
     for n in nodes.iter_mut() {
         n.kill();
     }

@@ -492,6 +492,45 @@ async fn delete(
     }
 }
 
+/// The planted fault's message: an acknowledged send (recorded, from process `plant`) to the
+/// standard queue after the load, so that only the drain receives it. `None` if no send was
+/// acknowledged before `DRAIN_TIMEOUT_MS`.
+pub async fn plant_send(shared: &Shared, target: &Target) -> Option<String> {
+    let process = "plant";
+    let deadline = Instant::now() + Duration::from_millis(DRAIN_TIMEOUT_MS);
+    while Instant::now() < deadline {
+        let Some(c) = connect(target.addr, &target.cert, process).await else {
+            tokio::time::sleep(Duration::from_millis(RETRY_SLEEP_MS)).await;
+            continue;
+        };
+        let n = shared.next_payload.fetch_add(1, Ordering::Relaxed);
+        let payload = format!("p-{n}");
+        let call = Call::Send {
+            queue: STANDARD_QUEUE.to_string(),
+            payload: payload.clone(),
+            group: None,
+            dedup: None,
+            content_dedup: false,
+            dedup_per_group: false,
+        };
+        let op = shared.invoke(process, call)?;
+        let sent = c.send(&target.standard_url, &payload).await;
+        c.close().await;
+        match sent {
+            Ok(r) => {
+                let reply = Reply::Send {
+                    message_id: r.message_id.clone(),
+                };
+                shared.complete("send", op, Outcome::Ok, Some(reply), None);
+                return Some(r.message_id);
+            }
+            Err(e) => shared.complete("send", op, outcome_of(&e), None, Some(e.to_string())),
+        }
+        tokio::time::sleep(Duration::from_millis(RETRY_SLEEP_MS)).await;
+    }
+    None
+}
+
 /// What the drain did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Drained {
@@ -505,8 +544,8 @@ pub struct Drained {
 
 /// The final drain: every queue received until a receive comes back empty, each message deleted
 /// (retried until the delete is `ok`, so that its lease cannot hide another message).
-/// `plant_lost_write` leaves one first-time-delivered standard message out of the history.
-pub async fn drain(shared: &Shared, target: &Target, plant_lost_write: bool) -> Drained {
+/// `plant`: the id of a standard queue's message that the history is to not show delivered.
+pub async fn drain(shared: &Shared, target: &Target, plant: Option<String>) -> Drained {
     let process = "drain";
     let deadline = Instant::now() + Duration::from_millis(DRAIN_TIMEOUT_MS);
     let mut out = Drained::default();
@@ -530,15 +569,11 @@ pub async fn drain(shared: &Shared, target: &Target, plant_lost_write: bool) -> 
                 },
             };
             let mut omit = |ms: &[Message]| -> Option<usize> {
-                if !plant_lost_write || fifo || planted.is_some() {
+                let id = plant.as_deref()?;
+                if fifo || planted.is_some() {
                     return None;
                 }
-                let i = ms.iter().position(|m| {
-                    m.attributes
-                        .get("ApproximateReceiveCount")
-                        .map(String::as_str)
-                        == Some("1")
-                })?;
+                let i = ms.iter().position(|m| m.message_id == id)?;
                 planted = Some(ms[i].message_id.clone());
                 Some(i)
             };

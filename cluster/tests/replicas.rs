@@ -514,3 +514,74 @@ fn a_damaged_or_missing_hard_state_file_is_refused_not_guessed() {
         assert!(open(fs).await.is_ok());
     });
 }
+
+#[test]
+fn a_restarted_replica_reports_its_commit_floor_and_never_an_uncommitted_suffix() {
+    use sluice_cluster::replica::COMMIT_FLOOR_INTERVAL_MS;
+    on_glommio(|| async {
+        let mut c = Cluster::new(3, 11).await;
+        let mut acked = Acked::new();
+        let leader = c.elect().await;
+        propose_and_ack(&mut c, leader, 0, 6, &mut acked).await;
+        // Long enough for every replica to write its floor once the commit has reached it.
+        c.rounds((2 * COMMIT_FLOOR_INTERVAL_MS / ROUND_MS) as usize)
+            .await;
+        // More commits right after: the floors on disk lag the true commit now.
+        propose_and_ack(&mut c, leader, 6, 3, &mut acked).await;
+        let followers: Vec<u64> = c.up().into_iter().filter(|&id| id != leader).collect();
+        // The leader, cut off, takes two proposals it can never commit (flushed on its own
+        // disk only): an uncommitted suffix that the next leader will cut.
+        c.isolate(leader);
+        let mut open = Vec::new();
+        for k in 9..11 {
+            open.push(c.propose(leader, k).expect("propose"));
+        }
+        c.rounds(3).await;
+        let true_commit = c.replica(leader).committed_end();
+        assert!(c.replica(leader).log().end_offset() > true_commit);
+        let floors: Vec<(u64, u64)> = c
+            .up()
+            .iter()
+            .map(|&id| (id, c.replica(id).stored_commit_floor()))
+            .collect();
+        for &(id, f) in &floors {
+            assert!(f > 0, "node {id}: a floor was written");
+            assert!(f < true_commit, "node {id}: the floor lags");
+        }
+        for id in c.up() {
+            c.crash(id, CrashMode::DropUnsynced);
+        }
+        c.heal();
+        for &(id, floor) in &floors {
+            c.start(id).await;
+            let r = c.replica(id);
+            // Before any message: the floor, not 0, and not the log's end.
+            let end = r.committed_end();
+            assert!(end >= floor, "node {id}: {end} below its floor {floor}");
+            assert!(
+                end <= true_commit,
+                "node {id}: {end} above the commit {true_commit}"
+            );
+        }
+        // The old leader's suffix is never reported committed: the followers elect one of
+        // theirs, which cuts it.
+        c.crash(leader, CrashMode::DropUnsynced);
+        let next = c.elect().await;
+        assert!(followers.contains(&next));
+        c.start(leader).await;
+        assert!(c.replica(leader).committed_end() <= true_commit);
+        propose_and_ack(&mut c, next, 11, 2, &mut acked).await;
+        let end = c.replica(next).committed_end();
+        assert!(
+            c.run_until(5_000, |c| c
+                .up()
+                .iter()
+                .all(|&id| c.replica(id).committed_end() >= end))
+                .await
+        );
+        for id in c.up() {
+            check_acked(&c, id, &acked).await;
+            check_same_prefix(&c, id, next).await;
+        }
+    });
+}

@@ -171,7 +171,7 @@ impl<F: Fs> Replica<F> {
     ) -> Result<Self, ReplicaError> {
         let dir = dir.into();
         let log = Log::open(fs.clone(), dir.clone(), log_config).await?;
-        let (state, floor) = match state::load(&fs, &dir).await? {
+        let (mut state, floor) = match state::load(&fs, &dir).await? {
             Some(s) => {
                 let floor = match state::load_commit_floor(&fs, &dir).await {
                     Ok(f) => f.unwrap_or(0),
@@ -196,9 +196,34 @@ impl<F: Fs> Replica<F> {
                 (s, log.start_offset())
             }
         };
-        // Never above the log's end: what the log lost (unsynced writes) is not readable, and
-        // comes back from the leader, committed, below the floor it had.
+        let mut repaired = false;
+        if floor > log.end_offset() {
+            // The log lost entries it held durably and knew committed: a batch below the floor
+            // failed its checksum and recovery cut the log there (a torn tail is only ever
+            // unsynced data, which the floor never covers). This disk no longer holds what it
+            // acknowledged, so it may not count or vote as the disk the membership lists: it
+            // comes back on a new disk id, which the leader demotes to a learner (`Rejoin`),
+            // catches up from the cut and promotes (raft/src/membership.rs). Term and vote are
+            // kept (a vote given in this term stays given).
+            let old = state.hard.disk;
+            state.hard.disk = repair_disk_id(old, state.hard.term, log.end_offset(), now_ms);
+            tracing::warn!(
+                group = cfg.group,
+                floor,
+                log_end = log.end_offset(),
+                old_disk = old.0,
+                new_disk = state.hard.disk.0,
+                "log lost committed entries; rejoining on a new disk id until caught up"
+            );
+            state::store(&fs, &dir, &state).await?;
+            repaired = true;
+        }
+        // Never above the log's end: what the log lost is not readable, and comes back from
+        // the leader, committed, below the floor it had.
         let commit_floor = floor.clamp(log.start_offset(), log.end_offset());
+        if repaired {
+            state::store_commit_floor(&fs, &dir, commit_floor).await?;
+        }
         let restore = restore_from(&log, cfg.node, &state).await?;
         let mut raft = MultiRaft::new(cfg.node, cfg.raft.clone());
         raft.add_group(cfg.group, restore, now_ms, cfg.seed)?;
@@ -506,6 +531,19 @@ impl<F: Fs> Drop for Replica<F> {
             let _ = tx.send(Err(ReplicaError::Closed));
         }
     }
+}
+
+/// A new disk id for a replica whose log lost committed entries: derived from the old one, the
+/// term, the cut and the time, so it differs from the old id and from any this replica had.
+fn repair_disk_id(old: DiskId, term: Term, log_end: Offset, now_ms: u64) -> DiskId {
+    let mut b = Vec::with_capacity(64);
+    b.extend_from_slice(b"sluice.repair");
+    b.extend_from_slice(&old.0.to_le_bytes());
+    b.extend_from_slice(&term.to_le_bytes());
+    b.extend_from_slice(&log_end.to_le_bytes());
+    b.extend_from_slice(&now_ms.to_le_bytes());
+    let id = xxhash_rust::xxh3::xxh3_128(&b);
+    DiskId(if id == old.0 { id ^ 1 } else { id })
 }
 
 fn new_state(node: NodeId, start: Offset, create: Create) -> Result<PersistedState, ReplicaError> {

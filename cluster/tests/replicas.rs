@@ -585,3 +585,84 @@ fn a_restarted_replica_reports_its_commit_floor_and_never_an_uncommitted_suffix(
         }
     });
 }
+
+#[test]
+fn a_follower_whose_committed_batch_is_damaged_does_not_vote_and_is_repaired_from_the_leader() {
+    use sluice_cluster::replica::COMMIT_FLOOR_INTERVAL_MS;
+    use sluice_storage::log::segment_file_name;
+    on_glommio(|| async {
+        let mut c = Cluster::new(3, 12).await;
+        let mut acked = Acked::new();
+        let leader = c.elect().await;
+        propose_and_ack(&mut c, leader, 0, 8, &mut acked).await;
+        c.rounds((2 * COMMIT_FLOOR_INTERVAL_MS / ROUND_MS) as usize)
+            .await;
+        let others: Vec<u64> = c.up().into_iter().filter(|&id| id != leader).collect();
+        let (f, g) = (others[0], others[1]);
+        let floor = c.replica(f).stored_commit_floor();
+        let old_disk = c.replica(f).disk();
+        let old_end = c.replica(f).log().end_offset();
+        assert!(floor > 4, "a floor covering committed batches");
+        // A committed batch below the floor, well inside: its position in the segment.
+        let victim = c
+            .batches(f, floor)
+            .await
+            .into_iter()
+            .nth(3)
+            .expect("a fourth batch");
+        let at = victim.header.base_offset;
+        let position = c
+            .batches(f, at)
+            .await
+            .iter()
+            .map(|b| b.bytes.len())
+            .sum::<usize>();
+        c.crash(f, CrashMode::DropUnsynced);
+        let fs = c.node(f).fs.clone();
+        let seg = dir().join(segment_file_name(0, "log"));
+        let mut bytes = fs.read_file(&seg).expect("segment");
+        // A record byte (past the header), flipped.
+        bytes[position + victim.bytes.len() - 3] ^= 0x04;
+        fs.write_file_durably(&seg, bytes);
+        // The others are held so that f's vote would decide: the leader is down, g needs f.
+        c.crash(leader, CrashMode::DropUnsynced);
+        c.start(f).await;
+        let r = c.replica(f);
+        assert_eq!(r.log().end_offset(), at, "cut at the damaged batch");
+        assert_ne!(r.disk(), old_disk, "back on a new disk id");
+        assert!(r.committed_end() <= at);
+        let hs = c.replica(f).hard_state();
+        let elected = c.run_until(5_000, |c| c.serving_leader().is_some()).await;
+        assert!(!elected, "f's vote decided an election before its repair");
+        // Not even a vote of a higher term given (g's pre-votes are refused as well).
+        assert_eq!(c.replica(f).hard_state(), hs, "f voted");
+        assert_ne!(c.replica(g).role(), RaftRole::Leader);
+        assert_ne!(c.replica(f).role(), RaftRole::Leader);
+        // The leader is back: it demotes f to a learner on its new disk, catches it up, and
+        // promotes it.
+        c.start(leader).await;
+        let next = c.elect().await;
+        propose_and_ack(&mut c, next, 8, 2, &mut acked).await;
+        let new_disk = c.replica(f).disk();
+        let repaired = c
+            .run_until(10_000, |c| {
+                let (l, r) = (c.replica(next), c.replica(f));
+                r.log().end_offset() == l.log().end_offset()
+                    && r.committed_end() == l.committed_end()
+                    && !r.has_unflushed()
+                    && l.membership().is_voter(f, new_disk)
+            })
+            .await;
+        assert!(repaired, "f caught up and was promoted on its new disk");
+        assert!(c.replica(f).log().end_offset() > old_end);
+        let (x, y) = (
+            c.batches(f, u64::MAX).await,
+            c.batches(next, u64::MAX).await,
+        );
+        assert_eq!(x.len(), y.len());
+        for (p, q) in x.iter().zip(&y) {
+            assert!(same_batch(p, q), "differs at {}", p.header.base_offset);
+        }
+        check_acked(&c, f, &acked).await;
+    });
+}

@@ -53,6 +53,13 @@ use std::task::{Context, Poll};
 /// control (what is left is done by its next call).
 const READY_ROUNDS_MAX: usize = 8;
 
+/// The commit floor (`state.rs`) is rewritten at most this often while the commit advances: a
+/// file replacement (write, fsync, rename, directory sync) per interval, not per commit.
+pub const COMMIT_FLOOR_INTERVAL_MS: u64 = 1_000;
+/// ... or sooner, once the commit is this many offsets past the floor on disk (bounds what a
+/// restarted replica reports too little, at high rates).
+pub const COMMIT_FLOOR_OFFSETS_MAX: u64 = 4_096;
+
 /// Who this replica is.
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
@@ -120,6 +127,8 @@ pub struct ReplicaStats {
     /// Proposals resolved committed, and resolved with leadership lost.
     pub proposals_committed: u64,
     pub proposals_dropped: u64,
+    /// Commit-floor file replacements.
+    pub commit_floor_writes: u64,
 }
 
 /// One replica of one partition: the Raft group and the log it drives.
@@ -137,6 +146,14 @@ pub struct Replica<F: Fs> {
     deferred_fetches: Vec<Fetch>,
     /// Open proposals by (term, offset).
     tickets: BTreeMap<(Term, Offset), TicketTx>,
+    /// Known committed below this offset: restored from the commit-floor file at open (the
+    /// core restarts with no commit) and raised as the commit is written back.
+    commit_floor: Offset,
+    /// The floor on disk, and when it was written (`now_ms` of the caller's clock).
+    floor_stored: Offset,
+    floor_stored_ms: u64,
+    /// The caller's latest time (from `tick` and `step`), for the floor's write interval.
+    now_ms: u64,
     stats: ReplicaStats,
 }
 
@@ -154,17 +171,59 @@ impl<F: Fs> Replica<F> {
     ) -> Result<Self, ReplicaError> {
         let dir = dir.into();
         let log = Log::open(fs.clone(), dir.clone(), log_config).await?;
-        let state = match state::load(&fs, &dir).await? {
-            Some(s) => s,
+        let (mut state, floor) = match state::load(&fs, &dir).await? {
+            Some(s) => {
+                let floor = match state::load_commit_floor(&fs, &dir).await {
+                    Ok(f) => f.unwrap_or(0),
+                    // Claiming less than was committed is safe (the leader's commit raises it
+                    // again); refusing to open over a damaged hint would not be.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "commit floor unreadable; starting from none");
+                        0
+                    }
+                };
+                (s, floor)
+            }
             None => {
                 if log.end_offset() > log.start_offset() {
                     return Err(ReplicaError::MissingHardState(dir));
                 }
                 let s = new_state(cfg.node, log.start_offset(), create)?;
+                // A floor left from another life of this directory would claim offsets of
+                // a log that is not this one.
+                state::store_commit_floor(&fs, &dir, log.start_offset()).await?;
                 state::store(&fs, &dir, &s).await?;
-                s
+                (s, log.start_offset())
             }
         };
+        let mut repaired = false;
+        if floor > log.end_offset() {
+            // The log lost entries it held durably and knew committed: a batch below the floor
+            // failed its checksum and recovery cut the log there (a torn tail is only ever
+            // unsynced data, which the floor never covers). This disk no longer holds what it
+            // acknowledged, so it may not count or vote as the disk the membership lists: it
+            // comes back on a new disk id, which the leader demotes to a learner (`Rejoin`),
+            // catches up from the cut and promotes (raft/src/membership.rs). Term and vote are
+            // kept (a vote given in this term stays given).
+            let old = state.hard.disk;
+            state.hard.disk = repair_disk_id(old, state.hard.term, log.end_offset(), now_ms);
+            tracing::warn!(
+                group = cfg.group,
+                floor,
+                log_end = log.end_offset(),
+                old_disk = old.0,
+                new_disk = state.hard.disk.0,
+                "log lost committed entries; rejoining on a new disk id until caught up"
+            );
+            state::store(&fs, &dir, &state).await?;
+            repaired = true;
+        }
+        // Never above the log's end: what the log lost is not readable, and comes back from
+        // the leader, committed, below the floor it had.
+        let commit_floor = floor.clamp(log.start_offset(), log.end_offset());
+        if repaired {
+            state::store_commit_floor(&fs, &dir, commit_floor).await?;
+        }
         let restore = restore_from(&log, cfg.node, &state).await?;
         let mut raft = MultiRaft::new(cfg.node, cfg.raft.clone());
         raft.add_group(cfg.group, restore, now_ms, cfg.seed)?;
@@ -179,6 +238,10 @@ impl<F: Fs> Replica<F> {
             staged: Vec::new(),
             deferred_fetches: Vec::new(),
             tickets: BTreeMap::new(),
+            commit_floor,
+            floor_stored: commit_floor,
+            floor_stored_ms: now_ms,
+            now_ms,
             stats: ReplicaStats::default(),
         })
     }
@@ -219,9 +282,19 @@ impl<F: Fs> Replica<F> {
         self.g().is_serving()
     }
     /// One past the last committed offset this replica holds durably: what readers may see.
-    /// (Raft's commit may run ahead of this replica's own flushed end on a follower.)
+    /// (Raft's commit may run ahead of this replica's own flushed end on a follower.) After a
+    /// restart it is at least the commit floor restored from disk, until the leader's commit
+    /// arrives; it is never above what was committed.
     pub fn committed_end(&self) -> Offset {
-        self.g().commit().min(self.log.end_offset())
+        self.g()
+            .commit()
+            .max(self.commit_floor)
+            .min(self.log.end_offset())
+    }
+
+    /// The commit floor as last written to disk (what a restart would restore, at most).
+    pub fn stored_commit_floor(&self) -> Offset {
+        self.floor_stored
     }
     /// The log, for reads (below [`Replica::committed_end`] only: above it nothing counts yet).
     /// Raft's control batches (no-ops, membership) are in it: replay skips control batches.
@@ -276,6 +349,7 @@ impl<F: Fs> Replica<F> {
     /// the entries of an append are verified first (a batch failing its checksum is never
     /// taken; the leader sends it again when this follower shows no progress).
     pub fn step(&mut self, now_ms: u64, env: Envelope) -> Result<(), ReplicaError> {
+        self.now_ms = self.now_ms.max(now_ms);
         if let Envelope::Group(m) = &env {
             if let Body::Append { entries, .. } = &m.body {
                 for e in entries {
@@ -288,6 +362,7 @@ impl<F: Fs> Replica<F> {
 
     /// Advances time: elections, heartbeats, check-quorum.
     pub fn tick(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
         self.raft.tick(now_ms);
     }
 
@@ -311,6 +386,26 @@ impl<F: Fs> Replica<F> {
             if !progressed || !self.g().has_ready() {
                 break;
             }
+        }
+        self.maybe_store_commit_floor().await
+    }
+
+    /// Writes the commit floor when the commit moved past it, at most every
+    /// [`COMMIT_FLOOR_INTERVAL_MS`] or every [`COMMIT_FLOOR_OFFSETS_MAX`] offsets. What is
+    /// written is this replica's readable committed prefix: committed, and durable here.
+    async fn maybe_store_commit_floor(&mut self) -> Result<(), ReplicaError> {
+        let end = self.committed_end();
+        self.commit_floor = self.commit_floor.max(end);
+        if end <= self.floor_stored {
+            return Ok(());
+        }
+        let due = self.now_ms.saturating_sub(self.floor_stored_ms) >= COMMIT_FLOOR_INTERVAL_MS
+            || end - self.floor_stored >= COMMIT_FLOOR_OFFSETS_MAX;
+        if due {
+            state::store_commit_floor(&self.fs, &self.dir, end).await?;
+            self.floor_stored = end;
+            self.floor_stored_ms = self.now_ms;
+            self.stats.commit_floor_writes += 1;
         }
         Ok(())
     }
@@ -436,6 +531,19 @@ impl<F: Fs> Drop for Replica<F> {
             let _ = tx.send(Err(ReplicaError::Closed));
         }
     }
+}
+
+/// A new disk id for a replica whose log lost committed entries: derived from the old one, the
+/// term, the cut and the time, so it differs from the old id and from any this replica had.
+fn repair_disk_id(old: DiskId, term: Term, log_end: Offset, now_ms: u64) -> DiskId {
+    let mut b = Vec::with_capacity(64);
+    b.extend_from_slice(b"sluice.repair");
+    b.extend_from_slice(&old.0.to_le_bytes());
+    b.extend_from_slice(&term.to_le_bytes());
+    b.extend_from_slice(&log_end.to_le_bytes());
+    b.extend_from_slice(&now_ms.to_le_bytes());
+    let id = xxhash_rust::xxh3::xxh3_128(&b);
+    DiskId(if id == old.0 { id ^ 1 } else { id })
 }
 
 fn new_state(node: NodeId, start: Offset, create: Create) -> Result<PersistedState, ReplicaError> {

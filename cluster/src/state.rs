@@ -167,45 +167,64 @@ fn path(dir: &Path) -> PathBuf {
 /// Reads the file: `None` if there is none.
 pub async fn load<F: Fs>(fs: &F, dir: &Path) -> Result<Option<PersistedState>, ReplicaError> {
     let p = path(dir);
-    if !fs.exists(&p).await {
+    let Some(bytes) = read_small(fs, &p, HARD_STATE_BYTES_MAX).await? else {
+        return Ok(None);
+    };
+    PersistedState::decode(&bytes)
+        .map(Some)
+        .map_err(|why| ReplicaError::BadHardState { path: p, why })
+}
+
+/// Reads a small file whole: `None` if there is none; refused above `size_bytes_max`.
+async fn read_small<F: Fs>(
+    fs: &F,
+    p: &Path,
+    size_bytes_max: u64,
+) -> Result<Option<Vec<u8>>, ReplicaError> {
+    if !fs.exists(p).await {
         return Ok(None);
     }
-    let io = |op, e| ReplicaError::Storage(StorageError::io(op, p.clone(), e));
-    let file = fs.open(&p, false).await.map_err(|e| io("open", e))?;
+    let io = |op, e| ReplicaError::Storage(StorageError::io(op, p, e));
+    let file = fs.open(p, false).await.map_err(|e| io("open", e))?;
     let size = file.size().await.map_err(|e| io("stat", e))?;
-    let bad = |why: String| ReplicaError::BadHardState {
-        path: p.clone(),
-        why,
-    };
-    if size > HARD_STATE_BYTES_MAX {
-        return Err(bad(format!("{size} bytes, above the limit")));
+    if size > size_bytes_max {
+        return Err(ReplicaError::BadHardState {
+            path: p.to_path_buf(),
+            why: format!("{size} bytes, above the limit"),
+        });
     }
     let bytes = file
         .read_at(0, size as usize)
         .await
         .map_err(|e| io("read", e))?;
     file.close().await.map_err(|e| io("close", e))?;
-    PersistedState::decode(&bytes).map(Some).map_err(bad)
+    Ok(Some(bytes.to_vec()))
 }
 
 /// Replaces the file durably and atomically (temporary file, sync, rename, directory sync).
 pub async fn store<F: Fs>(fs: &F, dir: &Path, s: &PersistedState) -> Result<(), ReplicaError> {
-    let p = path(dir);
-    let tmp = dir.join(format!("{HARD_STATE_FILE}.tmp"));
-    let io = |op, at: &Path, e| ReplicaError::Storage(StorageError::io(op, at, e));
     let bytes = s.encode();
     if bytes.len() as u64 > HARD_STATE_BYTES_MAX {
         return Err(ReplicaError::BadHardState {
-            path: p,
+            path: path(dir),
             why: format!("{} bytes to write, above the limit", bytes.len()),
         });
     }
+    replace(fs, dir, HARD_STATE_FILE, &bytes).await
+}
+
+/// Replaces `dir/name` with `bytes` durably and atomically: written whole to `name.tmp`,
+/// synced, renamed over the old file, the directory synced. A crash leaves the old or the new.
+async fn replace<F: Fs>(fs: &F, dir: &Path, name: &str, bytes: &[u8]) -> Result<(), ReplicaError> {
+    let p = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let io = |op, at: &Path, e| ReplicaError::Storage(StorageError::io(op, at, e));
     let file = fs
         .open(&tmp, true)
         .await
         .map_err(|e| io("create", &tmp, e))?;
     // Writes are whole blocks (O_DIRECT); the file is then cut to its length.
-    let mut block = bytes.clone();
+    let mut block = bytes.to_vec();
     block.resize(align_up(bytes.len() as u64) as usize, 0);
     let mut at = 0;
     while at < block.len() {
@@ -233,6 +252,73 @@ pub async fn store<F: Fs>(fs: &F, dir: &Path, s: &PersistedState) -> Result<(), 
         .await
         .map_err(|e| io("rename", &tmp, e))?;
     fs.sync_dir(dir).await.map_err(|e| io("sync_dir", dir, e))
+}
+
+// ---- The commit floor ------------------------------------------------------------------------
+
+/// The commit floor's file in the log directory: an offset known committed (every offset below
+/// it is committed), so a restarted replica reports a committed prefix at once instead of none
+/// (its Raft core restarts with no commit and re-learns it from the leader). It lags the true
+/// commit (written every so often, not on every commit) and is never above it. Layout,
+/// little-endian: `magic "SLCF" | u8 version (1) | u64 floor | u64 xxh3-64 of the bytes before`.
+pub const COMMIT_FLOOR_FILE: &str = "raft.commit";
+const COMMIT_FLOOR_MAGIC: &[u8; 4] = b"SLCF";
+/// The commit floor's layout version; another one is refused, never guessed at.
+pub const COMMIT_FLOOR_VERSION: u8 = 1;
+const COMMIT_FLOOR_BYTES: usize = 4 + 1 + 8 + 8;
+
+pub fn encode_commit_floor(floor: Offset) -> Vec<u8> {
+    let mut b = Vec::with_capacity(COMMIT_FLOOR_BYTES);
+    b.extend_from_slice(COMMIT_FLOOR_MAGIC);
+    b.push(COMMIT_FLOOR_VERSION);
+    b.extend_from_slice(&floor.to_le_bytes());
+    let sum = xxh3_64(&b);
+    b.extend_from_slice(&sum.to_le_bytes());
+    b
+}
+
+pub fn decode_commit_floor(b: &[u8]) -> Result<Offset, String> {
+    if b.len() != COMMIT_FLOOR_BYTES {
+        return Err(format!("{} bytes; expected {COMMIT_FLOOR_BYTES}", b.len()));
+    }
+    let (body, sum) = b.split_at(b.len() - 8);
+    if xxh3_64(body) != u64::from_le_bytes(sum.try_into().expect("8 bytes")) {
+        return Err("checksum mismatch".into());
+    }
+    let mut r = Reader(body);
+    if r.take(4)? != COMMIT_FLOOR_MAGIC {
+        return Err("bad magic".into());
+    }
+    let version = r.u8()?;
+    if version != COMMIT_FLOOR_VERSION {
+        return Err(format!(
+            "version {version}; this build reads {COMMIT_FLOOR_VERSION}"
+        ));
+    }
+    r.u64()
+}
+
+/// Reads the commit floor: `None` if there is none (never written yet).
+///
+/// A damaged file is an error here; the replica then starts from no floor (claiming less than
+/// was committed is safe: Raft raises it again), rather than refusing to open.
+pub async fn load_commit_floor<F: Fs>(fs: &F, dir: &Path) -> Result<Option<Offset>, ReplicaError> {
+    let p = dir.join(COMMIT_FLOOR_FILE);
+    let Some(bytes) = read_small(fs, &p, COMMIT_FLOOR_BYTES as u64).await? else {
+        return Ok(None);
+    };
+    decode_commit_floor(&bytes)
+        .map(Some)
+        .map_err(|why| ReplicaError::BadHardState { path: p, why })
+}
+
+/// Replaces the commit floor durably and atomically.
+pub async fn store_commit_floor<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    floor: Offset,
+) -> Result<(), ReplicaError> {
+    replace(fs, dir, COMMIT_FLOOR_FILE, &encode_commit_floor(floor)).await
 }
 
 #[cfg(test)]
@@ -305,6 +391,31 @@ mod tests {
             store(&fs, &dir, &s).await.expect("store");
             let fs2 = fs.crash(CrashMode::DropUnsynced);
             assert_eq!(load(&fs2, &dir).await.expect("load"), Some(s));
+        });
+    }
+
+    #[test]
+    fn the_commit_floor_round_trips_and_every_flipped_bit_is_caught() {
+        let b = encode_commit_floor(0x0102_0304_0506);
+        assert_eq!(decode_commit_floor(&b), Ok(0x0102_0304_0506));
+        for i in 0..b.len() * 8 {
+            let mut x = b.clone();
+            x[i / 8] ^= 1 << (i % 8);
+            assert!(decode_commit_floor(&x).is_err(), "bit {i}");
+        }
+        for n in 0..b.len() {
+            assert!(decode_commit_floor(&b[..n]).is_err(), "prefix {n}");
+        }
+        use sluice_storage::fs::{CrashMode, SimFs};
+        let fs = SimFs::new();
+        let dir = PathBuf::from("/d/g1");
+        futures::executor::block_on(async {
+            fs.create_dir_all(&dir).await.expect("dir");
+            assert_eq!(load_commit_floor(&fs, &dir).await.expect("load"), None);
+            store_commit_floor(&fs, &dir, 7).await.expect("store");
+            store_commit_floor(&fs, &dir, 9).await.expect("store");
+            let fs2 = fs.crash(CrashMode::DropUnsynced);
+            assert_eq!(load_commit_floor(&fs2, &dir).await.expect("load"), Some(9));
         });
     }
 }

@@ -58,6 +58,7 @@ fn acknowledged_proposals_survive_crashes_partitions_and_a_lost_disk() {
             t.proposals_dropped > 0,
             "no run lost leadership with proposals open"
         );
+        assert!(t.commit_floor_writes > 0, "no run wrote a commit floor");
     }
 }
 
@@ -77,6 +78,13 @@ async fn run(seed: u64) -> ReplicaStats {
     let mut next = 0u64;
     let mut disks = 0u128;
     let mut lost_disk = false;
+    // The highest committed end any replica reported: no more than the true commit, and a
+    // replica's floor on disk never exceeds what it reported.
+    let mut commit_seen = 0u64;
+    // Each node's floor on disk when it went down.
+    let mut floor_at_crash: BTreeMap<u64, u64> = BTreeMap::new();
+    // What restarted replicas reported committed at once: checked against the final history.
+    let mut claims: Vec<(u64, Vec<sluice_storage::ReadBatch>)> = Vec::new();
     let trace = std::env::var("SLUICE_TRACE").is_ok();
     for step in 0..STEPS {
         if trace {
@@ -121,11 +129,24 @@ async fn run(seed: u64) -> ReplicaStats {
                 if trace {
                     eprintln!("  crash {id} {mode:?}");
                 }
+                floor_at_crash.insert(id, c.replica(id).stored_commit_floor());
                 c.crash(id, mode);
             }
             57..=66 if !down.is_empty() => {
                 let id = down[rng.gen_range(0..down.len())];
                 c.start(id).await;
+                let r = c.replica(id);
+                let (end, log_end) = (r.committed_end(), r.log().end_offset());
+                let floor = floor_at_crash.get(&id).copied().unwrap_or(0);
+                assert!(
+                    end >= floor.min(log_end),
+                    "seed {seed}: node {id} restarted at {end}, below its floor {floor} (log end {log_end})"
+                );
+                assert!(
+                    end <= commit_seen,
+                    "seed {seed}: node {id} restarted claiming {end} committed; the commit is {commit_seen}"
+                );
+                claims.push((id, c.committed(id).await));
                 if trace {
                     let r = c.replica(id);
                     eprintln!(
@@ -163,6 +184,9 @@ async fn run(seed: u64) -> ReplicaStats {
             _ => {}
         }
         c.rounds(rng.gen_range(1..12)).await;
+        for id in c.up() {
+            commit_seen = commit_seen.max(c.replica(id).committed_end());
+        }
         if step % 25 == 0 {
             check_prefixes_agree(&c, seed).await;
         }
@@ -261,6 +285,20 @@ async fn run(seed: u64) -> ReplicaStats {
                 held.get(&off).copied().flatten(),
                 Some(n),
                 "seed {seed}: node {id}: acknowledged proposal {n} at {off}"
+            );
+        }
+    }
+    // Nothing a restarted replica reported committed was later cut or rewritten.
+    for (id, claim) in &claims {
+        assert!(
+            claim.len() <= reference.len(),
+            "seed {seed}: node {id}'s claim"
+        );
+        for (a, b) in claim.iter().zip(&reference) {
+            assert!(
+                same_batch(a, b),
+                "seed {seed}: node {id} reported {} committed at restart; it was not",
+                a.header.base_offset
             );
         }
     }

@@ -514,3 +514,155 @@ fn a_damaged_or_missing_hard_state_file_is_refused_not_guessed() {
         assert!(open(fs).await.is_ok());
     });
 }
+
+#[test]
+fn a_restarted_replica_reports_its_commit_floor_and_never_an_uncommitted_suffix() {
+    use sluice_cluster::replica::COMMIT_FLOOR_INTERVAL_MS;
+    on_glommio(|| async {
+        let mut c = Cluster::new(3, 11).await;
+        let mut acked = Acked::new();
+        let leader = c.elect().await;
+        propose_and_ack(&mut c, leader, 0, 6, &mut acked).await;
+        // Long enough for every replica to write its floor once the commit has reached it.
+        c.rounds((2 * COMMIT_FLOOR_INTERVAL_MS / ROUND_MS) as usize)
+            .await;
+        // More commits right after: the floors on disk lag the true commit now.
+        propose_and_ack(&mut c, leader, 6, 3, &mut acked).await;
+        let followers: Vec<u64> = c.up().into_iter().filter(|&id| id != leader).collect();
+        // The leader, cut off, takes two proposals it can never commit (flushed on its own
+        // disk only): an uncommitted suffix that the next leader will cut.
+        c.isolate(leader);
+        let mut open = Vec::new();
+        for k in 9..11 {
+            open.push(c.propose(leader, k).expect("propose"));
+        }
+        c.rounds(3).await;
+        let true_commit = c.replica(leader).committed_end();
+        assert!(c.replica(leader).log().end_offset() > true_commit);
+        let floors: Vec<(u64, u64)> = c
+            .up()
+            .iter()
+            .map(|&id| (id, c.replica(id).stored_commit_floor()))
+            .collect();
+        for &(id, f) in &floors {
+            assert!(f > 0, "node {id}: a floor was written");
+            assert!(f < true_commit, "node {id}: the floor lags");
+        }
+        for id in c.up() {
+            c.crash(id, CrashMode::DropUnsynced);
+        }
+        c.heal();
+        for &(id, floor) in &floors {
+            c.start(id).await;
+            let r = c.replica(id);
+            // Before any message: the floor, not 0, and not the log's end.
+            let end = r.committed_end();
+            assert!(end >= floor, "node {id}: {end} below its floor {floor}");
+            assert!(
+                end <= true_commit,
+                "node {id}: {end} above the commit {true_commit}"
+            );
+        }
+        // The old leader's suffix is never reported committed: the followers elect one of
+        // theirs, which cuts it.
+        c.crash(leader, CrashMode::DropUnsynced);
+        let next = c.elect().await;
+        assert!(followers.contains(&next));
+        c.start(leader).await;
+        assert!(c.replica(leader).committed_end() <= true_commit);
+        propose_and_ack(&mut c, next, 11, 2, &mut acked).await;
+        let end = c.replica(next).committed_end();
+        assert!(
+            c.run_until(5_000, |c| c
+                .up()
+                .iter()
+                .all(|&id| c.replica(id).committed_end() >= end))
+                .await
+        );
+        for id in c.up() {
+            check_acked(&c, id, &acked).await;
+            check_same_prefix(&c, id, next).await;
+        }
+    });
+}
+
+#[test]
+fn a_follower_whose_committed_batch_is_damaged_does_not_vote_and_is_repaired_from_the_leader() {
+    use sluice_cluster::replica::COMMIT_FLOOR_INTERVAL_MS;
+    use sluice_storage::log::segment_file_name;
+    on_glommio(|| async {
+        let mut c = Cluster::new(3, 12).await;
+        let mut acked = Acked::new();
+        let leader = c.elect().await;
+        propose_and_ack(&mut c, leader, 0, 8, &mut acked).await;
+        c.rounds((2 * COMMIT_FLOOR_INTERVAL_MS / ROUND_MS) as usize)
+            .await;
+        let others: Vec<u64> = c.up().into_iter().filter(|&id| id != leader).collect();
+        let (f, g) = (others[0], others[1]);
+        let floor = c.replica(f).stored_commit_floor();
+        let old_disk = c.replica(f).disk();
+        let old_end = c.replica(f).log().end_offset();
+        assert!(floor > 4, "a floor covering committed batches");
+        // A committed batch below the floor, well inside: its position in the segment.
+        let victim = c
+            .batches(f, floor)
+            .await
+            .into_iter()
+            .nth(3)
+            .expect("a fourth batch");
+        let at = victim.header.base_offset;
+        let position = c
+            .batches(f, at)
+            .await
+            .iter()
+            .map(|b| b.bytes.len())
+            .sum::<usize>();
+        c.crash(f, CrashMode::DropUnsynced);
+        let fs = c.node(f).fs.clone();
+        let seg = dir().join(segment_file_name(0, "log"));
+        let mut bytes = fs.read_file(&seg).expect("segment");
+        // A record byte (past the header), flipped.
+        bytes[position + victim.bytes.len() - 3] ^= 0x04;
+        fs.write_file_durably(&seg, bytes);
+        // The others are held so that f's vote would decide: the leader is down, g needs f.
+        c.crash(leader, CrashMode::DropUnsynced);
+        c.start(f).await;
+        let r = c.replica(f);
+        assert_eq!(r.log().end_offset(), at, "cut at the damaged batch");
+        assert_ne!(r.disk(), old_disk, "back on a new disk id");
+        assert!(r.committed_end() <= at);
+        let hs = c.replica(f).hard_state();
+        let elected = c.run_until(5_000, |c| c.serving_leader().is_some()).await;
+        assert!(!elected, "f's vote decided an election before its repair");
+        // Not even a vote of a higher term given (g's pre-votes are refused as well).
+        assert_eq!(c.replica(f).hard_state(), hs, "f voted");
+        assert_ne!(c.replica(g).role(), RaftRole::Leader);
+        assert_ne!(c.replica(f).role(), RaftRole::Leader);
+        // The leader is back: it demotes f to a learner on its new disk, catches it up, and
+        // promotes it.
+        c.start(leader).await;
+        let next = c.elect().await;
+        propose_and_ack(&mut c, next, 8, 2, &mut acked).await;
+        let new_disk = c.replica(f).disk();
+        let repaired = c
+            .run_until(10_000, |c| {
+                let (l, r) = (c.replica(next), c.replica(f));
+                r.log().end_offset() == l.log().end_offset()
+                    && r.committed_end() == l.committed_end()
+                    && !r.has_unflushed()
+                    && l.membership().is_voter(f, new_disk)
+            })
+            .await;
+        assert!(repaired, "f caught up and was promoted on its new disk");
+        assert!(c.replica(f).log().end_offset() > old_end);
+        let (x, y) = (
+            c.batches(f, u64::MAX).await,
+            c.batches(next, u64::MAX).await,
+        );
+        assert_eq!(x.len(), y.len());
+        for (p, q) in x.iter().zip(&y) {
+            assert!(same_batch(p, q), "differs at {}", p.header.base_offset);
+        }
+        check_acked(&c, f, &acked).await;
+    });
+}

@@ -432,6 +432,7 @@ pub fn add_stats(t: &mut ReplicaStats, s: &ReplicaStats) {
     t.fetches_served += s.fetches_served;
     t.proposals_committed += s.proposals_committed;
     t.proposals_dropped += s.proposals_dropped;
+    t.commit_floor_writes += s.commit_floor_writes;
 }
 
 /// Whether two stored batches are the same batch, byte for byte.

@@ -21,13 +21,16 @@ pub const BROKER_UMASK: u32 = 0o077;
 /// a bound, so that a symlink loop or a stray tree cannot make start-up walk forever.
 pub const DATA_DIR_WALK_DEPTH_MAX: usize = 8;
 
-/// Creates `dir` (and missing parents) with mode 0700; an existing dir is left as it is here
-/// (see [`tighten_data_dir`]).
+/// Creates `dir` (and missing parents) with mode 0700, durably (each created level's parent
+/// fsynced: a data dir lost with the power takes the receipt key and every queue with it); an
+/// existing dir is left as it is here (see [`tighten_data_dir`]).
 pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(DATA_DIR_MODE)
-        .create(dir)
+    sluice_storage::fs::create_dir_all_durable_blocking(dir, |d| {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DATA_DIR_MODE)
+            .create(d)
+    })
 }
 
 /// Sets the process umask to [`BROKER_UMASK`]; returns the previous one. For the daemon only:

@@ -130,6 +130,12 @@ pub struct DaemonArgs {
     /// process's clock, as a skewed node's would be. Never set in production.
     #[arg(long, hide = true, allow_negative_numbers = true)]
     pub test_clock_skew_ms: Option<i64>,
+    /// UNSAFE, TESTS ONLY (hidden): queues and topics acknowledge sends before their data is
+    /// durable (commits write without O_DSYNC), so a power loss loses acknowledged messages.
+    /// The power-loss harness turns it on to show it catches such a broker (issue 43). No
+    /// environment variable and no config-file key, so that it cannot be set by accident.
+    #[arg(long, hide = true)]
+    pub test_unsafe_no_fsync_before_ack: bool,
 }
 
 impl DaemonArgs {
@@ -289,7 +295,7 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
             );
         }
     }
-    let config = match settings.broker_config() {
+    let mut config = match settings.broker_config() {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(data_dir = ?settings.data_dir, error = %e, "cannot prepare the data dir");
@@ -300,6 +306,13 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
             return EXIT_START_FAILED;
         }
     };
+    if args.test_unsafe_no_fsync_before_ack {
+        tracing::warn!(
+            "UNSAFE TEST MODE (--test-unsafe-no-fsync-before-ack): sends are acknowledged \
+             before they are durable; a power loss loses them. Never use it for real data."
+        );
+        config.log.unsafe_no_fsync_before_ack = true;
+    }
     match crate::config_perms::tighten_data_dir(&config.data_dir) {
         Ok(0) => {}
         Ok(n) => tracing::info!(

@@ -40,6 +40,13 @@ pub struct LogConfig {
     pub retention_ms: Option<u64>,
     /// Delete the oldest sealed segments while the log is larger than this.
     pub retention_bytes: Option<u64>,
+    /// **UNSAFE, TESTS ONLY.** Commits write their data without O_DSYNC (plain writes that sit
+    /// in the disk's cache) and acknowledge at once: every acknowledged append since the last
+    /// incidental sync is lost at a power loss. It exists so that the power-loss harness can
+    /// show it catches a broker that acknowledges before its data is durable (issue 43: if it
+    /// cannot, it is not testing power loss). Only `sluiced --test-unsafe-no-fsync-before-ack`
+    /// sets it; false by default.
+    pub unsafe_no_fsync_before_ack: bool,
 }
 
 pub const MIB: u64 = 1024 * 1024;
@@ -64,6 +71,7 @@ impl Default for LogConfig {
             index_persist_entries: 512,
             retention_ms: None,
             retention_bytes: None,
+            unsafe_no_fsync_before_ack: false,
         }
     }
 }

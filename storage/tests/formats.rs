@@ -76,7 +76,7 @@ fn values(v: &[&str]) -> Vec<Vec<u8>> {
 }
 
 fn create_dir(fs: &SimFs, dir: &Path) {
-    block_on(fs.create_dir_all(dir)).expect("mkdir");
+    block_on(sluice_storage::fs::create_dir_all_durable(fs, dir)).expect("mkdir");
 }
 
 /// A log whose only segment was written by the v1 code recovers to its end, reads its batches

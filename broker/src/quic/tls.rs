@@ -152,7 +152,11 @@ pub fn load_or_create_self_signed(data_dir: &Path) -> Result<(Identity, Provenan
         (false, false) => {
             let names: Vec<String> = SELF_SIGNED_NAMES.iter().map(|s| s.to_string()).collect();
             let generated = rcgen::generate_simple_self_signed(names)?;
-            fs::create_dir_all(data_dir).map_err(|source| TlsError::Io {
+            // Durably, like the key and certificate written into it.
+            sluice_storage::fs::create_dir_all_durable_blocking(data_dir, |d| {
+                fs::create_dir_all(d)
+            })
+            .map_err(|source| TlsError::Io {
                 what: "creating data dir",
                 path: data_dir.to_owned(),
                 source,

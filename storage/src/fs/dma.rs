@@ -25,7 +25,7 @@ impl DmaFs {
     /// see each other's probe half-written (truncated, hence empty).
     pub async fn new(data_dir: &Path) -> io::Result<DmaFs> {
         static PROBES: AtomicU64 = AtomicU64::new(0);
-        std::fs::create_dir_all(data_dir)?;
+        super::create_dir_all_durable_blocking(data_dir, |d| std::fs::create_dir_all(d))?;
         let n = PROBES.fetch_add(1, Ordering::Relaxed);
         let probe = data_dir.join(format!(".sluice-dma-probe-{}-{n}", std::process::id()));
         std::fs::write(&probe, [0u8; 4096])?;

@@ -1,7 +1,10 @@
 //! An in-memory file system with the durability rules of a real disk, for power-loss tests.
 //!
 //! Each file keeps its durable image (as of its last completed `sync_data`) and the writes since.
-//! Each directory keeps its durable entries (as of its last `sync_dir`). [`SimFs::crash`]
+//! Each directory keeps its durable entries (as of its last `sync_dir`): files, and directories
+//! too — a `create_dir_all` is volatile until each new level's parent is synced, as `mkdir` is
+//! on a real disk, and a power loss takes an unsynced directory with everything in it. Roots
+//! (`/`, or the empty parent of a relative name) always exist. [`SimFs::crash`]
 //! simulates a power loss: it builds a new file system from the durable state, where each write
 //! not covered by a sync is — depending on the mode — dropped, kept, or torn (a random subset of
 //! its 512-byte sectors lands), and each unsynced directory change may or may not have happened.
@@ -40,6 +43,8 @@ struct State {
     files: BTreeMap<PathBuf, Rc<RefCell<Inode>>>,
     durable_files: BTreeMap<PathBuf, Rc<RefCell<Inode>>>,
     dirs: BTreeSet<PathBuf>,
+    /// The directories whose name is durable in their parent (as of its last `sync_dir`).
+    durable_dirs: BTreeSet<PathBuf>,
     syncs: u64,
     /// Scheduling points a durable write stays in flight (torn by a crash) after it is issued,
     /// beyond the first.
@@ -74,6 +79,14 @@ impl SplitMix {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
+}
+
+/// Mixed into a crash's seed for the directories' draws.
+const DIR_RNG_SALT: u64 = 0xD1F5_D1F5_D1F5_D1F5;
+
+/// A root: `/`, or the empty parent of a relative path. It always exists.
+fn is_root(p: &Path) -> bool {
+    p.as_os_str().is_empty() || p.parent().is_none()
 }
 
 fn apply(data: &mut Vec<u8>, op: &PendingOp) {
@@ -116,10 +129,26 @@ impl SimFs {
             CrashMode::Random { seed } => seed,
         });
         let random = matches!(mode, CrashMode::Random { .. });
-        let mut out = State {
-            dirs: st.dirs.clone(),
-            ..State::default()
-        };
+        // Directories first, each after its parent (paths order by components): one survives
+        // if its parent did and its name is durable — or, in a random crash, by chance, as an
+        // unsynced creation may have reached the disk. Their own generator, so that the files'
+        // draws for a seed are what they were before directories were modelled.
+        let mut dir_rng = SplitMix(rng.0 ^ DIR_RNG_SALT);
+        let mut dirs = BTreeSet::new();
+        for d in &st.dirs {
+            let survives = match d.parent() {
+                None => true,
+                Some(p) if p.as_os_str().is_empty() => true,
+                Some(p) => {
+                    (is_root(p) || dirs.contains(p))
+                        && (st.durable_dirs.contains(d) || (random && dir_rng.below(2) == 0))
+                }
+            };
+            if survives {
+                dirs.insert(d.clone());
+            }
+        }
+        let parent_survived = |p: &Path| p.parent().is_some_and(|q| is_root(q) || dirs.contains(q));
         let mut names: BTreeSet<&PathBuf> = st.durable_files.keys().collect();
         if random {
             // An unsynced creation may have reached the disk; an unsynced removal may not have.
@@ -134,6 +163,12 @@ impl SimFs {
                 }
             }
         }
+        names.retain(|p| parent_survived(p));
+        let mut out = State {
+            durable_dirs: dirs.clone(),
+            dirs,
+            ..State::default()
+        };
         for p in names {
             let inode = if random && rng.below(2) == 0 {
                 st.files.get(p).or_else(|| st.durable_files.get(p))
@@ -338,9 +373,14 @@ impl Fs for SimFs {
             .map(|(p, i)| (p.clone(), i.clone()))
             .collect();
         st.durable_files.extend(now);
+        // Subdirectories too (SimFs has no rmdir: a directory once created stays).
+        let subdirs: Vec<PathBuf> = st.dirs.iter().filter(|p| in_dir(p)).cloned().collect();
+        st.durable_dirs.extend(subdirs);
         Ok(())
     }
 
+    /// Volatile, like `mkdir`: each new level is lost at a crash unless its parent was synced
+    /// (see [`super::create_dir_all_durable`]).
     async fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         io_point().await;
         let mut st = self.state.borrow_mut();

@@ -504,10 +504,18 @@ impl<F: Fs> Log<F> {
         let started = std::time::Instant::now();
         // The rewritten partial tail block and the chunk's parts go straight into the I/O
         // buffer: the one copy of each byte on its way to disk.
+        let no_fsync = self.config.unsafe_no_fsync_before_ack;
         let data_write = async {
             let parts: Vec<&[u8]> = std::iter::once(tail.as_slice())
                 .chain(chunk.parts.iter().map(Vec::as_slice))
                 .collect();
+            if no_fsync {
+                // UNSAFE, tests only (`LogConfig::unsafe_no_fsync_before_ack`): a plain write,
+                // acknowledged while it is still in the disk's cache.
+                let mut buf = parts.concat();
+                buf.resize(len, 0);
+                return write_all_with(&*file, wpos, &buf, false).await;
+            }
             let n = file.write_durable_parts(wpos, &parts, len).await?;
             if n < len {
                 // A short write: the rest from a contiguous copy (rare; not worth avoiding).

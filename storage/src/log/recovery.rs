@@ -138,7 +138,8 @@ impl<F: Fs> Log<F> {
     pub async fn open(fs: F, dir: impl Into<PathBuf>, config: LogConfig) -> Result<Log<F>> {
         config.validate()?;
         let dir = dir.into();
-        fs.create_dir_all(&dir)
+        // Durably: a directory lost with the power takes every acknowledged append with it.
+        crate::fs::create_dir_all_durable(&fs, &dir)
             .await
             .map_err(|e| StorageError::io("create_dir", &dir, e))?;
         let names = fs

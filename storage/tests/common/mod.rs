@@ -47,6 +47,7 @@ pub fn small_config() -> LogConfig {
         index_persist_entries: 4,
         retention_ms: None,
         retention_bytes: None,
+        unsafe_no_fsync_before_ack: false,
     }
 }
 

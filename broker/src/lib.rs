@@ -4,6 +4,7 @@
 //! everything that touches glommio lives beside it, at the edge.
 
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod config_fds;
 pub mod config_file;

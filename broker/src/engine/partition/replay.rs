@@ -18,22 +18,7 @@ impl Partition {
     /// else that does not fit is a [`ReplayError`].
     pub fn replay_at(&mut self, offset: u64, record: &Record) -> Result<(), ReplayError> {
         let at_ms = record.at_ms;
-        match self.replay_start {
-            None => {
-                self.replay_start = Some(offset);
-                if offset > 0 {
-                    self.skipping = true;
-                    self.strict = false;
-                }
-            }
-            Some(_) if offset != self.next_offset => {
-                return Err(ReplayError {
-                    at_ms,
-                    reason: "log offsets are not consecutive",
-                })
-            }
-            Some(_) => {}
-        }
+        self.replay_reaches(offset, at_ms)?;
         self.advance(at_ms);
         if self.skipping && !matches!(record.kind, RecordKind::Checkpoint(_)) {
             self.next_offset = offset + 1;
@@ -55,6 +40,14 @@ impl Partition {
                 reason: "a control batch without offsets",
             });
         }
+        self.replay_reaches(offset, at_ms)?;
+        self.next_offset = end;
+        Ok(())
+    }
+
+    /// Replay reaches `offset`: the first one sets where it started (above 0, a compacted log:
+    /// skip to its first checkpoint); every later one must follow on from the last.
+    fn replay_reaches(&mut self, offset: u64, at_ms: u64) -> Result<(), ReplayError> {
         match self.replay_start {
             None => {
                 self.replay_start = Some(offset);
@@ -62,17 +55,14 @@ impl Partition {
                     self.skipping = true;
                     self.strict = false;
                 }
+                Ok(())
             }
-            Some(_) if offset != self.next_offset => {
-                return Err(ReplayError {
-                    at_ms,
-                    reason: "log offsets are not consecutive",
-                })
-            }
-            Some(_) => {}
+            Some(_) if offset != self.next_offset => Err(ReplayError {
+                at_ms,
+                reason: "log offsets are not consecutive",
+            }),
+            Some(_) => Ok(()),
         }
-        self.next_offset = end;
-        Ok(())
     }
 
     /// Ends a replay: `end_offset` is one past the log's last record. Checks that the log held

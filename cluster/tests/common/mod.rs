@@ -59,6 +59,7 @@ pub fn log_config() -> LogConfig {
         index_persist_entries: 4,
         retention_ms: None,
         retention_bytes: None,
+        ..LogConfig::default()
     }
 }
 

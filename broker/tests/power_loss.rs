@@ -305,6 +305,7 @@ fn campaign(seed: u64, rounds: u64, unsafe_no_fsync: bool, stop_at_first_loss: b
     tally
 }
 
+#[allow(clippy::disallowed_methods)] // a random seed for the test, not the broker's time
 fn seed() -> u64 {
     env_u64("SLUICE_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()

@@ -383,7 +383,9 @@ mod tests {
         let fs = SimFs::new();
         let dir = PathBuf::from("/d/g1");
         futures::executor::block_on(async {
-            fs.create_dir_all(&dir).await.expect("dir");
+            sluice_storage::fs::create_dir_all_durable(&fs, &dir)
+                .await
+                .expect("dir");
             assert_eq!(load(&fs, &dir).await.expect("load"), None);
             let mut s = sample();
             store(&fs, &dir, &s).await.expect("store");
@@ -410,7 +412,9 @@ mod tests {
         let fs = SimFs::new();
         let dir = PathBuf::from("/d/g1");
         futures::executor::block_on(async {
-            fs.create_dir_all(&dir).await.expect("dir");
+            sluice_storage::fs::create_dir_all_durable(&fs, &dir)
+                .await
+                .expect("dir");
             assert_eq!(load_commit_floor(&fs, &dir).await.expect("load"), None);
             store_commit_floor(&fs, &dir, 7).await.expect("store");
             store_commit_floor(&fs, &dir, 9).await.expect("store");

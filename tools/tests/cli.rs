@@ -1035,7 +1035,7 @@ fn serve_runs_a_broker_from_a_config_file() {
     std::fs::write(
         &file,
         format!(
-            "data_dir = {:?}\nshards = 1\n[http]\naddr = \"127.0.0.1:{}\"\n[quic]\naddr = \"127.0.0.1:0\"\n[metrics]\naddr = \"127.0.0.1:0\"\n",
+            "data_dir = {:?}\nshards = 1\n[http]\naddr = \"127.0.0.1:{}\"\n[quic]\naddr = \"127.0.0.1:0\"\n[metrics]\naddr = \"127.0.0.1:0\"\n[kafka]\naddr = \"127.0.0.1:0\"\n",
             tmp.path().join("data").display().to_string(),
             free_port()
         ),

@@ -84,21 +84,7 @@ impl PersistedState {
         if b.len() < 8 {
             return Err(format!("{} bytes, too short", b.len()));
         }
-        let (body, sum) = b.split_at(b.len() - 8);
-        let stored = u64::from_le_bytes(sum.try_into().expect("8 bytes"));
-        if xxh3_64(body) != stored {
-            return Err("checksum mismatch".into());
-        }
-        let mut r = Reader(body);
-        if r.take(4)? != MAGIC {
-            return Err("bad magic".into());
-        }
-        let version = r.u8()?;
-        if version != HARD_STATE_VERSION {
-            return Err(format!(
-                "version {version}; this build reads {HARD_STATE_VERSION}"
-            ));
-        }
+        let mut r = Reader::framed(b, MAGIC, HARD_STATE_VERSION)?;
         let term = r.u64()?;
         let has_vote = r.u8()? != 0;
         let vote = r.u64()?;
@@ -144,6 +130,25 @@ impl PersistedState {
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
+    /// The body of one of this module's files (`magic | version | fields | xxh3-64 of all
+    /// before it`), past its magic and version: the checksum, magic and version checked. `b`
+    /// holds at least the 8-byte checksum (callers check the length first).
+    fn framed(b: &'a [u8], magic: &[u8], version: u8) -> Result<Reader<'a>, String> {
+        let (body, sum) = b.split_at(b.len() - 8);
+        if xxh3_64(body) != u64::from_le_bytes(sum.try_into().expect("8 bytes")) {
+            return Err("checksum mismatch".into());
+        }
+        let mut r = Reader(body);
+        if r.take(4)? != magic {
+            return Err("bad magic".into());
+        }
+        let found = r.u8()?;
+        if found != version {
+            return Err(format!("version {found}; this build reads {version}"));
+        }
+        Ok(r)
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         if self.0.len() < n {
             return Err("truncated".into());
@@ -281,20 +286,7 @@ pub fn decode_commit_floor(b: &[u8]) -> Result<Offset, String> {
     if b.len() != COMMIT_FLOOR_BYTES {
         return Err(format!("{} bytes; expected {COMMIT_FLOOR_BYTES}", b.len()));
     }
-    let (body, sum) = b.split_at(b.len() - 8);
-    if xxh3_64(body) != u64::from_le_bytes(sum.try_into().expect("8 bytes")) {
-        return Err("checksum mismatch".into());
-    }
-    let mut r = Reader(body);
-    if r.take(4)? != COMMIT_FLOOR_MAGIC {
-        return Err("bad magic".into());
-    }
-    let version = r.u8()?;
-    if version != COMMIT_FLOOR_VERSION {
-        return Err(format!(
-            "version {version}; this build reads {COMMIT_FLOOR_VERSION}"
-        ));
-    }
+    let mut r = Reader::framed(b, COMMIT_FLOOR_MAGIC, COMMIT_FLOOR_VERSION)?;
     r.u64()
 }
 

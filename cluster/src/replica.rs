@@ -42,6 +42,7 @@ use sluice_raft::{
 };
 use sluice_storage::fs::Fs;
 use sluice_storage::{AppendInfo, AppendTicket, Log, LogConfig};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -132,13 +133,24 @@ pub struct ReplicaStats {
 }
 
 /// One replica of one partition: the Raft group and the log it drives.
+///
+/// Shared by reference (`Rc<Replica>` on one executor): one task *drives* it ([`Replica::step`],
+/// [`Replica::tick`], [`Replica::handle_ready`], [`Replica::flush`] — never two of these at
+/// once), while the partition that owns it proposes and reads from its own task. The mutable
+/// state sits in a `RefCell` that no method holds across an await: a proposal that arrives
+/// while the driver waits on the disk lands in the core and goes out with the next `Ready`.
 pub struct Replica<F: Fs> {
     fs: F,
     dir: PathBuf,
     node: NodeId,
     group: GroupId,
-    raft: MultiRaft,
     log: Log<F>,
+    inner: RefCell<Inner>,
+}
+
+/// What the driver and the proposers change.
+struct Inner {
+    raft: MultiRaft,
     state: PersistedState,
     /// Staged batches not yet reported flushed: (log epoch, end offset, ticket).
     staged: Vec<(u64, Offset, AppendTicket)>,
@@ -155,6 +167,12 @@ pub struct Replica<F: Fs> {
     /// The caller's latest time (from `tick` and `step`), for the floor's write interval.
     now_ms: u64,
     stats: ReplicaStats,
+}
+
+impl Inner {
+    fn g(&self, group: GroupId) -> &RaftGroup {
+        self.raft.group(group).expect("the replica's group")
+    }
 }
 
 impl<F: Fs> Replica<F> {
@@ -232,22 +250,25 @@ impl<F: Fs> Replica<F> {
             dir,
             node: cfg.node,
             group: cfg.group,
-            raft,
             log,
-            state,
-            staged: Vec::new(),
-            deferred_fetches: Vec::new(),
-            tickets: BTreeMap::new(),
-            commit_floor,
-            floor_stored: commit_floor,
-            floor_stored_ms: now_ms,
-            now_ms,
-            stats: ReplicaStats::default(),
+            inner: RefCell::new(Inner {
+                raft,
+                state,
+                staged: Vec::new(),
+                deferred_fetches: Vec::new(),
+                tickets: BTreeMap::new(),
+                commit_floor,
+                floor_stored: commit_floor,
+                floor_stored_ms: now_ms,
+                now_ms,
+                stats: ReplicaStats::default(),
+            }),
         })
     }
 
-    fn g(&self) -> &RaftGroup {
-        self.raft.group(self.group).expect("the replica's group")
+    /// Reads the core (a short borrow, never across an await).
+    fn with_group<T>(&self, f: impl FnOnce(&RaftGroup) -> T) -> T {
+        f(self.inner.borrow().g(self.group))
     }
 
     // ---- What the broker asks ---------------------------------------------------------------
@@ -259,42 +280,44 @@ impl<F: Fs> Replica<F> {
         self.group
     }
     pub fn role(&self) -> RaftRole {
-        self.g().role()
+        self.with_group(|g| g.role())
     }
     pub fn term(&self) -> Term {
-        self.g().term()
+        self.with_group(|g| g.term())
     }
     pub fn leader(&self) -> Option<NodeId> {
-        self.g().leader()
+        self.with_group(|g| g.leader())
     }
     pub fn disk(&self) -> DiskId {
-        self.g().disk()
+        self.with_group(|g| g.disk())
     }
     pub fn hard_state(&self) -> HardState {
-        self.g().hard_state()
+        self.with_group(|g| g.hard_state())
     }
-    pub fn membership(&self) -> &Membership {
-        self.g().membership()
+    pub fn membership(&self) -> Membership {
+        self.with_group(|g| g.membership().clone())
     }
     /// Whether this replica leads and has committed an entry of its term: it takes proposals
     /// and may answer reads.
     pub fn is_serving(&self) -> bool {
-        self.g().is_serving()
+        self.with_group(|g| g.is_serving())
     }
     /// One past the last committed offset this replica holds durably: what readers may see.
     /// (Raft's commit may run ahead of this replica's own flushed end on a follower.) After a
     /// restart it is at least the commit floor restored from disk, until the leader's commit
     /// arrives; it is never above what was committed.
     pub fn committed_end(&self) -> Offset {
-        self.g()
+        let inner = self.inner.borrow();
+        inner
+            .g(self.group)
             .commit()
-            .max(self.commit_floor)
+            .max(inner.commit_floor)
             .min(self.log.end_offset())
     }
 
     /// The commit floor as last written to disk (what a restart would restore, at most).
     pub fn stored_commit_floor(&self) -> Offset {
-        self.floor_stored
+        self.inner.borrow().floor_stored
     }
     /// The log, for reads (below [`Replica::committed_end`] only: above it nothing counts yet).
     /// Raft's control batches (no-ops, membership) are in it: replay skips control batches.
@@ -304,15 +327,15 @@ impl<F: Fs> Replica<F> {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
-    pub fn stats(&self) -> &ReplicaStats {
-        &self.stats
+    pub fn stats(&self) -> ReplicaStats {
+        self.inner.borrow().stats.clone()
     }
 
     /// Proposes a producer's batch. The ticket resolves with the batch's offsets once it is
     /// committed (flushed on a majority in this leader's confirmed term), or with
     /// [`ReplicaError::LeadershipLost`] if leadership goes first. Refused at once, with
     /// [`ReplicaError::NotLeader`], on a replica that does not lead.
-    pub fn propose(&mut self, batch: Vec<u8>) -> Result<ProposalTicket, ReplicaError> {
+    pub fn propose(&self, batch: Vec<u8>) -> Result<ProposalTicket, ReplicaError> {
         let limit_bytes = self.log.config().batch_bytes_max;
         if batch.len() > limit_bytes {
             return Err(ReplicaError::InvalidBatch(
@@ -324,7 +347,8 @@ impl<F: Fs> Replica<F> {
         }
         let (bytes, count) = normalize_proposal(batch)?;
         let term = self.term();
-        let p = self
+        let mut inner = self.inner.borrow_mut();
+        let p = inner
             .raft
             .propose(self.group, bytes, count)
             .map_err(|e| match e {
@@ -335,7 +359,7 @@ impl<F: Fs> Replica<F> {
                 e => ReplicaError::Propose(e),
             })?;
         let (tx, rx) = oneshot::channel();
-        self.tickets.insert((p.term, p.offset), tx);
+        inner.tickets.insert((p.term, p.offset), tx);
         Ok(ProposalTicket {
             term: p.term,
             offset: p.offset,
@@ -348,8 +372,9 @@ impl<F: Fs> Replica<F> {
     /// Feeds one message from a peer. A malformed one is refused (typed) and changes nothing:
     /// the entries of an append are verified first (a batch failing its checksum is never
     /// taken; the leader sends it again when this follower shows no progress).
-    pub fn step(&mut self, now_ms: u64, env: Envelope) -> Result<(), ReplicaError> {
-        self.now_ms = self.now_ms.max(now_ms);
+    pub fn step(&self, now_ms: u64, env: Envelope) -> Result<(), ReplicaError> {
+        let mut inner = self.inner.borrow_mut();
+        inner.now_ms = inner.now_ms.max(now_ms);
         if let Envelope::Group(m) = &env {
             if let Body::Append { entries, .. } = &m.body {
                 for e in entries {
@@ -357,13 +382,14 @@ impl<F: Fs> Replica<F> {
                 }
             }
         }
-        Ok(self.raft.step(now_ms, env)?)
+        Ok(inner.raft.step(now_ms, env)?)
     }
 
     /// Advances time: elections, heartbeats, check-quorum.
-    pub fn tick(&mut self, now_ms: u64) {
-        self.now_ms = self.now_ms.max(now_ms);
-        self.raft.tick(now_ms);
+    pub fn tick(&self, now_ms: u64) {
+        let mut inner = self.inner.borrow_mut();
+        inner.now_ms = inner.now_ms.max(now_ms);
+        inner.raft.tick(now_ms);
     }
 
     /// Runs the `Ready` loop (see the module doc): persists, truncates, stages, answers reads,
@@ -373,9 +399,9 @@ impl<F: Fs> Replica<F> {
     /// An error leaves the core and the log possibly apart (a storage failure, or a leader's
     /// entry that does not verify): the caller drops the replica and reopens it, which
     /// restores the core from what is durable.
-    pub async fn handle_ready(&mut self, outbox: &mut Vec<Envelope>) -> Result<(), ReplicaError> {
+    pub async fn handle_ready(&self, outbox: &mut Vec<Envelope>) -> Result<(), ReplicaError> {
         for _ in 0..READY_ROUNDS_MAX {
-            let mr = self.raft.ready();
+            let mr = self.inner.borrow_mut().raft.ready();
             let mut progressed = !mr.messages.is_empty();
             for (_, rd) in mr.groups {
                 progressed = true;
@@ -383,7 +409,7 @@ impl<F: Fs> Replica<F> {
             }
             // After the hard state of this round is durable (apply_ready awaited it).
             outbox.extend(mr.messages);
-            if !progressed || !self.g().has_ready() {
+            if !progressed || !self.with_group(|g| g.has_ready()) {
                 break;
             }
         }
@@ -393,34 +419,42 @@ impl<F: Fs> Replica<F> {
     /// Writes the commit floor when the commit moved past it, at most every
     /// [`COMMIT_FLOOR_INTERVAL_MS`] or every [`COMMIT_FLOOR_OFFSETS_MAX`] offsets. What is
     /// written is this replica's readable committed prefix: committed, and durable here.
-    async fn maybe_store_commit_floor(&mut self) -> Result<(), ReplicaError> {
+    async fn maybe_store_commit_floor(&self) -> Result<(), ReplicaError> {
         let end = self.committed_end();
-        self.commit_floor = self.commit_floor.max(end);
-        if end <= self.floor_stored {
-            return Ok(());
-        }
-        let due = self.now_ms.saturating_sub(self.floor_stored_ms) >= COMMIT_FLOOR_INTERVAL_MS
-            || end - self.floor_stored >= COMMIT_FLOOR_OFFSETS_MAX;
-        if due {
-            state::store_commit_floor(&self.fs, &self.dir, end).await?;
-            self.floor_stored = end;
-            self.floor_stored_ms = self.now_ms;
-            self.stats.commit_floor_writes += 1;
-        }
+        let now_ms = {
+            let mut inner = self.inner.borrow_mut();
+            inner.commit_floor = inner.commit_floor.max(end);
+            if end <= inner.floor_stored {
+                return Ok(());
+            }
+            let due = inner.now_ms.saturating_sub(inner.floor_stored_ms)
+                >= COMMIT_FLOOR_INTERVAL_MS
+                || end - inner.floor_stored >= COMMIT_FLOOR_OFFSETS_MAX;
+            if !due {
+                return Ok(());
+            }
+            inner.now_ms
+        };
+        state::store_commit_floor(&self.fs, &self.dir, end).await?;
+        let mut inner = self.inner.borrow_mut();
+        inner.floor_stored = inner.floor_stored.max(end);
+        inner.floor_stored_ms = now_ms;
+        inner.stats.commit_floor_writes += 1;
         Ok(())
     }
 
     /// Waits until every staged batch is durable and tells the core (`on_appended`,
     /// `on_flushed`); then answers catch-up reads that waited for durable data. Call
     /// [`Replica::handle_ready`] after it: the core has news (acknowledgements, commits).
-    pub async fn flush(&mut self) -> Result<(), ReplicaError> {
-        let staged = std::mem::take(&mut self.staged);
+    pub async fn flush(&self) -> Result<(), ReplicaError> {
+        let staged = std::mem::take(&mut self.inner.borrow_mut().staged);
         for (epoch, end, ticket) in staged {
             self.log.durable(ticket).await?;
-            self.raft.on_appended(self.group, epoch, end)?;
-            self.raft.on_flushed(self.group, epoch, end)?;
+            let mut inner = self.inner.borrow_mut();
+            inner.raft.on_appended(self.group, epoch, end)?;
+            inner.raft.on_flushed(self.group, epoch, end)?;
         }
-        let fetches = std::mem::take(&mut self.deferred_fetches);
+        let fetches = std::mem::take(&mut self.inner.borrow_mut().deferred_fetches);
         for f in fetches {
             self.serve_fetch(f).await?;
         }
@@ -429,29 +463,41 @@ impl<F: Fs> Replica<F> {
 
     /// Whether staged batches wait for [`Replica::flush`].
     pub fn has_unflushed(&self) -> bool {
-        !self.staged.is_empty()
+        !self.inner.borrow().staged.is_empty()
     }
 
-    async fn apply_ready(&mut self, rd: Ready) -> Result<(), ReplicaError> {
+    /// Whether the core has work for [`Replica::handle_ready`] (messages, entries, commits).
+    pub fn has_ready(&self) -> bool {
+        self.inner.borrow().raft.has_ready()
+    }
+
+    async fn apply_ready(&self, rd: Ready) -> Result<(), ReplicaError> {
         // 1. Hard state, and the membership entries about to be staged, durable first.
-        let mut persist = false;
-        if let Some(hs) = rd.hard_state {
-            persist |= hs != self.state.hard;
-            self.state.hard = hs;
-        }
         let new_configs: Vec<(Offset, Term, Membership)> = rd
             .entries
             .iter()
             .filter(|e| e.kind == EntryKind::Config)
             .filter_map(|e| Some((e.offset, e.term, Membership::decode(&e.data).ok()?)))
             .collect();
-        if persist || !new_configs.is_empty() {
-            // Listed before they are staged; stale entries (at or after a truncation below)
-            // stay listed until the truncation is done, and are told apart at restore anyway.
-            let mut s = self.state.clone();
-            s.configs.extend(new_configs.iter().cloned());
+        let to_store = {
+            let mut inner = self.inner.borrow_mut();
+            let mut persist = false;
+            if let Some(hs) = rd.hard_state {
+                persist |= hs != inner.state.hard;
+                inner.state.hard = hs;
+            }
+            (persist || !new_configs.is_empty()).then(|| {
+                // Listed before they are staged; stale entries (at or after a truncation
+                // below) stay listed until the truncation is done, and are told apart at
+                // restore anyway.
+                let mut s = inner.state.clone();
+                s.configs.extend(new_configs.iter().cloned());
+                s
+            })
+        };
+        if let Some(s) = to_store {
             state::store(&self.fs, &self.dir, &s).await?;
-            self.stats.hard_state_writes += 1;
+            self.inner.borrow_mut().stats.hard_state_writes += 1;
         }
         if rd.snapshot.is_some() {
             return Err(ReplicaError::SnapshotUnsupported);
@@ -459,15 +505,19 @@ impl<F: Fs> Replica<F> {
         // 2. Truncate, then stage at the core's offsets and terms.
         if let Some(t) = rd.truncate_to {
             self.log.truncate_from(t).await?;
-            self.stats.truncations += 1;
-            self.state.configs.retain(|(o, _, _)| *o < t);
+            let mut inner = self.inner.borrow_mut();
+            inner.stats.truncations += 1;
+            inner.state.configs.retain(|(o, _, _)| *o < t);
         }
-        self.state.configs.extend(new_configs);
-        for e in &rd.entries {
-            let bytes = entry_to_batch(e)?;
-            let ticket = self.log.stage_replicated(bytes, e.offset, e.term)?;
-            self.staged.push((rd.log_epoch, e.end(), ticket));
-            self.stats.batches_staged += 1;
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.state.configs.extend(new_configs);
+            for e in &rd.entries {
+                let bytes = entry_to_batch(e)?;
+                let ticket = self.log.stage_replicated(bytes, e.offset, e.term)?;
+                inner.staged.push((rd.log_epoch, e.end(), ticket));
+                inner.stats.batches_staged += 1;
+            }
         }
         // 4. Catch-up reads.
         for f in rd.fetches {
@@ -481,31 +531,30 @@ impl<F: Fs> Replica<F> {
             );
         }
         // 5. Commit and the clients' outcomes.
+        let (leader_hint, term) = (self.leader(), self.term());
+        let mut inner = self.inner.borrow_mut();
         for p in rd.committed {
-            if let Some(tx) = self.tickets.remove(&(p.term, p.offset)) {
-                self.stats.proposals_committed += 1;
+            if let Some(tx) = inner.tickets.remove(&(p.term, p.offset)) {
+                inner.stats.proposals_committed += 1;
                 let _ = tx.send(Ok(AppendInfo {
                     base_offset: p.offset,
                     last_offset: p.end - 1,
                 }));
             }
         }
-        if !rd.dropped.is_empty() {
-            let (leader_hint, term) = (self.leader(), self.term());
-            for p in rd.dropped {
-                if let Some(tx) = self.tickets.remove(&(p.term, p.offset)) {
-                    self.stats.proposals_dropped += 1;
-                    let _ = tx.send(Err(ReplicaError::LeadershipLost { leader_hint, term }));
-                }
+        for p in rd.dropped {
+            if let Some(tx) = inner.tickets.remove(&(p.term, p.offset)) {
+                inner.stats.proposals_dropped += 1;
+                let _ = tx.send(Err(ReplicaError::LeadershipLost { leader_hint, term }));
             }
         }
         Ok(())
     }
 
     /// Reads the log for a lagging follower; a read past the durable end waits for a flush.
-    async fn serve_fetch(&mut self, f: Fetch) -> Result<(), ReplicaError> {
+    async fn serve_fetch(&self, f: Fetch) -> Result<(), ReplicaError> {
         if f.from >= self.log.end_offset() {
-            self.deferred_fetches.push(f);
+            self.inner.borrow_mut().deferred_fetches.push(f);
             return Ok(());
         }
         let batches = self.log.read(f.from, f.max_bytes).await?;
@@ -519,15 +568,16 @@ impl<F: Fs> Replica<F> {
             bytes += e.data.len();
             entries.push(e);
         }
-        self.raft.on_fetched(self.group, f.peer, f.from, entries)?;
-        self.stats.fetches_served += 1;
+        let mut inner = self.inner.borrow_mut();
+        inner.raft.on_fetched(self.group, f.peer, f.from, entries)?;
+        inner.stats.fetches_served += 1;
         Ok(())
     }
 }
 
 impl<F: Fs> Drop for Replica<F> {
     fn drop(&mut self) {
-        for (_, tx) in std::mem::take(&mut self.tickets) {
+        for (_, tx) in std::mem::take(&mut self.inner.get_mut().tickets) {
             let _ = tx.send(Err(ReplicaError::Closed));
         }
     }

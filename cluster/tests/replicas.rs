@@ -409,11 +409,11 @@ fn a_replica_back_on_a_new_disk_never_votes_and_rejoins_as_a_learner() {
         }
         // Restarted, the rejoined replica restores its disk id and the membership entries
         // from its state file and log.
-        let membership = c.replica(wiped).membership().clone();
+        let membership = c.replica(wiped).membership();
         c.crash(wiped, CrashMode::DropUnsynced);
         c.start(wiped).await;
         assert_eq!(c.replica(wiped).disk(), new_disk);
-        assert_eq!(c.replica(wiped).membership(), &membership);
+        assert_eq!(c.replica(wiped).membership(), membership);
         assert!(membership.is_voter(wiped, new_disk));
     });
 }

@@ -210,6 +210,11 @@ impl MultiRaft {
         }
     }
 
+    /// Whether [`MultiRaft::ready`] has anything: messages queued, or a group with work.
+    pub fn has_ready(&self) -> bool {
+        !self.outbox.is_empty() || self.groups.values().any(|g| g.has_ready())
+    }
+
     /// Collects the work of every group that has some, and all messages to send.
     pub fn ready(&mut self) -> MultiReady {
         let mut out = MultiReady {

@@ -264,7 +264,7 @@ impl Cluster {
         self.now_ms += ROUND_MS;
         let now = self.now_ms;
         for i in 0..self.nodes.len() {
-            let Some(mut r) = self.nodes[i].replica.take() else {
+            let Some(r) = self.nodes[i].replica.take() else {
                 continue;
             };
             let inbox: Vec<Envelope> = self.nodes[i].inbox.drain(..).collect();
@@ -419,7 +419,7 @@ impl Cluster {
         let mut t = self.past_stats.clone();
         for n in &self.nodes {
             if let Some(r) = &n.replica {
-                add_stats(&mut t, r.stats());
+                add_stats(&mut t, &r.stats());
             }
         }
         t

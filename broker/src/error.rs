@@ -23,6 +23,18 @@ pub enum ServiceError {
     Unavailable(&'static str),
     #[error("request throttled: {0}")]
     Throttled(&'static str),
+    /// In a cluster: this node does not lead the partition (or lost the lead mid-request, when
+    /// `outcome_unknown`: the change may still commit under the next leader). Retryable; the
+    /// hint names the leader this node knows of.
+    #[error(
+        "the partition's leader is elsewhere or being elected (term {term}, leader {leader_hint:?}{}); retry",
+        if *outcome_unknown { ", outcome unknown" } else { "" }
+    )]
+    NotLeader {
+        leader_hint: Option<u64>,
+        term: u64,
+        outcome_unknown: bool,
+    },
     /// The account's queue and topic logs hold its stored-bytes quota
     /// (`[quotas] stored_bytes_per_account`): nothing new is stored until consumers drain.
     #[error(
@@ -78,6 +90,8 @@ impl ServiceError {
             ServiceError::Internal(_) => ("InternalFailure", 500, true),
             ServiceError::Unavailable(_) => ("ServiceUnavailable", 503, true),
             ServiceError::Throttled(_) => ("RequestThrottled", 403, true),
+            // What AWS SDKs retry by themselves during an election.
+            ServiceError::NotLeader { .. } => ("ServiceUnavailable", 503, true),
             // SQS has no storage quota; RequestThrottled is the error SendMessage(Batch) model
             // for a limit of the recipient, typed and retried with back-off by the SDKs.
             ServiceError::StoredBytesQuota { .. } => ("RequestThrottled", 403, true),
@@ -106,6 +120,20 @@ impl From<sluice_storage::StorageError> for ServiceError {
                 free_bytes: 0,
                 reserve_bytes: 0,
             },
+            sluice_storage::StorageError::NotLeader { leader_hint, term } => {
+                ServiceError::NotLeader {
+                    leader_hint,
+                    term,
+                    outcome_unknown: false,
+                }
+            }
+            sluice_storage::StorageError::LeadershipLost { leader_hint, term } => {
+                ServiceError::NotLeader {
+                    leader_hint,
+                    term,
+                    outcome_unknown: true,
+                }
+            }
             other => ServiceError::Internal(format!("storage: {other}")),
         }
     }

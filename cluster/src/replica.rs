@@ -88,6 +88,8 @@ pub enum Create {
 pub struct ProposalTicket {
     pub term: Term,
     pub offset: Offset,
+    /// One past the batch's last offset.
+    pub end: Offset,
     rx: oneshot::Receiver<Result<AppendInfo, ReplicaError>>,
 }
 
@@ -363,6 +365,7 @@ impl<F: Fs> Replica<F> {
         Ok(ProposalTicket {
             term: p.term,
             offset: p.offset,
+            end: p.end,
             rx,
         })
     }

@@ -51,6 +51,14 @@ pub enum StorageError {
     TermRegressed { term: u64, last: u64 },
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A replicated log on a replica that does not lead (or not yet: it has not committed an
+    /// entry of its term): nothing was staged. `leader_hint` is the leader it knows, if any.
+    #[error("this replica is not the leader (term {term}, leader {leader_hint:?})")]
+    NotLeader { leader_hint: Option<u64>, term: u64 },
+    /// A replicated log lost its leadership before a staged batch committed: the batch may or
+    /// may not commit under the next leader (the outcome is unknown, as after a timeout).
+    #[error("leadership lost before the batch committed (term {term}, leader {leader_hint:?})")]
+    LeadershipLost { leader_hint: Option<u64>, term: u64 },
     /// The log directory was written in a layout newer than this build reads
     /// ([`crate::format`]): nothing in it was read or changed.
     #[error(
@@ -88,6 +96,8 @@ impl StorageError {
             StorageError::ReplicaOffsetMismatch { .. } => "replica_offset_mismatch",
             StorageError::TermRegressed { .. } => "term_regressed",
             StorageError::Config(_) => "config",
+            StorageError::NotLeader { .. } => "not_leader",
+            StorageError::LeadershipLost { .. } => "leadership_lost",
             StorageError::UnsupportedFormat { .. } => "unsupported_format",
         }
     }
@@ -145,6 +155,14 @@ impl StorageError {
                 last: *last,
             },
             StorageError::Config(s) => StorageError::Config(s.clone()),
+            StorageError::NotLeader { leader_hint, term } => StorageError::NotLeader {
+                leader_hint: *leader_hint,
+                term: *term,
+            },
+            StorageError::LeadershipLost { leader_hint, term } => StorageError::LeadershipLost {
+                leader_hint: *leader_hint,
+                term: *term,
+            },
             StorageError::UnsupportedFormat {
                 path,
                 found,

@@ -4,6 +4,8 @@
 //! |-------------|-------------------------------------------------------------------------|
 //! | `transport` | [`PeerTransport`]: one shard's QUIC endpoint for peers, mutual TLS with  |
 //! |             | a cluster CA, ALPN [`PEER_ALPN`], framed `Envelope`s on two streams     |
+//! | `replicated`| [`ReplicaHost`]: a shard's replicas, their driver tasks and the router   |
+//! |             | from the transport; [`ReplicatedLog`]: a replica behind `PartitionLog`  |
 //!
 //! The peer endpoint is separate from the clients' (`crate::quic`): its own UDP port, its own
 //! ALPN (`sluice-peer/1`, so a client cannot speak Raft and a peer cannot open the client
@@ -54,7 +56,13 @@
 //! A full send queue drops the envelope (Raft retransmits) and counts it; so does a full
 //! inbox on the receiving side.
 
+mod replicated;
 mod transport;
+
+pub use replicated::{
+    HostStats, ReplicaEnv, ReplicaHost, ReplicatedLog, ReplicatedTicket, REPLICA_INBOX_MAX,
+    TICK_INTERVAL_MS,
+};
 
 pub use transport::{
     node_cert_name, node_id_from_cert, FrameError, PeerTransport, PeerTransportConfig, Received,

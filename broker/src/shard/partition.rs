@@ -1221,9 +1221,10 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
     }
 
     /// Stops serving and the timer at once, committing nothing: the process is gone (a
-    /// simulated power loss; the test then reopens the partition on what the disk kept).
-    #[cfg(test)]
-    pub(crate) fn halt(&self) {
+    /// simulated power loss; the test then reopens the partition on what the disk kept). A
+    /// cluster halts a partition whose replica stopped leading: its engine may hold effects
+    /// that never committed, so it is rebuilt from the committed log before serving again.
+    pub fn halt(&self) {
         self.closed.set(true);
         self.rearm.notify();
         self.ready.notify();

@@ -16,11 +16,12 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use sluice_broker::cluster::{
     node_cert_name, PeerTransport, PeerTransportConfig, ReplicaHost, ReplicatedLog,
 };
+use sluice_broker::cluster::{LeaderClock, MAX_CLOCK_SKEW_MS};
 use sluice_broker::engine::attributes::{QueueAttributes, QueueKind};
 use sluice_broker::engine::{Command, Limits, PartitionConfig, ReceiveRequest, Reply, SendRequest};
 use sluice_broker::error::ServiceError;
 use sluice_broker::quic::tls::Identity;
-use sluice_broker::runtime::WallClock;
+use sluice_broker::runtime::{Clock, WallClock};
 use sluice_broker::shard::partition::PartitionActor;
 use sluice_cluster::{Create, Replica, ReplicaConfig};
 use sluice_raft::{Config, DiskId, Membership, NodeId, Replica as Member};
@@ -28,6 +29,7 @@ use sluice_storage::fs::{CrashMode, SimFs};
 use sluice_storage::LogConfig;
 
 type Actor = PartitionActor<ReplicatedLog<SimFs>, WallClock>;
+type ActorOn<C> = PartitionActor<ReplicatedLog<SimFs>, C>;
 type Host = ReplicaHost<SimFs, WallClock>;
 
 const GROUP: u64 = 11;
@@ -217,10 +219,18 @@ async fn open_actor_with(
     host: &Rc<Host>,
     log_config: LogConfig,
 ) -> Result<Rc<Actor>, ServiceError> {
+    open_actor_on(host, WallClock, log_config).await
+}
+
+async fn open_actor_on<C: Clock>(
+    host: &Rc<Host>,
+    clock: C,
+    log_config: LogConfig,
+) -> Result<Rc<ActorOn<C>>, ServiceError> {
     let moves = Rc::new(|_| panic!("no redrive policy: nothing moves"));
-    Actor::open_on(
+    ActorOn::<C>::open_on(
         host.env(),
-        WallClock,
+        clock,
         partition_dir(),
         partition_config(),
         log_config,
@@ -240,7 +250,10 @@ fn send(body: String) -> Command {
 }
 
 /// Receives until `want` distinct bodies arrived (or the wait runs out); returns them.
-async fn receive_all(actor: &Actor, want: usize) -> std::collections::BTreeSet<String> {
+async fn receive_all<C: Clock>(
+    actor: &ActorOn<C>,
+    want: usize,
+) -> std::collections::BTreeSet<String> {
     let mut got = std::collections::BTreeSet::new();
     let deadline = Instant::now() + WAIT_MAX;
     // Everything committed is visible once the actor opened: a run of empty receives means
@@ -411,5 +424,122 @@ fn a_build_acknowledging_before_fsync_loses_sends_to_that_power_loss() {
         let (acked, got) = sends_then_power_loss_of_every_node(40, weak).await;
         let lost = acked.iter().filter(|b| !got.contains(*b)).count();
         assert!(lost > 0, "nothing lost: the power loss does not test fsync");
+    });
+}
+
+/// A node's clock running `ahead_ms` ahead of the others'.
+#[derive(Clone)]
+struct Ahead {
+    ahead_ms: u64,
+}
+
+impl Clock for Ahead {
+    fn now_ms(&self) -> u64 {
+        now_ms() + self.ahead_ms
+    }
+
+    fn sleep_until_ms(&self, deadline_ms: u64) -> impl std::future::Future<Output = ()> + 'static {
+        WallClock.sleep_until_ms(deadline_ms.saturating_sub(self.ahead_ms))
+    }
+}
+
+/// Visibility timeout of the lease that must outlive its leader, s.
+const LEASE_S: u32 = 3;
+/// How far the new leader's clock runs ahead of the one that granted the lease, ms.
+const NEW_LEADER_AHEAD_MS: u64 = 400;
+
+/// A message leased on the old leader; the leader's node goes down; the new leader's clock runs
+/// ahead. Returns (when the lease was asked for, when the new leader handed the message out
+/// again), both on the old leader's clock (the wall clock here).
+async fn lease_through_failover(margin_ms: u64) -> (u64, u64) {
+    let ca = Ca::new();
+    let nodes = three_nodes(&ca).await;
+    for n in &nodes {
+        n.host.set_lease_margin_ms(margin_ms);
+    }
+    let l = leader(&nodes).await;
+    let floor = nodes[l].host.last_record_ms(GROUP).await.expect("log time");
+    let clock = LeaderClock::new(WallClock, floor);
+    let actor = open_actor_on(&nodes[l].host, clock, log_config())
+        .await
+        .expect("the leader opens");
+    actor.execute(send("leased".into())).await.expect("send");
+    let asked_ms = now_ms();
+    let reply = actor
+        .execute(Command::Receive(ReceiveRequest {
+            max_messages: 1,
+            visibility_timeout_s: Some(LEASE_S),
+            attempt_id: None,
+        }))
+        .await
+        .expect("receive");
+    assert!(
+        matches!(&reply, Reply::Received(m) if m.len() == 1),
+        "{reply:?}"
+    );
+    actor.halt();
+    nodes[l].host.close().await;
+    let down = nodes[l].id;
+    let rest: Vec<Node> = nodes.into_iter().filter(|n| n.id != down).collect();
+    let l2 = leader(&rest).await;
+    let floor = rest[l2].host.last_record_ms(GROUP).await.expect("log time");
+    let ahead = LeaderClock::new(
+        Ahead {
+            ahead_ms: NEW_LEADER_AHEAD_MS,
+        },
+        floor,
+    );
+    let actor2 = open_actor_on(&rest[l2].host, ahead, log_config())
+        .await
+        .expect("the new leader opens");
+    let deadline = Instant::now() + WAIT_MAX;
+    let again_ms = loop {
+        assert!(Instant::now() < deadline, "never delivered again");
+        let reply = actor2
+            .execute(Command::Receive(ReceiveRequest {
+                max_messages: 1,
+                visibility_timeout_s: Some(60),
+                attempt_id: None,
+            }))
+            .await
+            .expect("receive on the new leader");
+        if matches!(&reply, Reply::Received(m) if !m.is_empty()) {
+            break now_ms();
+        }
+        Timer::new(POLL_STEP).await;
+    };
+    actor2.halt();
+    for n in &rest {
+        n.host.close().await;
+    }
+    (asked_ms, again_ms)
+}
+
+/// CONTRACT: no message is leased to a second consumer inside its visibility window, through a
+/// failover to a leader whose clock runs ahead (within the cluster's skew bound).
+#[test]
+fn an_inherited_lease_outlives_its_leader_on_a_clock_that_runs_ahead() {
+    run(|| async {
+        let (asked, again) = lease_through_failover(MAX_CLOCK_SKEW_MS).await;
+        let window_end = asked + u64::from(LEASE_S) * 1000;
+        assert!(
+            again >= window_end,
+            "handed out again {} ms inside the first lease's window",
+            window_end - again
+        );
+    });
+}
+
+/// Without the margin the same failover hands the message out inside its window: the test
+/// above is what catches a new leader trusting its own clock with inherited leases.
+#[test]
+fn without_the_margin_a_clock_ahead_exposes_an_inherited_lease_early() {
+    run(|| async {
+        let (asked, again) = lease_through_failover(0).await;
+        let window_end = asked + u64::from(LEASE_S) * 1000;
+        assert!(
+            again < window_end,
+            "not exposed early: the clock skew is not being tested"
+        );
     });
 }

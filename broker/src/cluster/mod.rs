@@ -4,6 +4,7 @@
 //! |-------------|-------------------------------------------------------------------------|
 //! | `transport` | [`PeerTransport`]: one shard's QUIC endpoint for peers, mutual TLS with  |
 //! |             | a cluster CA, ALPN [`PEER_ALPN`], framed `Envelope`s on two streams     |
+//! | `clock`     | [`LeaderClock`]: a leader's engine time, safe for inherited leases      |
 //! | `replicated`| [`ReplicaHost`]: a shard's replicas, their driver tasks and the router   |
 //! |             | from the transport; [`ReplicatedLog`]: a replica behind `PartitionLog`  |
 //!
@@ -56,8 +57,11 @@
 //! A full send queue drops the envelope (Raft retransmits) and counts it; so does a full
 //! inbox on the receiving side.
 
+mod clock;
 mod replicated;
 mod transport;
+
+pub use clock::{LeaderClock, MAX_CLOCK_SKEW_MS};
 
 pub use replicated::{
     HostStats, ReplicaEnv, ReplicaHost, ReplicatedLog, ReplicatedTicket, REPLICA_INBOX_MAX,

@@ -24,7 +24,9 @@
 //!   proposes (the core assigns offset and term, synchronously, in staging order);
 //!   `committed` resolves once a majority has the batch on disk in this leader's term *and*
 //!   it is durable here (reads of it must succeed), or fails with `LeadershipLost` (outcome
-//!   unknown). Reads stop at the committed end.
+//!   unknown). Reads stop at the committed end. Leases replayed by a new leader end
+//!   [`MAX_CLOCK_SKEW_MS`] later than recorded (`PartitionLog::inherited_lease_margin_ms`):
+//!   they were granted on another node's clock.
 //!
 //! Not yet (issue 41): engine snapshots and retention on a replicated log (a replica keeps its
 //! whole log, so a follower can always be caught up without Raft snapshots); one `MultiRaft`
@@ -43,6 +45,7 @@ use sluice_storage::{
     AppendInfo, LogConfig, LogStats, ReadBatch, Result, RetentionOutcome, SegmentInfo, StorageError,
 };
 
+use super::clock::MAX_CLOCK_SKEW_MS;
 use super::transport::{PeerTransport, Received};
 use crate::partition_log::{PartitionLog, Staged};
 use crate::runtime::{Clock, Event};
@@ -97,6 +100,8 @@ pub struct ReplicaHost<F: Fs, C: Clock> {
     by_dir: RefCell<HashMap<PathBuf, GroupId>>,
     /// How long [`ReplicatedLog::open`] waits for this replica to lead and serve, ms.
     open_wait_ms: u64,
+    /// How much later than recorded inherited leases end ([`MAX_CLOCK_SKEW_MS`] by default).
+    lease_margin_ms: Cell<u64>,
     stats: Cell<HostStats>,
     closed: Cell<bool>,
 }
@@ -116,6 +121,7 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
             hosted: RefCell::new(HashMap::new()),
             by_dir: RefCell::new(HashMap::new()),
             open_wait_ms,
+            lease_margin_ms: Cell::new(MAX_CLOCK_SKEW_MS),
             stats: Cell::new(HostStats::default()),
             closed: Cell::new(false),
         });
@@ -129,6 +135,31 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
 
     pub fn stats(&self) -> HostStats {
         self.stats.get()
+    }
+
+    /// Sets how much later than recorded the leases a new leader inherits end (the cluster's
+    /// maximum clock skew; tests set 0 to show what the margin prevents).
+    pub fn set_lease_margin_ms(&self, ms: u64) {
+        self.lease_margin_ms.set(ms);
+    }
+
+    /// The highest record time in `group`'s committed log (0 if none): where a new leader's
+    /// engine clock starts at the earliest (`cluster::LeaderClock`).
+    pub async fn last_record_ms(&self, group: GroupId) -> Result<u64> {
+        let Some(r) = self.replica(group) else {
+            return Ok(0);
+        };
+        let end = r.committed_end();
+        if end <= r.log().start_offset() {
+            return Ok(0);
+        }
+        let batches = r.log().read(end - 1, 1).await?;
+        Ok(batches
+            .iter()
+            .filter(|b| b.header.base_offset < end)
+            .map(|b| u64::try_from(b.header.max_timestamp_ms).unwrap_or(0))
+            .max()
+            .unwrap_or(0))
     }
 
     fn bump(&self, f: impl FnOnce(&mut HostStats)) {
@@ -299,6 +330,7 @@ pub struct ReplicatedTicket {
 /// A partition's replicated log, as the broker's log users see it (see the module doc).
 pub struct ReplicatedLog<F: Fs> {
     hosted: Rc<Hosted<F>>,
+    lease_margin_ms: u64,
 }
 
 impl<F: Fs> ReplicatedLog<F> {
@@ -344,6 +376,7 @@ pub struct ReplicaEnv<F: Fs> {
     sleep_until: SleepUntil,
     now_ms: Rc<dyn Fn() -> u64>,
     open_wait_ms: u64,
+    lease_margin_ms: u64,
 }
 
 impl<F: Fs> Clone for ReplicaEnv<F> {
@@ -353,6 +386,7 @@ impl<F: Fs> Clone for ReplicaEnv<F> {
             sleep_until: self.sleep_until.clone(),
             now_ms: self.now_ms.clone(),
             open_wait_ms: self.open_wait_ms,
+            lease_margin_ms: self.lease_margin_ms,
         }
     }
 }
@@ -368,6 +402,7 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
             sleep_until: Rc::new(move |t| Box::pin(clock.sleep_until_ms(t))),
             now_ms: Rc::new(move || clock2.now_ms()),
             open_wait_ms: self.open_wait_ms,
+            lease_margin_ms: self.lease_margin_ms.get(),
         }
     }
 }
@@ -382,7 +417,10 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
         let hosted = (env.lookup)(&dir).ok_or_else(|| {
             StorageError::Config(format!("no replica is hosted at {}", dir.display()))
         })?;
-        let log = ReplicatedLog { hosted };
+        let log = ReplicatedLog {
+            hosted,
+            lease_margin_ms: env.lease_margin_ms,
+        };
         let deadline = (env.now_ms)() + env.open_wait_ms;
         loop {
             if log.hosted.stopped.get() {
@@ -514,6 +552,11 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
 
     async fn remove_snapshot(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Leases replayed here were granted by whichever node led before, on its clock.
+    fn inherited_lease_margin_ms(&self) -> u64 {
+        self.lease_margin_ms
     }
 
     fn config(&self) -> &LogConfig {

@@ -279,6 +279,50 @@ fn lease_expiry_redelivers_with_counts() {
     assert_eq!(q.p.counters(), Counters::default());
 }
 
+/// A new leader inherits leases another node's clock granted: after its replay it pushes them
+/// back by the cluster's clock-skew bound (`Partition::extend_leases`), on standard and FIFO
+/// queues (where the lease is the group's lock). The holder's handle keeps working meanwhile.
+#[test]
+fn inherited_leases_end_later_by_the_margin_and_keep_their_handles() {
+    for fifo in [false, true] {
+        let mut q = if fifo { Q::fifo() } else { Q::std() };
+        if fifo {
+            q.fifo_send(T0, "g", "m", "d1");
+            q.fifo_send(T0, "g", "n", "d2");
+        } else {
+            q.body(T0, "m");
+        }
+        let held = q.recv_with(T0, 1, Some(10), None).remove(0);
+        q.restart(T0 + 1);
+        assert_eq!(q.p.extend_leases(500), 1, "fifo {fifo}: one lease held");
+        // Recorded to end at T0 + 10 s: still held there, and until the margin passed.
+        assert!(
+            q.recv(T0 + 10_000, 10).is_empty(),
+            "fifo {fifo}: exposed at the recorded deadline"
+        );
+        assert!(
+            q.recv(T0 + 10_499, 10).is_empty(),
+            "fifo {fifo}: exposed inside the margin"
+        );
+        q.change(T0 + 10_100, held.receipt, 30)
+            .expect("the holder's handle still changes its lease");
+        let mut q2 = if fifo { Q::fifo() } else { Q::std() };
+        if fifo {
+            q2.fifo_send(T0, "g", "m", "d1");
+        } else {
+            q2.body(T0, "m");
+        }
+        q2.recv_with(T0, 1, Some(10), None);
+        q2.p.extend_leases(500);
+        assert_eq!(
+            q2.bodies(T0 + 10_500, 10),
+            vec!["m".to_string()],
+            "fifo {fifo}: then exposed"
+        );
+        assert_eq!(q2.p.extend_leases(0), 0, "no margin, nothing changes");
+    }
+}
+
 #[test]
 fn change_visibility_rules() {
     let mut q = Q::std();

@@ -109,6 +109,13 @@ pub trait PartitionLog: Sized + 'static {
     /// Forgets the snapshot (one that does not fit the log any more).
     async fn remove_snapshot(&self) -> Result<()>;
 
+    /// How much later than recorded the leases replayed from this log must end: 0 on one node
+    /// (the clock that granted them is this one); on a replicated log, the cluster's maximum
+    /// clock skew (a new leader inherits leases granted on another node's clock).
+    fn inherited_lease_margin_ms(&self) -> u64 {
+        0
+    }
+
     fn config(&self) -> &LogConfig;
     fn segments(&self) -> Vec<SegmentInfo>;
     fn size_bytes(&self) -> u64;

@@ -820,6 +820,7 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         engine
             .finish_replay(end)
             .map_err(|e| ServiceError::Internal(format!("replay of {}: {e}", dir.display())))?;
+        engine.extend_leases(log.inherited_lease_margin_ms());
         Ok((log, engine, snapshot))
     }
 

@@ -38,6 +38,37 @@ impl Partition {
         fx
     }
 
+    /// Pushes every lease this partition holds back by `by_ms` (a new leader inheriting leases
+    /// another node's clock granted: see `cluster::clock`). Only ever later: a lease that ends
+    /// later than its record says is safe (nobody else receives the message sooner); the
+    /// holder's handle stays valid meanwhile. Not a record: each new leader extends the
+    /// recorded deadlines again, so replicas replaying the log agree on what was recorded.
+    /// Returns how many leases were extended.
+    pub fn extend_leases(&mut self, by_ms: u64) -> usize {
+        if by_ms == 0 {
+            return 0;
+        }
+        let mut extended = 0;
+        for (&id, m) in self.msgs.iter_mut() {
+            if let State::InFlight {
+                deadline_ms,
+                lease_start_ms,
+            } = m.state
+            {
+                let deadline_ms = deadline_ms.saturating_add(by_ms);
+                m.state = State::InFlight {
+                    deadline_ms,
+                    lease_start_ms,
+                };
+                // The old timer no longer matches the deadline and is dropped when it fires.
+                self.timers
+                    .push(Reverse((deadline_ms, TIMER_LEASE, id, m.receive_count)));
+                extended += 1;
+            }
+        }
+        extended
+    }
+
     /// When `tick` will write a checkpoint: records were written since the last one, or the
     /// live messages' floor moved past the last one's (messages expired on a quiet partition:
     /// a new checkpoint lets compaction take their space back); it can be written (not too

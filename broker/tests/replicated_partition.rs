@@ -16,7 +16,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use sluice_broker::cluster::{
     node_cert_name, PeerTransport, PeerTransportConfig, ReplicaHost, ReplicatedLog,
 };
-use sluice_broker::cluster::{LeaderClock, MAX_CLOCK_SKEW_MS};
+use sluice_broker::cluster::{LeaderClock, PartitionSpec, PartitionSupervisor, MAX_CLOCK_SKEW_MS};
 use sluice_broker::engine::attributes::{QueueAttributes, QueueKind};
 use sluice_broker::engine::{Command, Limits, PartitionConfig, ReceiveRequest, Reply, SendRequest};
 use sluice_broker::error::ServiceError;
@@ -541,5 +541,120 @@ fn without_the_margin_a_clock_ahead_exposes_an_inherited_lease_early() {
             again < window_end,
             "not exposed early: the clock skew is not being tested"
         );
+    });
+}
+
+fn spec() -> PartitionSpec {
+    PartitionSpec {
+        group: GROUP,
+        dir: partition_dir(),
+        config: partition_config(),
+        log_config: log_config(),
+        moves: Rc::new(|_| panic!("no redrive policy: nothing moves")),
+    }
+}
+
+/// Waits until `f` finds something (or the wait runs out).
+async fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {WAIT_MAX:?}");
+        Timer::new(POLL_STEP).await;
+    }
+}
+
+/// A leader cut off the network while its node runs on: the others elect a new leader, which
+/// delivers and deletes the messages; the old one steps down (check-quorum) and its supervisor
+/// halts its actor, so it answers NotLeader; healed, it follows, and nothing deleted comes back.
+#[test]
+fn a_deposed_leader_stops_serving_and_nothing_deleted_comes_back() {
+    run(|| async {
+        let ca = Ca::new();
+        let nodes = three_nodes(&ca).await;
+        let sups: Vec<_> = nodes
+            .iter()
+            .map(|n| PartitionSupervisor::start(n.host.clone(), WallClock, spec()))
+            .collect();
+        let l = wait_for("a leader's actor", || {
+            sups.iter().position(|s| s.actor().is_ok())
+        })
+        .await;
+        let old = sups[l].actor().expect("the leader's actor");
+        for i in 0..10 {
+            old.execute(send(format!("d{i}"))).await.expect("send");
+        }
+        drop(old);
+        nodes[l].host.set_isolated(true);
+        let l2 = wait_for("a new leader's actor", || {
+            sups.iter()
+                .enumerate()
+                .position(|(i, s)| i != l && s.actor().is_ok())
+        })
+        .await;
+        let new = sups[l2].actor().expect("the new leader's actor");
+        let mut deleted = 0;
+        while deleted < 10 {
+            let Reply::Received(msgs) = new
+                .execute(Command::Receive(ReceiveRequest {
+                    max_messages: 10,
+                    visibility_timeout_s: Some(60),
+                    attempt_id: None,
+                }))
+                .await
+                .expect("receive on the new leader")
+            else {
+                panic!("not a receive reply");
+            };
+            for m in msgs {
+                new.execute(Command::Delete { receipt: m.receipt })
+                    .await
+                    .expect("delete");
+                deleted += 1;
+            }
+        }
+        // The old leader stepped down and halted its actor: it refuses, with a retryable error.
+        wait_for("the old leader to step down", || {
+            sups[l].actor().is_err().then_some(())
+        })
+        .await;
+        assert!(matches!(
+            sups[l].actor().err(),
+            Some(ServiceError::NotLeader { .. })
+        ));
+        assert!(sups[l].stats().halted >= 1, "{:?}", sups[l].stats());
+        // Healed, it follows the new leader and holds its log.
+        nodes[l].host.set_isolated(false);
+        let target = nodes[l2]
+            .host
+            .replica(GROUP)
+            .expect("replica")
+            .committed_end();
+        wait_for("the old leader to catch up", || {
+            let r = nodes[l].host.replica(GROUP)?;
+            (r.committed_end() >= target).then_some(())
+        })
+        .await;
+        let now_leader = wait_for("an actor", || sups.iter().find_map(|s| s.actor().ok())).await;
+        let Reply::Received(msgs) = now_leader
+            .execute(Command::Receive(ReceiveRequest {
+                max_messages: 10,
+                visibility_timeout_s: Some(60),
+                attempt_id: None,
+            }))
+            .await
+            .expect("receive")
+        else {
+            panic!("not a receive reply");
+        };
+        assert!(msgs.is_empty(), "deleted messages came back: {msgs:?}");
+        for s in &sups {
+            s.stop();
+        }
+        for n in &nodes {
+            n.host.close().await;
+        }
     });
 }

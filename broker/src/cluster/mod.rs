@@ -5,6 +5,7 @@
 //! | `transport` | [`PeerTransport`]: one shard's QUIC endpoint for peers, mutual TLS with  |
 //! |             | a cluster CA, ALPN [`PEER_ALPN`], framed `Envelope`s on two streams     |
 //! | `clock`     | [`LeaderClock`]: a leader's engine time, safe for inherited leases      |
+//! | `supervisor`| [`PartitionSupervisor`]: a queue partition's actor on its leader only     |
 //! | `replicated`| [`ReplicaHost`]: a shard's replicas, their driver tasks and the router   |
 //! |             | from the transport; [`ReplicatedLog`]: a replica behind `PartitionLog`  |
 //!
@@ -59,7 +60,10 @@
 
 mod clock;
 mod replicated;
+mod supervisor;
 mod transport;
+
+pub use supervisor::{LeaderActor, PartitionSpec, PartitionSupervisor, SupervisorStats};
 
 pub use clock::{LeaderClock, MAX_CLOCK_SKEW_MS};
 

@@ -104,6 +104,7 @@ pub struct ReplicaHost<F: Fs, C: Clock> {
     lease_margin_ms: Cell<u64>,
     stats: Cell<HostStats>,
     closed: Cell<bool>,
+    isolated: Cell<bool>,
 }
 
 impl<F: Fs, C: Clock> ReplicaHost<F, C> {
@@ -124,6 +125,7 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
             lease_margin_ms: Cell::new(MAX_CLOCK_SKEW_MS),
             stats: Cell::new(HostStats::default()),
             closed: Cell::new(false),
+            isolated: Cell::new(false),
         });
         glommio::spawn_local(route(Rc::downgrade(&host), inbox)).detach();
         host
@@ -189,6 +191,20 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
         glommio::spawn_local(drive(Rc::downgrade(self), hosted)).detach();
     }
 
+    /// The event notified after each driver round of `group`'s replica, if hosted here.
+    pub fn progressed(&self, group: GroupId) -> Option<Event> {
+        self.hosted
+            .borrow()
+            .get(&group)
+            .map(|h| h.progressed.clone())
+    }
+
+    /// Fault injection (tests, the fault harness): an isolated host drops every envelope it
+    /// would send or receive, as if its node were cut off the network; its replicas go on.
+    pub fn set_isolated(&self, isolated: bool) {
+        self.isolated.set(isolated);
+    }
+
     /// The replica of `group`, if hosted here.
     pub fn replica(&self, group: GroupId) -> Option<Rc<Replica<F>>> {
         self.hosted.borrow().get(&group).map(|h| h.replica.clone())
@@ -210,6 +226,10 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
     }
 
     fn send_all(&self, out: &mut Vec<Envelope>) {
+        if self.isolated.get() {
+            out.clear();
+            return;
+        }
         for env in out.drain(..) {
             if self.transport.send(&env).is_err() {
                 self.bump(|s| s.send_failed += 1);
@@ -227,6 +247,9 @@ async fn route<F: Fs, C: Clock>(
         let Some(host) = host.upgrade() else { return };
         if host.closed.get() {
             return;
+        }
+        if host.isolated.get() {
+            continue;
         }
         let group = match &r.envelope {
             Envelope::Group(m) => Some(m.group),

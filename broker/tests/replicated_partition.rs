@@ -144,14 +144,7 @@ async fn three_nodes(ca: &Ca) -> Vec<Node> {
 /// or reopened from what its disk holds), peers dialing each other on loopback.
 async fn start_nodes(ca: &Ca, disks: &[SimFs], log_config: LogConfig) -> Vec<Node> {
     let ids: Vec<NodeId> = vec![1, 2, 3];
-    let members: Vec<Member> = ids
-        .iter()
-        .map(|&node| Member {
-            node,
-            disk: DiskId(u128::from(node) * 1_000 + 7),
-        })
-        .collect();
-    let membership = Membership::voters(&members);
+    let membership = membership();
     let listen: SocketAddr = "127.0.0.1:0".parse().expect("loopback");
     let mut bound = Vec::new();
     for &id in &ids {
@@ -165,36 +158,62 @@ async fn start_nodes(ca: &Ca, disks: &[SimFs], log_config: LogConfig) -> Vec<Nod
         .collect();
     let mut nodes = Vec::new();
     for ((id, t, rx), fs) in bound.into_iter().zip(disks) {
-        for &(peer, addr) in &addrs {
-            if peer != id {
-                t.add_peer(peer, addr);
-            }
-        }
-        let host = ReplicaHost::start(t, rx, WallClock, OPEN_WAIT_MS);
-        let replica = Replica::open(
-            fs.clone(),
-            partition_dir(),
-            log_config.clone(),
-            ReplicaConfig {
-                node: id,
-                group: GROUP,
-                raft: raft_config(),
-                seed: id * 7919,
-            },
-            Create::Bootstrap(membership.clone()),
-            now_ms(),
-        )
-        .await
-        .expect("open replica");
-        host.host(replica);
+        let host = host_node(t, rx, &addrs, fs, &membership, &log_config).await;
         nodes.push(Node { id, host });
     }
     nodes
 }
 
+/// A node's host over its bound transport: every other member's address as a peer, and the
+/// partition's replica (bootstrapped, or reopened from what `fs` holds) hosted.
+async fn host_node(
+    t: Rc<PeerTransport>,
+    rx: glommio::channels::local_channel::LocalReceiver<sluice_broker::cluster::Received>,
+    addrs: &[(NodeId, SocketAddr)],
+    fs: &SimFs,
+    membership: &Membership,
+    log_config: &LogConfig,
+) -> Rc<Host> {
+    let id = t.node_id();
+    for &(peer, addr) in addrs {
+        if peer != id {
+            t.add_peer(peer, addr);
+        }
+    }
+    let host = ReplicaHost::start(t, rx, WallClock, OPEN_WAIT_MS);
+    let replica = Replica::open(
+        fs.clone(),
+        partition_dir(),
+        log_config.clone(),
+        ReplicaConfig {
+            node: id,
+            group: GROUP,
+            raft: raft_config(),
+            seed: id * 7919,
+        },
+        Create::Bootstrap(membership.clone()),
+        now_ms(),
+    )
+    .await
+    .expect("open replica");
+    host.host(replica);
+    host
+}
+
 #[allow(clippy::disallowed_methods)] // the test's own clock, the same one the hosts use
 fn now_ms() -> u64 {
     sluice_broker::runtime::now_ms()
+}
+
+fn membership() -> Membership {
+    let members: Vec<Member> = [1, 2, 3]
+        .iter()
+        .map(|&node| Member {
+            node,
+            disk: DiskId(u128::from(node) * 1_000 + 7),
+        })
+        .collect();
+    Membership::voters(&members)
 }
 
 /// The node whose replica serves (leads with an entry of its term committed), waiting for one.
@@ -657,4 +676,459 @@ fn a_deposed_leader_stops_serving_and_nothing_deleted_comes_back() {
             n.host.close().await;
         }
     });
+}
+
+// ---- A seeded random run, judged by the fault harness's history checker ---------------------
+
+type Sup = PartitionSupervisor<SimFs, WallClock>;
+
+/// Client operations of one random run (faults come between them).
+const RANDOM_OPS: usize = 150;
+/// The visibility timeout of the run's receives, s.
+const RANDOM_VISIBILITY_S: u32 = 2;
+/// Tries (`POLL_STEP` apart) to bind a restarted node's old peer address: the closed
+/// endpoint's socket goes when its last task ends.
+const REBIND_TRIES_MAX: u32 = 1_000;
+/// How long the client looks for a leader before it skips an operation.
+const LEADER_WAIT: Duration = Duration::from_secs(5);
+
+/// One slot of the random world: a node that is up (host and supervisor) or down.
+struct Slot {
+    id: NodeId,
+    addr: SocketAddr,
+    disk: SimFs,
+    up: Option<(Rc<Host>, Rc<Sup>)>,
+}
+
+struct World {
+    ca: Ca,
+    slots: Vec<Slot>,
+    spec: fn() -> PartitionSpec,
+    rng: rand::rngs::SmallRng,
+    events: Vec<sluice_checker::Event>,
+    next_op: u64,
+    started: Instant,
+    queue: String,
+    fifo: bool,
+    trace: Vec<String>,
+}
+
+impl World {
+    async fn new(seed: u64) -> World {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let fifo = rng.gen_bool(0.5);
+        let ca = Ca::new();
+        let listen: SocketAddr = "127.0.0.1:0".parse().expect("loopback");
+        let mut bound = Vec::new();
+        for id in 1..=3 {
+            let cfg = PeerTransportConfig::new(id, listen, ca.node(id), vec![ca.cert.clone()]);
+            let (t, rx) = PeerTransport::bind(cfg).expect("bind peer transport");
+            bound.push((id, Rc::new(t), rx));
+        }
+        let addrs: Vec<(NodeId, SocketAddr)> = bound
+            .iter()
+            .map(|(id, t, _)| (*id, t.local_addr().expect("peer address")))
+            .collect();
+        let spec: fn() -> PartitionSpec = if fifo { fifo_spec } else { spec };
+        let mut slots = Vec::new();
+        for ((id, t, rx), &(_, addr)) in bound.into_iter().zip(&addrs) {
+            let disk = SimFs::new();
+            let host = host_node(t, rx, &addrs, &disk, &membership(), &log_config()).await;
+            let sup = PartitionSupervisor::start(host.clone(), WallClock, spec());
+            slots.push(Slot {
+                id,
+                addr,
+                disk,
+                up: Some((host, sup)),
+            });
+        }
+        World {
+            ca,
+            slots,
+            spec,
+            rng,
+            events: Vec::new(),
+            next_op: 1,
+            started: Instant::now(),
+            queue: "q".into(),
+            fifo,
+            trace: Vec::new(),
+        }
+    }
+
+    fn time_us(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn addrs(&self) -> Vec<(NodeId, SocketAddr)> {
+        self.slots.iter().map(|s| (s.id, s.addr)).collect()
+    }
+
+    /// The node down: its actor halted, its drivers stopped, its transport closed; its disk
+    /// keeps what was synced (`power`: unsynced writes dropped, kept or torn at random).
+    async fn stop(&mut self, i: usize, power: bool) {
+        use rand::Rng;
+        if let Some((host, sup)) = self.slots[i].up.take() {
+            sup.stop();
+            host.close().await;
+        }
+        if power {
+            let seed = self.rng.gen();
+            self.slots[i].disk = self.slots[i].disk.crash(CrashMode::Random { seed });
+        }
+        self.trace.push(format!(
+            "node {} down (power loss: {power})",
+            self.slots[i].id
+        ));
+    }
+
+    /// The node up again on its disk, at its old address (so the peers find it).
+    async fn start(&mut self, i: usize) {
+        if self.slots[i].up.is_some() {
+            return;
+        }
+        let id = self.slots[i].id;
+        let cfg = PeerTransportConfig::new(
+            id,
+            self.slots[i].addr,
+            self.ca.node(id),
+            vec![self.ca.cert.clone()],
+        );
+        // The old endpoint's port is free again once it closed; retry briefly if not yet.
+        let mut tries = 0;
+        let (t, rx) = loop {
+            match PeerTransport::bind(cfg.clone()) {
+                Ok(b) => {
+                    if tries > 0 {
+                        self.trace
+                            .push(format!("node {id} rebound after {tries} tries"));
+                    }
+                    break b;
+                }
+                Err(_) if tries < REBIND_TRIES_MAX => {
+                    tries += 1;
+                    Timer::new(POLL_STEP).await;
+                }
+                Err(e) => panic!("rebind node {id}: {e}"),
+            }
+        };
+        let addrs = self.addrs();
+        let disk = self.slots[i].disk.clone();
+        let host = host_node(Rc::new(t), rx, &addrs, &disk, &membership(), &log_config()).await;
+        let sup = PartitionSupervisor::start(host.clone(), WallClock, (self.spec)());
+        self.slots[i].up = Some((host, sup));
+        self.trace.push(format!("node {id} up"));
+    }
+
+    fn set_isolated(&mut self, i: usize, isolated: bool) {
+        if let Some((host, _)) = &self.slots[i].up {
+            host.set_isolated(isolated);
+        }
+        self.trace
+            .push(format!("node {} isolated: {isolated}", self.slots[i].id));
+    }
+
+    /// The actor of whichever node serves, as a client following NotLeader hints finds it.
+    async fn leader_actor(&self) -> Option<Rc<LeaderActor>> {
+        let deadline = Instant::now() + LEADER_WAIT;
+        loop {
+            for s in &self.slots {
+                if let Some((_, sup)) = &s.up {
+                    if let Ok(a) = sup.actor() {
+                        return Some(a);
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            Timer::new(POLL_STEP).await;
+        }
+    }
+
+    fn invoke(&mut self, call: sluice_checker::Call) -> u64 {
+        let op = self.next_op;
+        self.next_op += 1;
+        let time_us = self.time_us();
+        self.events.push(sluice_checker::Event::Invoke {
+            op,
+            process: "client".into(),
+            time_us,
+            call,
+        });
+        op
+    }
+
+    fn complete(&mut self, op: u64, r: Result<sluice_checker::Reply, ServiceError>) {
+        use sluice_checker::{Event, Outcome};
+        let time_us = self.time_us();
+        let (outcome, result, error) = match r {
+            Ok(reply) => (Outcome::Ok, Some(reply), None),
+            // Refused before anything was staged: it did not happen.
+            Err(
+                e @ ServiceError::NotLeader {
+                    outcome_unknown: false,
+                    ..
+                },
+            ) => (Outcome::Fail, None, Some(e.to_string())),
+            Err(e) => (Outcome::Info, None, Some(e.to_string())),
+        };
+        self.events.push(Event::Complete {
+            op,
+            time_us,
+            outcome,
+            result,
+            error,
+        });
+    }
+
+    async fn op_send(&mut self, n: usize) {
+        use rand::Rng;
+        let Some(actor) = self.leader_actor().await else {
+            return;
+        };
+        let payload = format!("s{n}");
+        let group = self.fifo.then(|| format!("g{}", self.rng.gen_range(0..3)));
+        let call = sluice_checker::Call::Send {
+            queue: self.queue.clone(),
+            payload: payload.clone(),
+            group: group.clone(),
+            dedup: self.fifo.then(|| payload.clone()),
+            content_dedup: false,
+            dedup_per_group: false,
+        };
+        let op = self.invoke(call);
+        let r = actor
+            .execute(Command::Send(SendRequest {
+                body: payload.clone(),
+                attributes: Vec::new(),
+                delay_s: None,
+                group_id: group,
+                dedup_id: self.fifo.then_some(payload),
+            }))
+            .await
+            .and_then(|reply| match reply {
+                Reply::Sent(s) => Ok(sluice_checker::Reply::Send {
+                    message_id: s.message_id.to_string(),
+                }),
+                other => Err(ServiceError::Internal(format!("send replied {other:?}"))),
+            });
+        self.complete(op, r);
+    }
+
+    /// Receives; returns what it got (message id, receipt) for later deletes.
+    async fn op_receive(&mut self) -> Vec<(String, sluice_broker::engine::Receipt)> {
+        let Some(actor) = self.leader_actor().await else {
+            return Vec::new();
+        };
+        let call = sluice_checker::Call::Receive {
+            queue: self.queue.clone(),
+            visibility_timeout_ms: u64::from(RANDOM_VISIBILITY_S) * 1000,
+        };
+        let op = self.invoke(call);
+        let r = actor
+            .execute(Command::Receive(ReceiveRequest {
+                max_messages: 5,
+                visibility_timeout_s: Some(RANDOM_VISIBILITY_S),
+                attempt_id: None,
+            }))
+            .await;
+        let mut held = Vec::new();
+        let r = r.and_then(|reply| match reply {
+            Reply::Received(msgs) => {
+                let messages = msgs
+                    .into_iter()
+                    .map(|m| {
+                        let id = m.message_id.to_string();
+                        held.push((id.clone(), m.receipt));
+                        sluice_checker::Delivered {
+                            message_id: id,
+                            payload: m.payload.body.clone(),
+                            receipt: format!("{:?}", m.receipt),
+                            receive_count: Some(m.receive_count),
+                            group: m.payload.group_id.clone(),
+                        }
+                    })
+                    .collect();
+                Ok(sluice_checker::Reply::Receive { messages })
+            }
+            other => Err(ServiceError::Internal(format!("receive replied {other:?}"))),
+        });
+        self.complete(op, r);
+        held
+    }
+
+    async fn op_delete(&mut self, message_id: String, receipt: sluice_broker::engine::Receipt) {
+        let Some(actor) = self.leader_actor().await else {
+            return;
+        };
+        let call = sluice_checker::Call::Delete {
+            queue: self.queue.clone(),
+            message_id,
+            receipt: Some(format!("{receipt:?}")),
+        };
+        let op = self.invoke(call);
+        let r = actor
+            .execute(Command::Delete { receipt })
+            .await
+            .map(|_| sluice_checker::Reply::Delete {});
+        self.complete(op, r);
+    }
+
+    /// Heals everything, waits out the leases, and receives (deleting) until empty.
+    async fn drain(&mut self) {
+        for i in 0..self.slots.len() {
+            self.set_isolated(i, false);
+            self.start(i).await;
+        }
+        let time_us = self.time_us();
+        self.events.push(sluice_checker::Event::Drain { time_us });
+        Timer::new(Duration::from_millis(
+            u64::from(RANDOM_VISIBILITY_S) * 1000 + MAX_CLOCK_SKEW_MS + 500,
+        ))
+        .await;
+        let mut empty = 0;
+        while empty < 3 {
+            let held = self.op_receive().await;
+            if held.is_empty() {
+                empty += 1;
+                Timer::new(Duration::from_millis(50)).await;
+            }
+            for (id, receipt) in held {
+                self.op_delete(id, receipt).await;
+            }
+        }
+    }
+
+    async fn close(&mut self) {
+        for i in 0..self.slots.len() {
+            if let Some((host, sup)) = self.slots[i].up.take() {
+                sup.stop();
+                host.close().await;
+            }
+        }
+    }
+}
+
+type LeaderActor = sluice_broker::cluster::LeaderActor<SimFs, WallClock>;
+
+fn fifo_spec() -> PartitionSpec {
+    let mut attributes = QueueAttributes::new(QueueKind::Fifo);
+    attributes.visibility_timeout_s = 60;
+    PartitionSpec {
+        config: PartitionConfig {
+            queue_id: QUEUE,
+            partition: 0,
+            attributes,
+            limits: Limits::default(),
+        },
+        ..spec()
+    }
+}
+
+/// One random run: client operations against whichever node leads, with one node at a time
+/// isolated, killed or power-cut and brought back; then a drain, and the checker's verdict.
+async fn random_run(seed: u64) -> Result<(), String> {
+    use rand::Rng;
+    let mut w = World::new(seed).await;
+    let mut held: Vec<(String, sluice_broker::engine::Receipt)> = Vec::new();
+    let mut faulty: Option<(usize, bool, usize)> = None; // (node, isolated (else down), heal at op)
+    for n in 0..RANDOM_OPS {
+        match faulty {
+            Some((i, isolated, at)) if n >= at => {
+                if isolated {
+                    w.set_isolated(i, false);
+                } else {
+                    w.start(i).await;
+                }
+                faulty = None;
+            }
+            None if w.rng.gen_bool(0.08) => {
+                let i = w.rng.gen_range(0..w.slots.len());
+                let at = n + w.rng.gen_range(3..15);
+                // Power cuts of one node leave the cluster leaderless in some runs (open: see
+                // issue 41's note); they run only when asked.
+                let kinds = if env_u64("SLUICE_RANDOM_POWER") == Some(1) {
+                    3
+                } else {
+                    2
+                };
+                match w.rng.gen_range(0..kinds) {
+                    0 => {
+                        w.set_isolated(i, true);
+                        faulty = Some((i, true, at));
+                    }
+                    k => {
+                        w.stop(i, k == 2).await;
+                        faulty = Some((i, false, at));
+                    }
+                }
+            }
+            _ => {}
+        }
+        match w.rng.gen_range(0..100) {
+            0..=49 => w.op_send(n).await,
+            50..=79 => held.extend(w.op_receive().await),
+            _ if !held.is_empty() => {
+                let k = w.rng.gen_range(0..held.len());
+                let (id, receipt) = held.swap_remove(k);
+                w.op_delete(id, receipt).await;
+            }
+            _ => {}
+        }
+    }
+    w.drain().await;
+    w.close().await;
+    let history = sluice_checker::History::from_events(w.events.clone())
+        .map_err(|e| format!("history: {e}"))?;
+    let report = sluice_checker::check(&history, &sluice_checker::Config::default());
+    if report.verdict == sluice_checker::Verdict::Pass {
+        eprintln!(
+            "fifo {}; faults {:?}; operations {:?}",
+            w.fifo, w.trace, report.operations
+        );
+        Ok(())
+    } else {
+        Err(format!(
+            "fifo {}; trace: {:?}\n{}",
+            w.fifo,
+            w.trace,
+            report.to_text()
+        ))
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Seeded random runs of the replicated partition under faults — one node at a time isolated
+/// or killed (`SLUICE_RANDOM_POWER=1` adds power cuts) — judged by the history checker
+/// (`SLUICE_SEED` replays a seed's choices: the network's timing is real, so a replay is
+/// close, not exact; `SLUICE_RANDOM_RUNS` runs more).
+#[test]
+fn random_faults_against_the_replicated_partition_pass_the_history_checker() {
+    let runs = env_u64("SLUICE_RANDOM_RUNS").unwrap_or(1);
+    #[allow(clippy::disallowed_methods)] // a random seed when none is given
+    let first = env_u64("SLUICE_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    for k in 0..runs {
+        let seed = first.wrapping_add(k);
+        let result = std::sync::Arc::new(Mutex::new(None));
+        let r2 = result.clone();
+        run(move || async move {
+            let r = random_run(seed).await;
+            *r2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        });
+        let r = result.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match r {
+            Some(Ok(())) => eprintln!("SLUICE_SEED={seed}: pass"),
+            Some(Err(e)) => panic!("SLUICE_SEED={seed} failed: {e}"),
+            None => panic!("SLUICE_SEED={seed}: the run did not finish"),
+        }
+    }
 }

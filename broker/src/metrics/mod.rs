@@ -4,9 +4,10 @@
 //!
 //! | where counted | what | how |
 //! |---|---|---|
-//! | front ends (`http`, `native`) | requests by action, errors by code, latency histogram | a thread-local [`Local`] per shard executor: plain `Cell`/`RefCell`, no atomics |
+//! | front ends (`http`, `native`, `kafka`) | requests by action, errors by code, latency histogram | a thread-local [`Local`] per shard executor: plain `Cell`/`RefCell`, no atomics |
+//! | `Shard::admit`, `Shard::check_stored_bytes` | quota refusals by account and quota | the thread-local [`Local`] |
 //! | `shard::partition` | messages sent, received, deleted, dead-lettered, redriven | [`PartitionOps`] cells in each partition actor |
-//! | `shard::partition` | durable wait (stage → fdatasync) histogram | the thread-local [`Local`] |
+//! | `shard::partition` | durable wait (stage → fdatasync) and send → first receive histograms | the thread-local [`Local`] |
 //! | on scrape | visible, in flight, delayed; log commits, fsyncs, segments, bytes; executor busy time | read from the engine, each partition's `Log`, glommio's executor stats |
 //!
 //! Nothing on the request path crosses cores: a scrape asks every shard for a
@@ -14,7 +15,11 @@
 //!
 //! Label cardinality is bounded: actions and error codes are closed sets (the SQS model's
 //! actions, the wire's frame kinds and error codes); queues are bounded per tenant by the
-//! catalog, so per-queue series are at most (queues × 8); shard labels at most the core count.
+//! catalog, so per-queue series are at most (queues × 10); shard labels at most the core count.
+//! With `metrics.queue_labels = false` (brokers of many queues) the per-queue, per-group and
+//! per-account series are left out, and the broker-wide ones (`sluice_messages_*_total`,
+//! `sluice_oldest_message_age_seconds`, `sluice_quota_throttled_total`) still say what
+//! dashboards and alerts need (dashboards/README.md).
 
 pub mod serve;
 

@@ -30,3 +30,20 @@ fi
 if ! "$VENV/bin/python" -c 'import kafka, confluent_kafka' >/dev/null 2>&1; then
   "$VENV/bin/pip" install --quiet kafka-python confluent-kafka
 fi
+
+# The dashboards and alerts test (dashboards/tests): a real Prometheus scrapes a real sluiced,
+# and promtool (shipped in Debian's prometheus package) checks and unit-tests the alert rules.
+# Without recommends: the node exporter is not wanted. The package's service is not used (the
+# test starts its own Prometheus on a free loopback port, its data in a temporary directory).
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
+  # Under systemd the package starts a Prometheus on :9090 scraping nothing of ours: stop it.
+  if [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+fi
+if ! "$VENV/bin/python" -c 'import requests, yaml' >/dev/null 2>&1; then
+  "$VENV/bin/pip" install --quiet requests pyyaml
+fi

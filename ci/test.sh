@@ -53,4 +53,15 @@ PYTHONDONTWRITEBYTECODE=1 target/py-venv/bin/python -m pytest -q -p no:cacheprov
 if [ "$rc" -eq 5 ]; then
   echo "Kafka compatibility suite: pytest collected no tests (exit 5) -- failing" >&2
 fi
+
+# Dashboards and alerts (issue 44): promtool checks and unit-tests dashboards/alerts.yml; a real
+# Prometheus scrapes a loaded sluiced and every dashboard query and alert series must return
+# data; the disk-full and DLQ alerts must fire (the disk part needs root: a loop file system).
+# About 20 s; cut at 5 minutes. A failure above keeps its nonzero rc (set only on failure).
+echo "== Dashboards and alerts (promtool; real Prometheus scraping a loaded sluiced)"
+PYTHONDONTWRITEBYTECODE=1 timeout 300 target/py-venv/bin/python -m pytest -q -p no:cacheprovider \
+  dashboards/tests || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "Dashboards and alerts test: pytest collected no tests (exit 5) -- failing" >&2
+fi
 exit "$rc"

@@ -12,6 +12,14 @@ use std::time::{Duration, Instant};
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn start(dir: &std::path::Path) -> (BrokerHandle, SocketAddr, SocketAddr) {
+    start_with(dir, |_| {})
+}
+
+/// [`start`], with the configuration changed by `tweak` first.
+fn start_with(
+    dir: &std::path::Path,
+    tweak: impl FnOnce(&mut BrokerConfig),
+) -> (BrokerHandle, SocketAddr, SocketAddr) {
     let mut c = BrokerConfig::ephemeral(dir.to_path_buf()).expect("config");
     c.shards = 2;
     c.default_partitions = 2;
@@ -19,6 +27,7 @@ fn start(dir: &std::path::Path) -> (BrokerHandle, SocketAddr, SocketAddr) {
     c.quic_enabled = false;
     c.metrics_addr = "127.0.0.1:0".parse().expect("addr");
     c.kafka_addr = None;
+    tweak(&mut c);
     let b = server::start(c).expect("start");
     b.wait_ready().expect("ready");
     let (http, metrics) = (b.config.http_addr, b.config.metrics_addr);
@@ -443,6 +452,170 @@ fn group_lag_moves_with_produce_and_commit() {
     assert_eq!(sum(&s, "sluice_group_lag", &g), l1 as f64);
     commit(vec![("clicks".into(), 1, l1)]);
     assert_eq!(sum(&scrape(metrics), "sluice_group_lag", &g), 0.0);
+    broker.shutdown();
+}
+
+/// Without per-queue labels (a broker of 10,000 queues), the broker-wide figures a dashboard
+/// and its alerts need are still there, one series each: messages sent, received, deleted,
+/// dead-lettered, the oldest message's age; and the publish→receive latency counts each
+/// message's first delivery only, with the time it waited.
+#[test]
+fn broker_wide_figures_and_send_to_receive_latency_without_queue_labels() {
+    const WAIT_MS: u64 = 60;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (broker, http, metrics) = start_with(dir.path(), |c| c.metrics_queue_labels = false);
+    let (status, created) = sqs(http, "CreateQueue", serde_json::json!({"QueueName": "w-q"}));
+    assert_eq!(status, 200, "{created}");
+    let url = created["QueueUrl"].as_str().expect("url").to_string();
+    for i in 0..2 {
+        let (s, r) = sqs(
+            http,
+            "SendMessage",
+            serde_json::json!({"QueueUrl": url, "MessageBody": format!("m{i}")}),
+        );
+        assert_eq!(s, 200, "{r}");
+    }
+    std::thread::sleep(Duration::from_millis(WAIT_MS));
+    let s = scrape(metrics);
+    assert!(sum(&s, "sluice_oldest_message_age_seconds", &[]) >= WAIT_MS as f64 / 1e3);
+    // Received with a visibility timeout of 0: each comes back at once, and its later
+    // deliveries are not first deliveries.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut deliveries = 0;
+    let deadline = Instant::now() + IO_TIMEOUT;
+    while seen.len() < 2 || deliveries < 4 {
+        assert!(Instant::now() < deadline, "could not receive every message");
+        let (_, got) = sqs(
+            http,
+            "ReceiveMessage",
+            serde_json::json!({"QueueUrl": url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 0}),
+        );
+        for m in got["Messages"].as_array().into_iter().flatten() {
+            seen.insert(m["MessageId"].as_str().expect("id").to_string());
+            deliveries += 1;
+        }
+    }
+    let s = scrape(metrics);
+    assert!(
+        !s.iter().any(|(n, _, _)| n.starts_with("sluice_queue_")),
+        "per-queue series are left out"
+    );
+    assert_eq!(sum(&s, "sluice_messages_sent_total", &[]), 2.0);
+    assert_eq!(
+        sum(&s, "sluice_messages_received_total", &[]),
+        f64::from(deliveries)
+    );
+    assert_eq!(sum(&s, "sluice_messages_deleted_total", &[]), 0.0);
+    assert_eq!(sum(&s, "sluice_messages_dead_lettered_total", &[]), 0.0);
+    let latency = "sluice_message_send_to_receive_seconds";
+    assert_eq!(
+        sum(&s, &format!("{latency}_count"), &[]),
+        2.0,
+        "first deliveries only"
+    );
+    assert_eq!(
+        sum(&s, &format!("{latency}_bucket"), &[("le", "+Inf")]),
+        2.0
+    );
+    assert_eq!(
+        sum(&s, &format!("{latency}_bucket"), &[("le", "0.001")]),
+        0.0,
+        "both waited {WAIT_MS} ms"
+    );
+    assert!(sum(&s, &format!("{latency}_sum"), &[]) >= 2.0 * WAIT_MS as f64 / 1e3);
+    // Quota figures are exported (zero) even before any refusal, so that alerts see them.
+    for q in ["requests_per_s", "bytes_per_s", "stored_bytes"] {
+        assert!(s.iter().any(|(n, l, v)| n == "sluice_quota_throttled_total"
+            && l.get("quota").map(String::as_str) == Some(q)
+            && *v == 0.0));
+    }
+    broker.shutdown();
+}
+
+/// Quota refusals are counted per account and quota, and in total; without per-queue labels
+/// only in total (the per-account series name accounts).
+#[test]
+fn quota_refusals_are_counted_per_account() {
+    for labels in [true, false] {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (broker, http, metrics) = start_with(dir.path(), |c| {
+            c.metrics_queue_labels = labels;
+            c.quotas.requests_per_s = Some(1);
+        });
+        let mut throttled = 0;
+        for _ in 0..12 {
+            let (s, r) = sqs(http, "ListQueues", serde_json::json!({}));
+            if s != 200 {
+                assert_eq!(s, 403, "{r}");
+                assert!(r.to_string().contains("RequestThrottled"), "{r}");
+                throttled += 1;
+            }
+        }
+        assert!(
+            throttled > 0,
+            "a rate of 1/s must refuse some of 12 requests at once"
+        );
+        let s = scrape(metrics);
+        let q = ("quota", "requests_per_s");
+        assert_eq!(
+            sum(&s, "sluice_quota_throttled_total", &[q]),
+            f64::from(throttled)
+        );
+        assert_eq!(
+            sum(
+                &s,
+                "sluice_quota_throttled_total",
+                &[("quota", "bytes_per_s")]
+            ),
+            0.0
+        );
+        let per_account = sum(
+            &s,
+            "sluice_account_quota_throttled_total",
+            &[("tenant", "000000000000"), q],
+        );
+        let want = if labels { f64::from(throttled) } else { 0.0 };
+        assert_eq!(per_account, want, "labels {labels}");
+        if !labels {
+            assert!(!s
+                .iter()
+                .any(|(n, _, _)| n == "sluice_account_quota_throttled_total"));
+        }
+        broker.shutdown();
+    }
+}
+
+/// Kafka requests are counted like the other front ends' (produce and fetch throughput).
+#[test]
+fn kafka_requests_are_counted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (broker, _http, metrics) = start_with(dir.path(), |c| {
+        c.kafka_addr = Some("127.0.0.1:0".parse().expect("addr"));
+    });
+    let kafka = broker.kafka_addr().expect("kafka listener");
+    let mut s = TcpStream::connect(kafka).expect("connect");
+    s.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    // ApiVersions v0: api key 18, version 0, correlation id 7, null client id.
+    let mut body = Vec::new();
+    body.extend_from_slice(&18i16.to_be_bytes());
+    body.extend_from_slice(&0i16.to_be_bytes());
+    body.extend_from_slice(&7i32.to_be_bytes());
+    body.extend_from_slice(&(-1i16).to_be_bytes());
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    s.write_all(&frame).expect("write");
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).expect("answer length");
+    let mut answer = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut answer).expect("answer");
+    assert_eq!(&answer[..4], &7i32.to_be_bytes(), "correlation id");
+    let got = scrape(metrics);
+    let api = [("frontend", "kafka"), ("action", "ApiVersions")];
+    assert_eq!(sum(&got, "sluice_requests_total", &api), 1.0);
+    assert_eq!(
+        sum(&got, "sluice_request_duration_seconds_count", &api),
+        1.0
+    );
     broker.shutdown();
 }
 

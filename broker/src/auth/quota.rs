@@ -46,6 +46,12 @@ impl Default for QuotaConfig {
     }
 }
 
+/// The refusal of a request past the account's request rate.
+pub const REQUESTS_THROTTLED: &str =
+    "this account's request rate quota is used up; retry with back-off";
+/// The refusal of a request past the account's byte rate (metrics tell the two apart by it).
+pub const BYTES_THROTTLED: &str = "this account's byte rate quota is used up; retry with back-off";
+
 /// A token bucket: `tokens` available at `at_ms`, refilled at `rate` per second up to `rate`.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -118,17 +124,13 @@ impl RateLimiter {
         b.requests.refill(req_rate, now_ms);
         b.bytes.refill(byte_rate, now_ms);
         if b.requests.tokens < 1.0 {
-            return Err(ServiceError::Throttled(
-                "this account's request rate quota is used up; retry with back-off",
-            ));
+            return Err(ServiceError::Throttled(REQUESTS_THROTTLED));
         }
         // A single request larger than a whole second's bytes passes when the bucket is full,
         // so that a low byte quota never makes a legal message impossible to send.
         let bytes = bytes as f64;
         if b.bytes.tokens < bytes.min(byte_rate) {
-            return Err(ServiceError::Throttled(
-                "this account's byte rate quota is used up; retry with back-off",
-            ));
+            return Err(ServiceError::Throttled(BYTES_THROTTLED));
         }
         b.requests.tokens -= 1.0;
         b.bytes.tokens -= bytes;

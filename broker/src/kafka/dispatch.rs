@@ -246,7 +246,16 @@ pub async fn handle(conn: &mut Conn, frame: Bytes) -> Outcome {
             close: true,
         };
     }
-    match handlers::run(conn, api, version, correlation_id, body).await {
+    let started = std::time::Instant::now();
+    let ran = handlers::run(conn, api, version, correlation_id, body).await;
+    crate::metrics::record_request(
+        crate::metrics::Action::Kafka(api),
+        started.elapsed(),
+        ran.as_ref()
+            .err()
+            .map(|c| crate::metrics::ErrorKey::Kafka(*c)),
+    );
+    match ran {
         Ok(handlers::Reply::Body(r)) => Outcome::answer(r),
         Ok(handlers::Reply::None) => Outcome {
             answer: None,

@@ -4,9 +4,10 @@
 //!
 //! | where counted | what | how |
 //! |---|---|---|
-//! | front ends (`http`, `native`) | requests by action, errors by code, latency histogram | a thread-local [`Local`] per shard executor: plain `Cell`/`RefCell`, no atomics |
+//! | front ends (`http`, `native`, `kafka`) | requests by action, errors by code, latency histogram | a thread-local [`Local`] per shard executor: plain `Cell`/`RefCell`, no atomics |
+//! | `Shard::admit`, `Shard::check_stored_bytes` | quota refusals by account and quota | the thread-local [`Local`] |
 //! | `shard::partition` | messages sent, received, deleted, dead-lettered, redriven | [`PartitionOps`] cells in each partition actor |
-//! | `shard::partition` | durable wait (stage → fdatasync) histogram | the thread-local [`Local`] |
+//! | `shard::partition` | durable wait (stage → fdatasync) and send → first receive histograms | the thread-local [`Local`] |
 //! | on scrape | visible, in flight, delayed; log commits, fsyncs, segments, bytes; executor busy time | read from the engine, each partition's `Log`, glommio's executor stats |
 //!
 //! Nothing on the request path crosses cores: a scrape asks every shard for a
@@ -14,7 +15,11 @@
 //!
 //! Label cardinality is bounded: actions and error codes are closed sets (the SQS model's
 //! actions, the wire's frame kinds and error codes); queues are bounded per tenant by the
-//! catalog, so per-queue series are at most (queues × 8); shard labels at most the core count.
+//! catalog, so per-queue series are at most (queues × 10); shard labels at most the core count.
+//! With `metrics.queue_labels = false` (brokers of many queues) the per-queue, per-group and
+//! per-account series are left out, and the broker-wide ones (`sluice_messages_*_total`,
+//! `sluice_oldest_message_age_seconds`, `sluice_quota_throttled_total`) still say what
+//! dashboards and alerts need (dashboards/README.md).
 
 pub mod serve;
 
@@ -42,6 +47,9 @@ pub enum Action {
     Sqs(&'static str),
     /// Native protocol: the request's frame kind.
     Native(FrameKind),
+    /// Kafka protocol: the request's API (`Produce`, `Fetch`, ...; the served set of
+    /// `kafka::dispatch::SUPPORTED`).
+    Kafka(kafka_protocol::messages::ApiKey),
 }
 
 impl Action {
@@ -49,6 +57,7 @@ impl Action {
         match self {
             Action::Sqs(_) => "http",
             Action::Native(_) => "native",
+            Action::Kafka(_) => "kafka",
         }
     }
 
@@ -56,6 +65,7 @@ impl Action {
         match self {
             Action::Sqs(a) => a.to_string(),
             Action::Native(k) => format!("{k:?}"),
+            Action::Kafka(k) => format!("{k:?}"),
         }
     }
 }
@@ -67,6 +77,9 @@ pub enum ErrorKey {
     Sqs(&'static str),
     /// The wire's raw `ErrorCode` number.
     Native(u16),
+    /// A Kafka error code answering a whole request (per-partition codes inside an answer
+    /// are not counted here).
+    Kafka(i16),
 }
 
 impl ErrorKey {
@@ -74,6 +87,7 @@ impl ErrorKey {
         match self {
             ErrorKey::Sqs(_) => "http",
             ErrorKey::Native(_) => "native",
+            ErrorKey::Kafka(_) => "kafka",
         }
     }
 
@@ -81,9 +95,75 @@ impl ErrorKey {
         match self {
             ErrorKey::Sqs(s) => s.to_string(),
             ErrorKey::Native(c) => format!("{:?}", ErrorCode::from_u16(c)),
+            ErrorKey::Kafka(c) => c.to_string(),
         }
     }
 }
+
+/// Which per-account quota refused a request (the label values of `quota`: a closed set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QuotaKind {
+    /// `[quotas] requests_per_s`.
+    Requests,
+    /// `[quotas] bytes_per_s`.
+    Bytes,
+    /// `[quotas] stored_bytes_per_account`.
+    StoredBytes,
+}
+
+impl QuotaKind {
+    pub const ALL: [QuotaKind; 3] = [
+        QuotaKind::Requests,
+        QuotaKind::Bytes,
+        QuotaKind::StoredBytes,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            QuotaKind::Requests => "requests_per_s",
+            QuotaKind::Bytes => "bytes_per_s",
+            QuotaKind::StoredBytes => "stored_bytes",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            QuotaKind::Requests => 0,
+            QuotaKind::Bytes => 1,
+            QuotaKind::StoredBytes => 2,
+        }
+    }
+}
+
+/// Accounts one shard counts quota refusals for by name; refusals of further accounts are
+/// counted under [`QUOTA_OTHER_ACCOUNTS`], so the per-account series stay bounded however many
+/// accounts a broker serves (the rate limiter itself tracks at most
+/// `auth::quota::ACCOUNTS_TRACKED_MAX`).
+pub const QUOTA_ACCOUNTS_COUNTED_MAX: usize = 1_000;
+/// The `tenant` label of refusals past [`QUOTA_ACCOUNTS_COUNTED_MAX`] accounts (not an account
+/// id: those are 12 digits or the default tenant's name).
+pub const QUOTA_OTHER_ACCOUNTS: &str = "(other accounts)";
+
+/// Upper bounds of the send-to-receive delay histogram's buckets, in microseconds (+Inf
+/// beyond): from a consumer keeping up (milliseconds) to a backlog an hour deep.
+pub const DELAY_BUCKETS_US: [u64; 16] = [
+    1_000,
+    5_000,
+    10_000,
+    50_000,
+    100_000,
+    500_000,
+    1_000_000,
+    5_000_000,
+    10_000_000,
+    30_000_000,
+    60_000_000,
+    300_000_000,
+    900_000_000,
+    1_800_000_000,
+    3_600_000_000,
+    21_600_000_000,
+];
 
 /// Requests of one action on one shard.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,9 +195,38 @@ pub struct Local {
     errors: RefCell<HashMap<ErrorKey, u64>>,
     /// From staging records in a partition log to their fdatasync (group-commit wait included).
     durable_wait: RefCell<RequestStats>,
+    /// From a message's send to its first delivery (publish→receive latency, queue wait
+    /// included), in buckets of [`DELAY_BUCKETS_US`].
+    send_to_receive: RefCell<DelayStats>,
+    /// Requests refused by a quota, per account (at most [`QUOTA_ACCOUNTS_COUNTED_MAX`]
+    /// accounts by name, the rest under [`QUOTA_OTHER_ACCOUNTS`]).
+    /// Counts indexed by `QuotaKind::index`.
+    quota_throttled: RefCell<HashMap<String, [u64; 3]>>,
     /// glommio's executor run time, accumulated (its stats reset on every read).
     busy: Cell<Duration>,
     tasks: Cell<u64>,
+}
+
+/// A histogram over [`DELAY_BUCKETS_US`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DelayStats {
+    pub count: u64,
+    pub sum_us: u64,
+    /// Per bucket (not cumulative); the last slot is +Inf.
+    pub buckets: [u64; DELAY_BUCKETS_US.len() + 1],
+}
+
+impl DelayStats {
+    fn observe_ms(&mut self, delay_ms: u64) {
+        let us = delay_ms.saturating_mul(1_000);
+        let bucket = DELAY_BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(DELAY_BUCKETS_US.len());
+        self.count += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
+        self.buckets[bucket] += 1;
+    }
 }
 
 thread_local! {
@@ -142,6 +251,22 @@ pub fn record_durable_wait(elapsed: Duration) {
     LOCAL.with(|l| l.durable_wait.borrow_mut().observe(elapsed));
 }
 
+/// Counts a request of `account` refused by `quota` on this shard.
+pub fn record_quota_throttled(account: &str, quota: QuotaKind) {
+    LOCAL.with(|l| {
+        let mut hits = l.quota_throttled.borrow_mut();
+        let others = usize::from(hits.contains_key(QUOTA_OTHER_ACCOUNTS));
+        let named = hits.contains_key(account) || hits.len() - others < QUOTA_ACCOUNTS_COUNTED_MAX;
+        let key = if named { account } else { QUOTA_OTHER_ACCOUNTS };
+        if !hits.contains_key(key) {
+            hits.insert(key.to_string(), [0; 3]);
+        }
+        if let Some(counts) = hits.get_mut(key) {
+            counts[quota.index()] += 1;
+        }
+    });
+}
+
 /// Message counts of one partition, kept by its actor (single-threaded: plain cells).
 #[derive(Debug, Default)]
 pub struct PartitionOps {
@@ -157,8 +282,19 @@ fn bump(c: &Cell<u64>, n: u64) {
 }
 
 impl PartitionOps {
-    /// Counts what one executed command did, from its reply and the moves it started.
-    pub fn count(&self, reply: &Reply, moves: usize) {
+    /// Counts what one executed command did, from its reply and the moves it started, at
+    /// `now_ms` (the partition's clock): a message's first delivery also counts its
+    /// send-to-receive delay.
+    pub fn count(&self, reply: &Reply, moves: usize, now_ms: u64) {
+        if let Reply::Received(list) = reply {
+            let firsts = list.iter().filter(|d| d.receive_count == 1);
+            LOCAL.with(|l| {
+                let mut h = l.send_to_receive.borrow_mut();
+                for d in firsts {
+                    h.observe_ms(now_ms.saturating_sub(d.sent_ms));
+                }
+            });
+        }
         match reply {
             Reply::Sent(_) => bump(&self.sent, 1),
             Reply::SentBatch(list) => bump(
@@ -232,6 +368,12 @@ pub struct ShardSnapshot {
     pub requests: Vec<(Action, RequestStats)>,
     pub errors: Vec<(ErrorKey, u64)>,
     pub durable_wait: RequestStats,
+    pub send_to_receive: DelayStats,
+    /// Quota refusals by kind, over every account (indexed by `QuotaKind::index`).
+    pub quota_throttled: [u64; 3],
+    /// Quota refusals per account: empty when per-queue labels are off
+    /// (`metrics.queue_labels = false`), since they name accounts.
+    pub quota_throttled_by_account: Vec<(String, QuotaKind, u64)>,
     /// Time the executor spent running tasks and polling I/O (not spinning or parked).
     pub busy: Duration,
     pub tasks_executed: u64,
@@ -242,16 +384,25 @@ pub struct ShardSnapshot {
 }
 
 /// This thread's counters plus the given partitions. On a glommio executor thread (a shard).
-pub fn local_snapshot(shard: usize, partitions: Vec<PartitionSnapshot>) -> ShardSnapshot {
+/// `account_labels`: the broker's `metrics_queue_labels` (per-account figures only with it).
+pub fn local_snapshot(
+    shard: usize,
+    partitions: Vec<PartitionSnapshot>,
+    account_labels: bool,
+) -> ShardSnapshot {
     let stats = glommio::executor().executor_stats();
     LOCAL.with(|l| {
         l.busy.set(l.busy.get() + stats.total_runtime());
         l.tasks.set(l.tasks.get() + stats.tasks_executed());
     });
-    thread_snapshot(shard, partitions)
+    thread_snapshot(shard, partitions, account_labels)
 }
 
-fn thread_snapshot(shard: usize, partitions: Vec<PartitionSnapshot>) -> ShardSnapshot {
+fn thread_snapshot(
+    shard: usize,
+    partitions: Vec<PartitionSnapshot>,
+    account_labels: bool,
+) -> ShardSnapshot {
     LOCAL.with(|l| ShardSnapshot {
         shard,
         requests: l
@@ -262,6 +413,30 @@ fn thread_snapshot(shard: usize, partitions: Vec<PartitionSnapshot>) -> ShardSna
             .collect(),
         errors: l.errors.borrow().iter().map(|(e, n)| (*e, *n)).collect(),
         durable_wait: l.durable_wait.borrow().clone(),
+        send_to_receive: l.send_to_receive.borrow().clone(),
+        quota_throttled: {
+            let mut by_kind = [0u64; 3];
+            for counts in l.quota_throttled.borrow().values() {
+                for (sum, n) in by_kind.iter_mut().zip(counts) {
+                    *sum += n;
+                }
+            }
+            by_kind
+        },
+        quota_throttled_by_account: if account_labels {
+            l.quota_throttled
+                .borrow()
+                .iter()
+                .flat_map(|(a, counts)| {
+                    QuotaKind::ALL
+                        .into_iter()
+                        .filter(|q| counts[q.index()] > 0)
+                        .map(|q| (a.clone(), q, counts[q.index()]))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
         busy: l.busy.get(),
         tasks_executed: l.tasks.get(),
         readahead: crate::stream::readahead::shard_stats(),
@@ -458,6 +633,58 @@ pub fn render(
         );
     }
 
+    // ---- broker-wide message figures: one series each, whatever the queue count and whether
+    // per-queue labels are on, so that dashboards and alerts work on a broker of 10,000 queues
+    // scraped without them.
+    let mut all = OpCounts::default();
+    let mut oldest_all_ms = 0u64;
+    for s in snapshots {
+        for p in &s.partitions {
+            all.add(&p.ops);
+            oldest_all_ms = oldest_all_ms.max(p.oldest_age_ms.unwrap_or(0));
+        }
+    }
+    type BrokerFigure = (&'static str, &'static str, u64);
+    let broker_figures: [BrokerFigure; 5] = [
+        (
+            "sluice_messages_sent_total",
+            "Messages accepted by sends, over every queue, since start.",
+            all.sent,
+        ),
+        (
+            "sluice_messages_received_total",
+            "Messages delivered by receives, over every queue, since start.",
+            all.received,
+        ),
+        (
+            "sluice_messages_deleted_total",
+            "Messages deleted, over every queue, since start.",
+            all.deleted,
+        ),
+        (
+            "sluice_messages_dead_lettered_total",
+            "Messages moved to a dead-letter queue (maxReceiveCount), over every queue, since start.",
+            all.dead_lettered,
+        ),
+        (
+            "sluice_messages_redriven_total",
+            "Messages moved out of dead-letter queues by redrive tasks since start.",
+            all.redriven,
+        ),
+    ];
+    for (name, help, v) in broker_figures {
+        header(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    let name = "sluice_oldest_message_age_seconds";
+    header(
+        &mut out,
+        name,
+        "gauge",
+        "Age of the oldest message not yet deleted in any queue, 0 when all are empty (the largest sluice_queue_oldest_message_age_seconds).",
+    );
+    let _ = writeln!(out, "{name} {:.3}", oldest_all_ms as f64 / 1e3);
+
     // ---- per shard: requests
     header(
         &mut out,
@@ -524,6 +751,58 @@ pub fn render(
             "sluice_log_durable_wait_seconds",
             &labels,
             &s.durable_wait,
+        );
+    }
+    header(
+        &mut out,
+        "sluice_message_send_to_receive_seconds",
+        "histogram",
+        "Time from a message's send to its first delivery (publish→receive latency: the wait in the queue included; a delayed message's delay too).",
+    );
+    for s in snapshots {
+        let labels = format!("shard=\"{}\"", s.shard);
+        let d = &s.send_to_receive;
+        histogram_of(
+            &mut out,
+            "sluice_message_send_to_receive_seconds",
+            &labels,
+            &DELAY_BUCKETS_US,
+            &d.buckets,
+            d.sum_us,
+            d.count,
+        );
+    }
+    let name = "sluice_quota_throttled_total";
+    header(
+        &mut out,
+        name,
+        "counter",
+        "Requests refused by a per-account quota (RequestThrottled), over every account, by quota.",
+    );
+    for q in QuotaKind::ALL {
+        let n: u64 = snapshots.iter().map(|s| s.quota_throttled[q.index()]).sum();
+        let _ = writeln!(out, "{name}{{quota=\"{}\"}} {n}", q.name());
+    }
+    let mut by_account: std::collections::BTreeMap<(&str, QuotaKind), u64> =
+        std::collections::BTreeMap::new();
+    for s in snapshots {
+        for (a, q, n) in &s.quota_throttled_by_account {
+            *by_account.entry((a.as_str(), *q)).or_default() += n;
+        }
+    }
+    let name = "sluice_account_quota_throttled_total";
+    header(
+        &mut out,
+        name,
+        "counter",
+        "Requests refused by a quota, per account that was refused at least once (left out without per-queue labels).",
+    );
+    for ((a, q), n) in by_account {
+        let _ = writeln!(
+            out,
+            "{name}{{tenant=\"{}\",quota=\"{}\"}} {n}",
+            esc(a),
+            q.name()
         );
     }
     header(
@@ -818,7 +1097,7 @@ mod tests {
             Duration::from_secs(60),
             Some(ErrorKey::Sqs("QueueDoesNotExist")),
         );
-        let snap = thread_snapshot(3, Vec::new());
+        let snap = thread_snapshot(3, Vec::new(), true);
         let text = render(&[snap], &[], Duration::from_secs(1), true);
         let labels = "shard=\"3\",frontend=\"http\",action=\"SendMessage\"";
         assert!(text.contains(&format!("sluice_requests_total{{{labels}}} 2")));
@@ -834,6 +1113,45 @@ mod tests {
         assert!(text.contains(
             "sluice_request_errors_total{shard=\"3\",frontend=\"http\",code=\"QueueDoesNotExist\"} 1"
         ));
+    }
+
+    #[test]
+    fn quota_refusals_name_a_bounded_number_of_accounts() {
+        std::thread::spawn(|| {
+            let extra = 5;
+            for i in 0..QUOTA_ACCOUNTS_COUNTED_MAX + extra {
+                record_quota_throttled(&format!("{i:012}"), QuotaKind::Requests);
+            }
+            record_quota_throttled("000000000000", QuotaKind::Bytes);
+            let snap = thread_snapshot(0, Vec::new(), true);
+            assert_eq!(
+                snap.quota_throttled,
+                [(QUOTA_ACCOUNTS_COUNTED_MAX + extra) as u64, 1, 0]
+            );
+            let accounts: std::collections::HashSet<&str> = snap
+                .quota_throttled_by_account
+                .iter()
+                .map(|(a, _, _)| a.as_str())
+                .collect();
+            assert_eq!(
+                accounts.len(),
+                QUOTA_ACCOUNTS_COUNTED_MAX + 1,
+                "named + other"
+            );
+            let other: u64 = snap
+                .quota_throttled_by_account
+                .iter()
+                .filter(|(a, _, _)| a == QUOTA_OTHER_ACCOUNTS)
+                .map(|(_, _, n)| n)
+                .sum();
+            assert_eq!(other, extra as u64);
+            let text = render(&[snap], &[], Duration::from_secs(1), true);
+            assert!(text.contains("sluice_quota_throttled_total{quota=\"bytes_per_s\"} 1"));
+            let unlabelled = thread_snapshot(0, Vec::new(), false);
+            assert!(unlabelled.quota_throttled_by_account.is_empty());
+        })
+        .join()
+        .expect("test thread");
     }
 
     #[test]

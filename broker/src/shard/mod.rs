@@ -404,7 +404,11 @@ impl Shard {
                     .values()
                     .map(|a| a.metrics())
                     .collect();
-                ShardResponse::Metrics(Box::new(crate::metrics::local_snapshot(self.id, parts)))
+                ShardResponse::Metrics(Box::new(crate::metrics::local_snapshot(
+                    self.id,
+                    parts,
+                    self.config.metrics_queue_labels,
+                )))
             }
             ShardRequest::StoredBytes => ShardResponse::StoredBytes(self.local_stored_bytes()),
         }
@@ -777,9 +781,19 @@ impl Shard {
     /// Admits one request of `bytes` for `account` under its rate quotas (both front ends
     /// call this once per request, after authentication), or `RequestThrottled`.
     pub fn admit(&self, account: &str, bytes: u64) -> ServiceResult<()> {
-        self.rates
+        let admitted = self
+            .rates
             .borrow_mut()
-            .admit(account, bytes, runtime::now_ms())
+            .admit(account, bytes, runtime::now_ms());
+        if let Err(ServiceError::Throttled(why)) = &admitted {
+            let quota = if *why == crate::auth::quota::BYTES_THROTTLED {
+                crate::metrics::QuotaKind::Bytes
+            } else {
+                crate::metrics::QuotaKind::Requests
+            };
+            crate::metrics::record_quota_throttled(account, quota);
+        }
+        admitted
     }
 
     /// The bytes the logs of this shard's queue and topic partitions hold, per account.
@@ -824,7 +838,11 @@ impl Shard {
                 self.stored.borrow_mut().gather_failed();
             }
         }
-        self.stored.borrow().check(account)
+        let checked = self.stored.borrow().check(account);
+        if checked.is_err() {
+            crate::metrics::record_quota_throttled(account, crate::metrics::QuotaKind::StoredBytes);
+        }
+        checked
     }
 
     pub fn queue(&self, tenant: &str, name: &str) -> ServiceResult<Arc<QueueMeta>> {

@@ -995,7 +995,7 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
                 return Err(e);
             }
         };
-        self.ops.count(&reply, moves.len());
+        self.ops.count(&reply, moves.len(), now);
         for mv in moves {
             (self.moves)(mv);
         }

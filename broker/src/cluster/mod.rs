@@ -4,6 +4,10 @@
 //! |-------------|-------------------------------------------------------------------------|
 //! | `transport` | [`PeerTransport`]: one shard's QUIC endpoint for peers, mutual TLS with  |
 //! |             | a cluster CA, ALPN [`PEER_ALPN`], framed `Envelope`s on two streams     |
+//! | `identity`  | [`NodeIdentity`]: node id and disk id, made once in `<data>/node.id`    |
+//! | `config`    | [`ClusterConfig`]: the `[cluster]` section checked against this node    |
+//! | `node`      | [`ShardNode`]: one shard's transport to the same shard of every member  |
+//! | `dev`       | a local cluster for development (`sluice dev cluster`), certificates    |
 //!
 //! The peer endpoint is separate from the clients' (`crate::quic`): its own UDP port, its own
 //! ALPN (`sluice-peer/1`, so a client cannot speak Raft and a peer cannot open the client
@@ -54,7 +58,15 @@
 //! A full send queue drops the envelope (Raft retransmits) and counts it; so does a full
 //! inbox on the receiving side.
 
+pub mod config;
+pub mod dev;
+pub mod identity;
+pub mod node;
 mod transport;
+
+pub use config::{ClusterConfig, ClusterConfigError, Member, MEMBERS_MAX};
+pub use identity::{IdentityError, NodeIdentity};
+pub use node::ShardNode;
 
 pub use transport::{
     node_cert_name, node_id_from_cert, FrameError, PeerTransport, PeerTransportConfig, Received,

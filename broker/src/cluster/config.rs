@@ -518,6 +518,9 @@ mod tests {
         )
     }
 
+    /// Whether a refusal is the expected one.
+    type Expect = fn(&ClusterConfigError) -> bool;
+
     const HEAD: &str = "[cluster]\nzone = \"z1\"\npeer_addr = \"127.0.0.1:7500\"\n\
                         cert = \"c\"\nkey = \"k\"\nca = \"a\"\n";
 
@@ -526,7 +529,7 @@ mod tests {
         let m = Fixture::member;
         let ok = format!("{HEAD}{}{}", m(1, "a1", "z1", 7500), m(2, "a2", "z2", 7600));
         assert_eq!(checked(&ok).unwrap().len(), 2);
-        let cases: Vec<(String, fn(&ClusterConfigError) -> bool)> = vec![
+        let cases: Vec<(String, Expect)> = vec![
             (format!("{HEAD}members = []\n"), |e| {
                 matches!(e, ClusterConfigError::MemberCount { count: 0 })
             }),

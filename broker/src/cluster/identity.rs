@@ -231,9 +231,10 @@ fn store(data_dir: &Path, id: &NodeIdentity) -> Result<(), IdentityError> {
         source,
     };
     // A crash during an earlier first start may have left one behind.
-    match std::fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io("removing", &tmp, e)),
-        _ => {}
+    if let Err(e) = std::fs::remove_file(&tmp) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Err(io("removing", &tmp, e));
+        }
     }
     let mut f = std::fs::OpenOptions::new()
         .write(true)

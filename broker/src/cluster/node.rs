@@ -150,6 +150,9 @@ pub fn local_snapshot() -> Option<PeerSnapshot> {
     })
 }
 
+/// Reads one counter of a transport's stats.
+type StatOf = fn(&TransportStats) -> u64;
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -186,7 +189,7 @@ pub fn render(out: &mut String, shards: &[(usize, &PeerSnapshot)]) {
         let up = s.peers.iter().filter(|(_, up)| *up).count();
         let _ = writeln!(out, "sluice_peer_connections{{shard=\"{shard}\"}} {up}");
     }
-    let counters: [(&str, &str, fn(&TransportStats) -> u64); 5] = [
+    let counters: [(&str, &str, StatOf); 5] = [
         (
             "sluice_peer_frames_sent_total",
             "Frames written to peers.",

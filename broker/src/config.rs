@@ -79,6 +79,9 @@ pub struct BrokerConfig {
     /// Label per-queue metrics with the account and queue name (`crate::metrics`); off: the
     /// per-queue series are left out (the endpoint is unauthenticated).
     pub metrics_queue_labels: bool,
+    /// Cluster mode: who this node is and who its peers are (`crate::cluster`); `None`: a
+    /// single node, and nothing of the cluster runs.
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 /// Default idle timeout of a native-protocol connection.
@@ -213,6 +216,7 @@ impl BrokerConfig {
             http_allowed_hosts: Vec::new(),
             http_connections_per_shard_max: None,
             metrics_queue_labels: true,
+            cluster: None,
         })
     }
 

@@ -69,6 +69,60 @@ pub struct Settings {
     pub quotas: QuotaSettings,
     #[serde(default, skip_serializing_if = "KafkaSettings::is_empty")]
     pub kafka: KafkaSettings,
+    /// Cluster mode (`crate::cluster`); absent: a single node, exactly as without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// `[cluster]`: this node's place in a cluster (`crate::cluster::config`). Every field is
+/// required once the section is there; the section is taken whole from one layer (file).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// This node's availability zone (its entry in `members` must say the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The UDP address peers dial (shard i: port + i); port 0 (tests): each shard picks one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_addr: Option<SocketAddr>,
+    /// PEM certificate of this node, signed by the cluster CA, naming `sluice-node-<id>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// PEM cluster CA: every peer's certificate must chain to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+    /// The bootstrap membership, this node included (1 to 7 members).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<MemberSettings>>,
+}
+
+/// One `[[cluster.members]]` entry: ids as `sluice cluster init-node` prints them, and the
+/// member's addresses (peer, and the clients': for forwarding and Kafka metadata).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberSettings {
+    pub id: u64,
+    /// 32 hex digits.
+    pub disk: String,
+    pub zone: String,
+    pub peer_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub quic_addr: SocketAddr,
+    /// Absent: the member serves no Kafka.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_addr: Option<SocketAddr>,
+}
+
+/// Why [`Settings::broker_config`] could not prepare a start.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("preparing the data dir: {0}")]
+    DataDir(#[from] std::io::Error),
+    #[error("cluster: {0}")]
+    Cluster(#[from] crate::cluster::ClusterConfigError),
 }
 
 /// `[kafka]`: the Kafka protocol listener (`crate::kafka`) on Sluice's topics.
@@ -310,6 +364,7 @@ impl Settings {
                 addr: self.kafka.addr.or(below.kafka.addr),
                 advertised_host: self.kafka.advertised_host.or(below.kafka.advertised_host),
             },
+            cluster: self.cluster.or(below.cluster),
             quotas: QuotaSettings {
                 requests_per_s: self.quotas.requests_per_s.or(below.quotas.requests_per_s),
                 bytes_per_s: self.quotas.bytes_per_s.or(below.quotas.bytes_per_s),
@@ -372,6 +427,7 @@ impl Settings {
                 queues_per_account: Some(crate::auth::quota::QUEUES_PER_ACCOUNT_DEFAULT),
                 stored_bytes_per_account: None,
             },
+            cluster: None,
         }
     }
 
@@ -456,6 +512,10 @@ impl Settings {
                 "auth.mode = \"sigv4\" needs auth.access_keys (or SLUICE_ACCESS_KEYS)".into(),
             ));
         }
+        if let Some(cluster) = &s.cluster {
+            crate::cluster::config::check_settings(cluster)
+                .map_err(|e| ConfigError(e.to_string()))?;
+        }
         Ok(s)
     }
 
@@ -505,12 +565,22 @@ impl Settings {
     }
 
     /// The broker configuration of resolved settings. Creates the data dir and its receipt key
-    /// (the only side effect), so call it only to start.
-    pub fn broker_config(&self) -> std::io::Result<BrokerConfig> {
+    /// (and in cluster mode, on first start, the node's identity: `crate::cluster::identity`),
+    /// so call it only to start.
+    pub fn broker_config(&self) -> Result<BrokerConfig, PrepareError> {
         let data_dir = self.data_dir.clone().unwrap_or("sluice-data".into());
-        let mut c = BrokerConfig::embedded(data_dir)?;
         let d = Settings::defaults();
-        c.shards = self.shards.or(d.shards).expect("default");
+        let shards = self.shards.or(d.shards).expect("default");
+        // Before anything else is written to the data dir: the identity check looks for data.
+        let cluster = match &self.cluster {
+            Some(s) => Some(crate::cluster::ClusterConfig::prepare(
+                s, &data_dir, shards,
+            )?),
+            None => None,
+        };
+        let mut c = BrokerConfig::embedded(data_dir)?;
+        c.cluster = cluster;
+        c.shards = shards;
         c.default_partitions = self.partitions.unwrap_or(c.shards as u32);
         c.cpus = self.cpus.clone().unwrap_or_default();
         c.spin_before_park_us = self.spin_us;
@@ -602,6 +672,65 @@ mod tests {
         assert_eq!(r.quotas, default.quotas);
         assert_eq!(r.kafka, default.kafka);
         assert_eq!(r.kafka.addr, Some("127.0.0.1:9092".parse().unwrap()));
+    }
+
+    #[test]
+    fn no_cluster_section_is_a_single_node_with_no_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Settings::parse("", "f")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert!(c.cluster.is_none());
+        assert!(!dir
+            .path()
+            .join(crate::cluster::identity::NODE_ID_FILE)
+            .exists());
+        let printed = Settings::default().resolve().unwrap().to_toml();
+        assert!(!printed.contains("cluster"), "{printed}");
+    }
+
+    #[test]
+    fn a_cluster_section_reaches_the_broker_and_prints_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let nodes = crate::cluster::dev::prepare(tmp.path(), 3, 2).unwrap();
+        let s = Settings::load(&nodes[1].config_path)
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let c = s.broker_config().unwrap();
+        let cluster = c.cluster.as_ref().expect("cluster mode");
+        assert_eq!(cluster.identity, nodes[1].identity);
+        assert_eq!(cluster.zone, "z2");
+        assert_eq!(cluster.members.len(), 3);
+        assert_eq!(cluster.peer_addr, nodes[1].peer_addr);
+        // The effective configuration shows the section, and what is printed parses back.
+        let printed = s.redacted().to_toml();
+        assert!(printed.contains("[cluster]"), "{printed}");
+        assert!(printed.contains("[[cluster.members]]"), "{printed}");
+        assert!(printed.contains(&nodes[2].identity.disk_hex()), "{printed}");
+        assert_eq!(Settings::parse(&printed, "printed").unwrap(), s.redacted());
+        assert!(s.to_line().contains("\"members\""));
+    }
+
+    #[test]
+    fn cluster_keys_are_checked_by_name() {
+        let e = Settings::parse("[cluster]\nzones = \"z1\"\n", "f").unwrap_err();
+        assert!(e.0.contains("zones"), "{e}");
+        let e = Settings::parse(
+            "[[cluster.members]]\nid = 1\ndisk = \"1\"\nzone = \"z\"\n\
+             peer_addr = \"127.0.0.1:1\"\nhttp_addr = \"127.0.0.1:2\"\n\
+             quic_addr = \"127.0.0.1:3\"\nkafka = \"x\"\n",
+            "f",
+        )
+        .unwrap_err();
+        assert!(e.0.contains("kafka"), "{e}");
+        let e = Settings::parse("[cluster]\nzone = \"z1\"\n", "f")
+            .unwrap()
+            .resolve()
+            .unwrap_err();
+        assert!(e.0.contains("cluster.peer_addr"), "{e}");
     }
 
     #[test]

@@ -297,6 +297,15 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
     }
     let mut config = match settings.broker_config() {
         Ok(c) => c,
+        Err(crate::config_file::PrepareError::Cluster(e)) => {
+            tracing::error!(error = %e, "cluster configuration refused");
+            eprintln!("{program}: cluster: {e}");
+            return match e {
+                // The data dir's state, not the file, is at fault.
+                crate::cluster::ClusterConfigError::Identity(_) => EXIT_START_FAILED,
+                _ => EXIT_BAD_CONFIG,
+            };
+        }
         Err(e) => {
             tracing::error!(data_dir = ?settings.data_dir, error = %e, "cannot prepare the data dir");
             eprintln!(
@@ -346,6 +355,9 @@ pub fn run(program: &str, args: &DaemonArgs) -> i32 {
         quic_enabled = broker.config.quic_enabled,
         metrics = %broker.config.metrics_addr,
         kafka = ?broker.config.kafka_addr,
+        node = ?broker.config.cluster.as_ref().map(|c| c.identity.node),
+        zone = ?broker.config.cluster.as_ref().map(|c| c.zone.as_str()),
+        peer = ?broker.config.cluster.as_ref().map(|c| c.peer_addr),
         "ready"
     );
     let sig = wait_for_signal(&signals);

@@ -197,6 +197,23 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
         }
         None => None,
     };
+    if let Some(cluster) = &config.cluster {
+        // Each shard binds its own peer port without SO_REUSEPORT; a node killed a moment ago
+        // may still hold its ports, so wait for them like for the others, and claim them.
+        for shard in 0..config.shards.max(1) {
+            let Some(addr) = crate::cluster::config::shard_addr(cluster.peer_addr, shard)
+                .filter(|a| a.port() != 0)
+            else {
+                continue;
+            };
+            let context = |e: std::io::Error| {
+                std::io::Error::new(e.kind(), format!("cluster peer port {addr}: {e}"))
+            };
+            crate::ports::probe(addr, crate::ports::Transport::Udp).map_err(context)?;
+            port_locks
+                .extend(crate::ports::lock(addr, crate::ports::Transport::Udp).map_err(context)?);
+        }
+    }
     let started = std::time::Instant::now();
     // Bound before the shards start, so that port 0 is resolved in the shared config.
     let mut metrics_listener = crate::metrics::serve::bind(config.metrics_addr);
@@ -244,9 +261,15 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                     },
                     None => None,
                 };
+                // Before the shard: what it starts may replicate (crate::cluster::node::local).
+                if let Err(e) = crate::cluster::node::start(id, &config) {
+                    let _ = ready_tx.send(Err(format!("shard {id}: cluster peer transport: {e}")));
+                    return;
+                }
                 let shard = match Shard::start(id, config, joined).await {
                     Ok(s) => s,
                     Err(e) => {
+                        crate::cluster::node::stop().await;
                         let _ = ready_tx.send(Err(format!("shard {id}: {e}")));
                         return;
                     }
@@ -291,6 +314,7 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                     kafka.shutdown().await;
                 }
                 shard.shutdown().await;
+                crate::cluster::node::stop().await;
                 tracing::info!(shard = id, "shard stopped");
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;

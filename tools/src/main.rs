@@ -1,6 +1,7 @@
 //! `sluice`: the Sluice command-line tool — queue admin, dead-letter queues and redrive, the
 //! data plane, and offline log inspection. See `sluice --help`.
 
+mod cluster;
 mod logtool;
 mod net;
 mod output;
@@ -160,6 +161,12 @@ enum Command {
     /// wherever `sluice` alone was installed (`cargo install`, `cargo run --bin sluice`).
     #[command(after_help = sluice_broker::daemon::SETTINGS_HELP)]
     Serve(Box<sluice_broker::daemon::DaemonArgs>),
+    /// Cluster nodes: a node's identity (node id, disk id) and its certificate.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCmd),
+    /// Development helpers: a local multi-node cluster.
+    #[command(subcommand)]
+    Dev(cluster::DevCmd),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(
         after_help = "Example (bash): sluice completions bash > /etc/bash_completion.d/sluice"
@@ -454,6 +461,8 @@ fn run(cli: Cli) -> Result<i32, CliError> {
             Ok(if corrupt { exit::CORRUPT } else { exit::OK })
         }
         Command::Serve(args) => Ok(sluice_broker::daemon::run("sluice serve", &args)),
+        Command::Cluster(c) => cluster::run(format, c),
+        Command::Dev(c) => cluster::run_dev(format, c),
         Command::Topic(c) => net::run(&cli.conn, format, net::Op::Topic(c)),
         Command::Group(c) => net::run(&cli.conn, format, net::Op::Group(c)),
         Command::Tail(a) => net::run_tail(&cli.conn, format, a),

@@ -1177,3 +1177,72 @@ fn topic_produce_writes_what_tail_reads() {
     let out = b.run(&["--output", "json", "topic", "produce", "nope", "v"]);
     assert_eq!(out.status.code(), Some(1), "unknown topic: broker error");
 }
+
+#[test]
+fn cluster_init_node_and_certs_make_an_identity_and_a_certificate() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data").display().to_string();
+    let init = [
+        "--output",
+        "json",
+        "cluster",
+        "init-node",
+        "--data-dir",
+        &data,
+    ];
+    let first = ok_json(&sluice(&init, None), &init);
+    assert_eq!(first["created"], true, "{first}");
+    let id = first["node_id"].as_u64().expect("node id");
+    assert!(id > 0);
+    assert_eq!(first["disk"].as_str().expect("disk").len(), 32, "{first}");
+    // Again: the same identity, not a new one.
+    let second = ok_json(&sluice(&init, None), &init);
+    assert_eq!(second["created"], false);
+    assert_eq!(
+        (&second["node_id"], &second["disk"]),
+        (&first["node_id"], &first["disk"])
+    );
+
+    let ca = tmp.path().join("ca").display().to_string();
+    let out = tmp.path().join("node").display().to_string();
+    let id_arg = id.to_string();
+    let certs = [
+        "--output",
+        "json",
+        "cluster",
+        "certs",
+        "--ca-dir",
+        &ca,
+        "--node-id",
+        &id_arg,
+        "--out",
+        &out,
+    ];
+    let made = ok_json(&sluice(&certs, None), &certs);
+    assert_eq!(made["ca_created"], true, "{made}");
+    let cert = std::fs::read(made["cert"].as_str().expect("cert path")).expect("cert file");
+    assert!(String::from_utf8_lossy(&cert).contains("BEGIN CERTIFICATE"));
+    assert!(Path::new(made["key"].as_str().expect("key path")).exists());
+    let again = ok_json(&sluice(&certs, None), &certs);
+    assert_eq!(again["ca_created"], false, "the CA is made once");
+
+    let zero = [
+        "cluster",
+        "certs",
+        "--ca-dir",
+        &ca,
+        "--node-id",
+        "0",
+        "--out",
+        &out,
+    ];
+    assert_eq!(sluice(&zero, None).status.code(), Some(2));
+    // A data dir that holds data without an identity is refused, and left without one.
+    let old = tmp.path().join("old");
+    std::fs::create_dir_all(old.join("queues")).expect("data");
+    let old_s = old.display().to_string();
+    let refused = sluice(&["cluster", "init-node", "--data-dir", &old_s], None);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("no node.id"));
+    assert!(!old.join("node.id").exists());
+}

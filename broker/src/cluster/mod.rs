@@ -8,6 +8,10 @@
 //! | `supervisor`| [`PartitionSupervisor`]: a queue partition's actor on its leader only     |
 //! | `replicated`| [`ReplicaHost`]: a shard's replicas, their driver tasks and the router   |
 //! |             | from the transport; [`ReplicatedLog`]: a replica behind `PartitionLog`  |
+//! | `identity`  | [`NodeIdentity`]: node id and disk id, made once in `<data>/node.id`    |
+//! | `config`    | [`ClusterConfig`]: the `[cluster]` section checked against this node    |
+//! | `node`      | [`ShardNode`]: one shard's transport to the same shard of every member  |
+//! | `dev`       | a local cluster for development (`sluice dev cluster`), certificates    |
 //!
 //! The peer endpoint is separate from the clients' (`crate::quic`): its own UDP port, its own
 //! ALPN (`sluice-peer/1`, so a client cannot speak Raft and a peer cannot open the client
@@ -71,6 +75,15 @@ pub use replicated::{
     HostStats, ReplicaEnv, ReplicaHost, ReplicatedLog, ReplicatedTicket, REPLICA_INBOX_MAX,
     TICK_INTERVAL_MS,
 };
+pub mod config;
+pub mod dev;
+pub mod identity;
+pub mod node;
+mod transport;
+
+pub use config::{ClusterConfig, ClusterConfigError, Member, MEMBERS_MAX};
+pub use identity::{IdentityError, NodeIdentity};
+pub use node::ShardNode;
 
 pub use transport::{
     node_cert_name, node_id_from_cert, FrameError, PeerTransport, PeerTransportConfig, Received,

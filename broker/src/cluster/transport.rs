@@ -2,7 +2,7 @@
 //! module doc of `crate::cluster` for the connection and stream layout).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -287,6 +287,8 @@ struct Inner {
     inbox: LocalSender<Received>,
     counters: Counters,
     closed: Cell<bool>,
+    /// Peers with an established outgoing connection now.
+    connected: RefCell<BTreeSet<NodeId>>,
 }
 
 /// One shard's transport to the other nodes. `!Send`: it lives on the executor that bound it.
@@ -352,6 +354,7 @@ impl PeerTransport {
             inbox,
             counters: Counters::default(),
             closed: Cell::new(false),
+            connected: RefCell::new(BTreeSet::new()),
         });
         glommio::spawn_local(accept_loop(inner.clone())).detach();
         Ok((Self { inner }, inbox_rx))
@@ -397,16 +400,7 @@ impl PeerTransport {
         let peer = peers
             .get_mut(&peer_id)
             .ok_or(SendError::UnknownPeer(peer_id))?;
-        if let Some((hb_rx, bulk_rx)) = peer.idle.take() {
-            glommio::spawn_local(run_peer(
-                self.inner.clone(),
-                peer_id,
-                peer.addr,
-                hb_rx,
-                bulk_rx,
-            ))
-            .detach();
-        }
+        self.start_peer(peer_id, peer);
         let queue = match kind {
             StreamKind::Heartbeat => &peer.heartbeat,
             StreamKind::Bulk => &peer.bulk,
@@ -420,6 +414,37 @@ impl PeerTransport {
         })
     }
 
+    /// Connects to `node` now rather than on the first send (and keeps reconnecting), so that
+    /// the connection is up before Raft needs it and its state shows in the metrics.
+    pub fn dial(&self, node: NodeId) -> Result<(), SendError> {
+        if self.inner.closed.get() {
+            return Err(SendError::Closed);
+        }
+        let mut peers = self.inner.peers.borrow_mut();
+        let peer = peers.get_mut(&node).ok_or(SendError::UnknownPeer(node))?;
+        self.start_peer(node, peer);
+        Ok(())
+    }
+
+    /// Starts `peer`'s connection task unless it runs.
+    fn start_peer(&self, node: NodeId, peer: &mut Peer) {
+        if let Some((hb_rx, bulk_rx)) = peer.idle.take() {
+            glommio::spawn_local(run_peer(
+                self.inner.clone(),
+                node,
+                peer.addr,
+                hb_rx,
+                bulk_rx,
+            ))
+            .detach();
+        }
+    }
+
+    /// The peers this transport has an established outgoing connection to, ascending.
+    pub fn connected(&self) -> Vec<NodeId> {
+        self.inner.connected.borrow().iter().copied().collect()
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> TransportStats {
         *self.inner.counters.0.borrow()
@@ -428,6 +453,7 @@ impl PeerTransport {
     /// Closes every connection and the endpoint; peer tasks end.
     pub async fn close(&self) {
         self.inner.closed.set(true);
+        self.inner.connected.borrow_mut().clear();
         // Dropping the queues' senders ends the peer tasks' pumps.
         self.inner.peers.borrow_mut().clear();
         self.inner.endpoint.shutdown(Duration::ZERO).await;
@@ -472,7 +498,9 @@ async fn run_peer(
             Ok(conn) => {
                 inner.counters.bump(|s| &mut s.connects);
                 backoff = BACKOFF_MIN;
+                inner.connected.borrow_mut().insert(peer);
                 let result = serve_link(&inner, &conn, &hb_rx, &bulk_rx).await;
+                inner.connected.borrow_mut().remove(&peer);
                 if inner.closed.get() {
                     break;
                 }

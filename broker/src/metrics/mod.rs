@@ -381,6 +381,8 @@ pub struct ShardSnapshot {
     pub readahead: crate::stream::readahead::ReadAheadStats,
     pub readahead_bytes: u64,
     pub partitions: Vec<PartitionSnapshot>,
+    /// The shard's peer transport, in cluster mode (`crate::cluster::node`).
+    pub peer: Option<crate::cluster::node::PeerSnapshot>,
 }
 
 /// This thread's counters plus the given partitions. On a glommio executor thread (a shard).
@@ -442,6 +444,7 @@ fn thread_snapshot(
         readahead: crate::stream::readahead::shard_stats(),
         readahead_bytes: crate::stream::readahead::reserved_bytes() as u64,
         partitions,
+        peer: crate::cluster::node::local_snapshot(),
     })
 }
 
@@ -976,6 +979,11 @@ pub fn render(
             let _ = writeln!(out, "{name}{{shard=\"{}\"}} {v}", s.shard);
         }
     }
+    let peers: Vec<_> = snapshots
+        .iter()
+        .filter_map(|s| s.peer.as_ref().map(|p| (s.shard, p)))
+        .collect();
+    crate::cluster::node::render(&mut out, &peers);
     out
 }
 

@@ -1,0 +1,191 @@
+//! `sluice cluster init-node`, `sluice cluster certs` and `sluice dev cluster`: the CLI over
+//! `sluice_broker::cluster::{identity, dev}`.
+
+use crate::output::{self, exit, CliError, Format};
+use clap::Subcommand;
+use serde_json::{json, Value};
+use sluice_broker::cluster::dev::{self, DevCluster, DevError};
+use sluice_broker::cluster::identity::{self, Provenance, NODE_ID_MAX};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How often `dev cluster` looks at its nodes while it waits for Ctrl-C.
+const WATCH_STEP: Duration = Duration::from_millis(250);
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Make (at the first call) or show a data dir's node identity: the node id and disk id
+    /// its `[[cluster.members]]` entry lists. `sluiced` in cluster mode makes the same one at
+    /// its first start; a data dir holding data but no identity is refused.
+    InitNode {
+        /// The node's data dir (created if missing).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Make a node certificate (DNS name `sluice-node-<id>`, for mutual TLS between nodes),
+    /// signed by the cluster CA in --ca-dir, which is made there if it has none. Writes
+    /// node-cert.pem and node-key.pem in --out, replacing them.
+    Certs {
+        /// The cluster CA's directory (ca-cert.pem, ca-key.pem).
+        #[arg(long)]
+        ca_dir: PathBuf,
+        /// The node's id (from `sluice cluster init-node`).
+        #[arg(long)]
+        node_id: u64,
+        /// Where to write the node's certificate and key.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DevCmd {
+    /// Run a local cluster of `sluiced` processes on loopback until Ctrl-C: data dirs, node
+    /// identities, a CA and certificates, one config file per node (zones z1, z2, ...) in
+    /// --dir, every listener on a free loopback port. Run it again on the same dir to restart
+    /// the same nodes. `sluiced` is $SLUICED_BIN, else the one next to this binary.
+    Cluster {
+        /// Nodes, 1-7.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Where the cluster's files live.
+        #[arg(long, default_value = "sluice-cluster")]
+        dir: PathBuf,
+        /// Shards (cores) per node.
+        #[arg(long, default_value_t = 1)]
+        shards: usize,
+    },
+}
+
+fn dev_error(e: DevError) -> CliError {
+    match e {
+        DevError::Nodes(_) | DevError::Shards(_) | DevError::NoSluiced(_) => {
+            CliError::usage(e.to_string())
+        }
+        _ => CliError {
+            code: exit::SERVER,
+            kind: "cluster",
+            message: e.to_string(),
+        },
+    }
+}
+
+pub fn run(format: Format, cmd: ClusterCmd) -> Result<i32, CliError> {
+    match cmd {
+        ClusterCmd::InitNode { data_dir } => {
+            let (id, how) = identity::load_or_create(&data_dir).map_err(|e| CliError {
+                code: exit::SERVER,
+                kind: "identity",
+                message: e.to_string(),
+            })?;
+            output::print(
+                format,
+                &json!({
+                    "node_id": id.node,
+                    "disk": id.disk_hex(),
+                    "created": how == Provenance::Created,
+                    "data_dir": data_dir.display().to_string(),
+                }),
+            );
+            Ok(exit::OK)
+        }
+        ClusterCmd::Certs {
+            ca_dir,
+            node_id,
+            out,
+        } => {
+            if node_id == 0 || node_id > NODE_ID_MAX {
+                return Err(CliError::usage(format!(
+                    "--node-id {node_id}: a node id is 1 to {NODE_ID_MAX} (from `sluice cluster \
+                     init-node`)"
+                )));
+            }
+            let ca = dev::Ca::load_or_create(&ca_dir).map_err(dev_error)?;
+            let cert = ca.issue_node_cert(node_id, &out).map_err(dev_error)?;
+            output::print(
+                format,
+                &json!({
+                    "node_id": node_id,
+                    "ca": ca.cert_path.display().to_string(),
+                    "ca_created": ca.provenance == Provenance::Created,
+                    "cert": cert.cert.display().to_string(),
+                    "key": cert.key.display().to_string(),
+                }),
+            );
+            Ok(exit::OK)
+        }
+    }
+}
+
+pub fn run_dev(format: Format, cmd: DevCmd) -> Result<i32, CliError> {
+    let DevCmd::Cluster { nodes, dir, shards } = cmd;
+    let sluiced = dev::find_sluiced().map_err(dev_error)?;
+    let laid_out = dev::prepare(&dir, nodes, shards).map_err(dev_error)?;
+    // Before the nodes start: they inherit the mask and wait for the signals themselves.
+    let signals = dev::block_signals();
+    eprintln!(
+        "starting {} nodes ({} shard(s) each) with {}",
+        laid_out.len(),
+        shards,
+        sluiced.display()
+    );
+    let mut cluster =
+        DevCluster::start(laid_out, &sluiced, dev::READY_TIMEOUT).map_err(dev_error)?;
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    match format {
+        Format::Json => output::print(format, &describe_json(&cluster.nodes)),
+        Format::Table => print!("{}", dev::describe(&cluster.nodes, &dir)),
+    }
+    eprintln!(
+        "the cluster runs; Ctrl-C stops it. Until replication is wired (issue 41) each node \
+         serves its own data."
+    );
+    let mut running = cluster.nodes.len();
+    loop {
+        if let Some(sig) = dev::wait_for_signal(&signals, WATCH_STEP) {
+            eprintln!("signal {sig}: stopping the nodes");
+            break;
+        }
+        for (node, status) in cluster.exited() {
+            running -= 1;
+            eprintln!(
+                "node{node} exited ({status}); its log: {}",
+                cluster.nodes[node - 1].log_path.display()
+            );
+        }
+        if running == 0 {
+            return Err(CliError {
+                code: exit::SERVER,
+                kind: "cluster",
+                message: "every node exited".into(),
+            });
+        }
+    }
+    cluster.stop();
+    eprintln!("stopped; run the same command again to restart the same nodes");
+    Ok(exit::OK)
+}
+
+fn describe_json(nodes: &[dev::DevNode]) -> Value {
+    Value::Array(
+        nodes
+            .iter()
+            .map(|n| {
+                json!({
+                    "node": n.index,
+                    "node_id": n.identity.node,
+                    "disk": n.identity.disk_hex(),
+                    "zone": n.zone,
+                    "http_addr": n.http_addr.to_string(),
+                    "quic_addr": n.quic_addr.to_string(),
+                    "kafka_addr": n.kafka_addr.to_string(),
+                    "metrics_addr": n.metrics_addr.to_string(),
+                    "peer_addr": n.peer_addr.to_string(),
+                    "quic_cert": n.quic_cert().display().to_string(),
+                    "config": n.config_path.display().to_string(),
+                    "log": n.log_path.display().to_string(),
+                })
+            })
+            .collect(),
+    )
+}

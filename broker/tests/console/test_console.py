@@ -326,7 +326,7 @@ def test_see_a_groups_lag(open_broker, driver, topic):
     wait_text(driver, "#lag-table", topic)
     row = driver.find_element(By.CSS_SELECTOR, "#lag-table tr.lag-row")
     assert [td.text for td in row.find_elements(By.CSS_SELECTOR, "td")] == [topic, "0", "2", "6", "4"]
-    wait_text(driver, "#chart-lag .legend", "lag: 4")
+    wait_text(driver, "#chart-lag .legend", f"{topic}[0]: 4")
     shot(driver, "group")
 
 

@@ -463,9 +463,12 @@ async function pageGroups() {
 async function pageGroup(name) {
   const members = el("div", { id: "group-members" });
   const lags = el("div", { id: "group-lags" });
-  const lagChart = chart("chart-lag", "Total lag (records) over time", ["lag"]);
+  const charts = el("div", { className: "charts" });
+  // One line per partition, made when the partitions are first known (and again if they change).
+  let lagChart = null;
+  let lagKeys = "";
   view(el("h1", {}, "Consumer group ", el("span", { id: "group-name" }, name)),
-    el("h2", {}, "Members and assignments"), members, el("h2", {}, "Lag per partition"), lags, el("div", { className: "charts" }, lagChart.box));
+    el("h2", {}, "Members and assignments"), members, el("h2", {}, "Lag per partition"), lags, charts);
   every(2000, () => guarded(async () => {
     const g = await api("group?" + q({ name }));
     members.replaceChildren(g.members.length ? table(["Member", "Assigned partitions"], g.members.map((m) => el("tr", {},
@@ -473,7 +476,13 @@ async function pageGroup(name) {
     lags.replaceChildren(table(["Topic", "Partition", "Committed", "Latest", "Lag"], g.partitions.map((p) => el("tr", { className: "lag-row" },
       el("td", {}, p.topic), el("td", { className: "num" }, p.partition), el("td", { className: "num" }, p.committed),
       el("td", { className: "num" }, p.latest), el("td", { className: "num lag" }, p.lag))), "lag-table"));
-    lagChart.push(g.now_ms, [g.partitions.reduce((s, p) => s + p.lag, 0)]);
+    const keys = g.partitions.map((p) => `${p.topic}[${p.partition}]`);
+    if (keys.join(",") !== lagKeys) {
+      lagKeys = keys.join(",");
+      lagChart = chart("chart-lag", "Lag per partition (records) over time", keys);
+      charts.replaceChildren(lagChart.box);
+    }
+    lagChart.push(g.now_ms, g.partitions.map((p) => p.lag));
   }));
 }
 

@@ -47,3 +47,14 @@ fi
 if ! "$VENV/bin/python" -c 'import requests, yaml' >/dev/null 2>&1; then
   "$VENV/bin/pip" install --quiet requests pyyaml
 fi
+# The web console's browser suite (broker/tests/console): a real headless Chromium driven over
+# WebDriver by selenium (from PyPI, in the same venv). Debian's chromium and chromium-driver;
+# selenium is given both paths, so it never downloads a browser or a driver of its own.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver
+fi
+if ! "$VENV/bin/python" -c 'import selenium' >/dev/null 2>&1; then
+  "$VENV/bin/pip" install --quiet selenium
+fi

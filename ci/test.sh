@@ -64,4 +64,16 @@ PYTHONDONTWRITEBYTECODE=1 timeout 300 target/py-venv/bin/python -m pytest -q -p 
 if [ "$rc" -eq 5 ]; then
   echo "Dashboards and alerts test: pytest collected no tests (exit 5) -- failing" >&2
 fi
+[ "$rc" -eq 0 ] || exit "$rc"
+
+# The web console's browser suite (broker/tests/console): a real headless Chromium (Debian's
+# chromium + chromium-driver, driven by selenium) against real sluiced processes. About 15 s
+# here; the budget of 10 minutes only catches a hung browser. Screenshots of every page go
+# to target/console-screenshots.
+echo "== Web console browser suite (real sluiced, headless Chromium over WebDriver)"
+PYTHONDONTWRITEBYTECODE=1 timeout 600 target/py-venv/bin/python -m pytest -q -p no:cacheprovider \
+  -W ignore::DeprecationWarning broker/tests/console || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "Web console suite: pytest collected no tests (exit 5) -- failing" >&2
+fi
 exit "$rc"

@@ -9,6 +9,7 @@ pub mod config;
 pub mod config_fds;
 pub mod config_file;
 pub mod config_perms;
+pub mod console;
 pub mod daemon;
 pub mod disk;
 pub mod engine;

@@ -1,6 +1,7 @@
 //! The metrics and health listener on shard 0: `GET /metrics` (Prometheus text), `/health`
 //! (liveness: 200 while the process serves), `/ready` (readiness: 200 once every shard has
-//! started its front ends, 503 before). hyper's HTTP/1.1 on glommio, as the SQS front end.
+//! started its front ends, 503 before), and the web console under `/console/` (`crate::console`:
+//! its own login, sessions and CSRF checks). hyper's HTTP/1.1 on glommio, as the SQS front end.
 //!
 //! The endpoint is unauthenticated (as Prometheus endpoints are): keep it on loopback or a
 //! private network (the default is 127.0.0.1:9400). Per-queue and per-group series name
@@ -69,6 +70,7 @@ pub async fn serve(shard: Rc<Shard>, listener: std::net::TcpListener, readiness:
     tracing::info!(addr = ?addr, "metrics and health endpoint listening");
     let slots = Slots::new(CONNECTIONS_MAX);
     let scrapes = Rc::new(Cell::new(0usize));
+    let console = Rc::new(crate::console::Console::default());
     let mut accept_errors = AcceptErrors::new("metrics");
     loop {
         let stream = match listener.accept().await {
@@ -87,15 +89,26 @@ pub async fn serve(shard: Rc<Shard>, listener: std::net::TcpListener, readiness:
             continue;
         };
         let (shard, readiness, scrapes) = (shard.clone(), readiness.clone(), scrapes.clone());
+        let console = console.clone();
+        let peer = stream.peer_addr().ok().map(|a| a.ip());
         glommio::spawn_local(async move {
             let slot = Rc::new(slot);
             let in_service = slot.clone();
             let service = hyper::service::service_fn(move |req| {
-                let (shard, readiness, scrapes) =
-                    (shard.clone(), readiness.clone(), scrapes.clone());
+                let (shard, readiness, scrapes, console) = (
+                    shard.clone(),
+                    readiness.clone(),
+                    scrapes.clone(),
+                    console.clone(),
+                );
                 let busy = in_service.busy();
                 async move {
-                    let r = handle(&shard, &readiness, &scrapes, req).await;
+                    let path = req.uri().path();
+                    let r = if path == "/console" || path.starts_with("/console/") {
+                        console_request(&console, &shard, &readiness, peer, req).await
+                    } else {
+                        handle(&shard, &readiness, &scrapes, req).await
+                    };
                     drop(busy);
                     Ok::<_, std::convert::Infallible>(r)
                 }
@@ -125,6 +138,59 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
         http::HeaderValue::from_static(content_type),
     );
     r
+}
+
+/// The time a console request's body may take to arrive.
+pub const CONSOLE_BODY_READ_TIMEOUT_MS: u64 = 10_000;
+
+/// Reads a console request's body (bounded in size and time) and hands it to `console`.
+async fn console_request(
+    console: &crate::console::Console,
+    shard: &Rc<Shard>,
+    readiness: &Readiness,
+    peer: Option<std::net::IpAddr>,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt;
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    let (parts, body) = req.into_parts();
+    let limited = http_body_util::Limited::new(body, crate::console::API_BODY_BYTES_MAX);
+    let read = Box::pin(limited.collect());
+    let timeout = Box::pin(glommio::timer::sleep(Duration::from_millis(
+        CONSOLE_BODY_READ_TIMEOUT_MS,
+    )));
+    let body = match futures::future::select(read, timeout).await {
+        futures::future::Either::Left((Ok(b), _)) => b.to_bytes(),
+        futures::future::Either::Left((Err(_), _)) => {
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                PLAIN,
+                "request body too large or unreadable\n".into(),
+            )
+        }
+        futures::future::Either::Right(_) => {
+            return text(
+                StatusCode::REQUEST_TIMEOUT,
+                PLAIN,
+                "request body did not arrive in time\n".into(),
+            )
+        }
+    };
+    crate::console::handle(
+        console,
+        shard,
+        crate::console::RequestInfo {
+            method: &parts.method,
+            path: parts.uri.path(),
+            query: parts.uri.query().unwrap_or(""),
+            headers: &parts.headers,
+            body,
+            peer,
+            ready: readiness.is_ready(),
+            uptime_s: readiness.started.elapsed().as_secs_f64(),
+        },
+    )
+    .await
 }
 
 /// Counts a `/metrics` render while it runs.
@@ -215,7 +281,7 @@ async fn handle<B>(
         _ => text(
             StatusCode::NOT_FOUND,
             PLAIN,
-            "not found: try /metrics, /health or /ready\n".into(),
+            "not found: try /metrics, /health, /ready or /console/\n".into(),
         ),
     }
 }

@@ -808,6 +808,15 @@ mod tests {
                 from_kafka(&Bytes::from(flipped), 0).err(),
                 Some(code::CORRUPT_MESSAGE)
             );
+            // A flipped header byte that decompression never reads (the max timestamp): only
+            // the CRC tells.
+            let mut stamp = k.clone();
+            stamp[40] ^= 0x01;
+            assert_eq!(
+                from_kafka(&Bytes::from(stamp), 0).err(),
+                Some(code::CORRUPT_MESSAGE),
+                "codec {codec}: the CRC covers the header"
+            );
             // Cut in half, with a CRC that matches: the decompressor (or the record walk)
             // catches it.
             let half = with_payload(&k, codec, &payload[..payload.len() / 2]);

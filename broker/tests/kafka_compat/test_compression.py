@@ -324,6 +324,7 @@ def test_bombs_and_corrupt_compressed_batches_are_refused_and_memory_stays_bound
         flipped[-2] ^= 0x10
         assert produce_code(raw, topic, bytes(flipped))[0] == CORRUPT_MESSAGE, codec
     growth = peak - before
+    print(f"sluiced RSS {before >> 20} MiB before the bombs, peak {peak >> 20} MiB")
     assert growth < DECOMPRESSION_SHARD_BYTES_MAX, \
         f"sluiced grew by {growth >> 20} MiB decompressing bombs of up to 512 MiB"
     # Nothing bad was stored, and the connection goes on: the next offsets are 1, 2, 3...

@@ -58,3 +58,25 @@ fi
 if ! "$VENV/bin/python" -c 'import selenium' >/dev/null 2>&1; then
   "$VENV/bin/pip" install --quiet selenium
 fi
+# Compressed Kafka batches (broker/tests/kafka_compat/test_compression.py): kafka-python's
+# codecs (cramjam for snappy, lz4, zstandard) and aiokafka, in the same venv.
+if ! "$VENV/bin/python" -c 'import aiokafka, cramjam, lz4.frame, zstandard' >/dev/null 2>&1; then
+  "$VENV/bin/pip" install --quiet aiokafka cramjam python-snappy lz4 zstandard
+fi
+# ... and kafkajs from the npm registry under target/ (kept out of git), with codec packages
+# that need no download beyond npm and no native build: kafkajs-snappy (snappyjs, pure JS),
+# lz4js (pure JS) and @bokuweb/zstd-wasm (WebAssembly shipped in the package). The suite
+# registers lz4js and zstd-wasm as kafkajs' codecs itself (kafkajs_compat.js): kafkajs-lz4 wraps
+# the `lz4` native addon, and @kafkajs/zstd is a native addon that downloads a prebuilt binary.
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+fi
+NODE_DIR=target/node-kafka
+if ! (cd "$NODE_DIR" 2>/dev/null && node -e 'for (const m of ["kafkajs","kafkajs-snappy","lz4js","@bokuweb/zstd-wasm"]) require.resolve(m)') >/dev/null 2>&1; then
+  mkdir -p "$NODE_DIR"
+  [ -f "$NODE_DIR/package.json" ] || echo '{"name":"sluice-kafka-compat","private":true}' > "$NODE_DIR/package.json"
+  (cd "$NODE_DIR" && npm install --silent --no-audit --no-fund \
+    kafkajs@2.2.4 kafkajs-snappy@1.1.0 lz4js@0.2.0 @bokuweb/zstd-wasm@0.0.27)
+fi

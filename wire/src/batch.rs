@@ -17,7 +17,8 @@
 //!  16  u64  checksum             xxh3-64, coverage below
 //!  24  u8   format version       2 (or 1)
 //!  25  u8   reserved (0)
-//!  26  u16  attributes           bit 0: control batch; other bits reserved (0)
+//!  26  u16  attributes           bit 0: control batch; bits 1-3: Kafka codec (below);
+//!                                other bits reserved (0)
 //!  28  u32  record_count         >= 1
 //!  32  i64  first_timestamp_ms
 //!  40  i64  max_timestamp_ms
@@ -40,6 +41,16 @@
 //!
 //! Readers take both versions (a v1 batch reads with term 0); the log stores v2 only, and
 //! rewrites a v1 batch from an older producer as v2 at append ([`upgraded`]).
+//!
+//! **Kafka-compressed batches.** When attribute bits 1-3 hold a codec number (Kafka's: 1 gzip,
+//! 2 snappy, 3 lz4, 4 zstd), the records section is not Sluice records but one Kafka v2 record
+//! batch exactly as a Kafka producer sent it (its 61-byte header, CRC32C and compressed
+//! records): users compress for disk and replication, so the log keeps the compressed bytes
+//! and the Kafka front end serves them as they are. The header's count and timestamps are
+//! those of the Kafka records. This crate does not decompress: [`BatchView::records`] yields
+//! [`BatchError::Compressed`], and [`BatchView::validate_records`] checks the Kafka batch's
+//! framing (length, magic, codec, count), not its records, which the broker checked when it
+//! took the batch (`broker/src/kafka/compression.rs` decompresses, with a byte bound).
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3Default};
 
@@ -65,6 +76,12 @@ pub enum BatchError {
         size_bytes: usize,
         limit_bytes: usize,
     },
+    /// The records are a compressed Kafka batch: the broker decompresses them
+    /// (`broker/src/kafka/compression.rs`), this crate does not.
+    #[error("records compressed with Kafka codec {codec}: decompress the batch first")]
+    Compressed { codec: u8 },
+    #[error("malformed compressed Kafka batch: {0}")]
+    MalformedKafkaBatch(&'static str),
 }
 
 pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"SLB1");
@@ -86,6 +103,19 @@ const RECORD_FIXED_BYTES: usize = 4 + 4 + 8 + 4;
 const NO_KEY: u32 = u32::MAX;
 const CHECKSUM_START: usize = 24;
 pub const ATTR_CONTROL: u16 = 1;
+/// Attribute bits 1-3: the Kafka codec of a Kafka-compressed batch (module docs), 0 for none.
+pub const ATTR_KAFKA_CODEC_MASK: u16 = 0b1110;
+const ATTR_KAFKA_CODEC_SHIFT: u16 = 1;
+/// The largest Kafka codec number (zstd).
+pub const KAFKA_CODEC_MAX: u8 = 4;
+/// Kafka v2 batch layout (big-endian; Kafka's `DefaultRecordBatch`): the fields
+/// [`BatchView::validate_records`] checks in a Kafka-compressed batch.
+pub const KAFKA_BATCH_HEADER_BYTES: usize = 61;
+const KAFKA_LENGTH_AT: usize = 8;
+const KAFKA_MAGIC_AT: usize = 16;
+const KAFKA_ATTRIBUTES_AT: usize = 21;
+const KAFKA_LAST_OFFSET_DELTA_AT: usize = 23;
+const KAFKA_RECORD_COUNT_AT: usize = 57;
 /// A batch may not hold more records than this (bounds per-batch work and allocation).
 pub const BATCH_RECORDS_MAX: u32 = 1 << 20;
 
@@ -311,6 +341,70 @@ impl BatchBuilder {
     }
 }
 
+/// A Kafka-compressed batch (module docs): `kafka_batch`, one Kafka v2 batch as a producer
+/// sent it, behind a Sluice header with its codec, record count and timestamps. The caller
+/// has checked the Kafka batch (CRC32C, records, count); this checks its framing again.
+pub fn encode_kafka_compressed(
+    kafka_batch: &[u8],
+    first_timestamp_ms: i64,
+    max_timestamp_ms: i64,
+) -> Result<Vec<u8>, BatchError> {
+    let (codec, count) = kafka_framing(kafka_batch)?;
+    if count == 0 || count > BATCH_RECORDS_MAX {
+        return Err(BatchError::MalformedKafkaBatch("record count out of range"));
+    }
+    let len = BATCH_HEADER_BYTES + kafka_batch.len();
+    let len32 = u32::try_from(len).map_err(|_| BatchError::TooLarge {
+        size_bytes: len,
+        limit_bytes: u32::MAX as usize,
+    })?;
+    let mut buf = Vec::with_capacity(len);
+    buf.resize(BATCH_HEADER_BYTES, 0);
+    buf.extend_from_slice(kafka_batch);
+    let h = &mut buf[..BATCH_HEADER_BYTES];
+    h[8..12].copy_from_slice(&len32.to_le_bytes());
+    h[12..16].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
+    h[24] = BATCH_FORMAT_VERSION;
+    let attributes = u16::from(codec) << ATTR_KAFKA_CODEC_SHIFT;
+    h[26..28].copy_from_slice(&attributes.to_le_bytes());
+    h[28..32].copy_from_slice(&count.to_le_bytes());
+    h[32..40].copy_from_slice(&first_timestamp_ms.to_le_bytes());
+    h[40..48].copy_from_slice(&max_timestamp_ms.to_le_bytes());
+    h[48..52].copy_from_slice(&(count - 1).to_le_bytes());
+    let sum = checksum(&buf, BATCH_FORMAT_VERSION);
+    buf[16..24].copy_from_slice(&sum.to_le_bytes());
+    Ok(buf)
+}
+
+/// A Kafka v2 batch's codec and record count, once its framing holds: length field equal to
+/// its bytes, magic 2, a codec Sluice knows (not 0: uncompressed batches are stored as Sluice
+/// records), last offset delta = count - 1. Nothing is decompressed.
+pub fn kafka_framing(k: &[u8]) -> Result<(u8, u32), BatchError> {
+    let bad = BatchError::MalformedKafkaBatch;
+    if k.len() < KAFKA_BATCH_HEADER_BYTES {
+        return Err(bad("shorter than a Kafka batch header"));
+    }
+    let be32 = |at: usize| u32::from_be_bytes(k[at..at + 4].try_into().expect("4 bytes"));
+    if be32(KAFKA_LENGTH_AT) as usize != k.len() - 12 {
+        return Err(bad("Kafka batch length differs from its bytes"));
+    }
+    if k[KAFKA_MAGIC_AT] != 2 {
+        return Err(bad("Kafka batch magic is not 2"));
+    }
+    let attributes = u16::from_be_bytes([k[KAFKA_ATTRIBUTES_AT], k[KAFKA_ATTRIBUTES_AT + 1]]);
+    let codec = (attributes & 0x7) as u8;
+    if codec == 0 || codec > KAFKA_CODEC_MAX {
+        return Err(bad("Kafka batch codec unknown or none"));
+    }
+    let count = be32(KAFKA_RECORD_COUNT_AT);
+    if count == 0 || be32(KAFKA_LAST_OFFSET_DELTA_AT) != count - 1 {
+        return Err(bad(
+            "Kafka batch record count and last offset delta disagree",
+        ));
+    }
+    Ok((codec, count))
+}
+
 /// Encodes records into a finished batch (`None` if `records` is empty).
 pub fn encode(records: &[Record]) -> Option<Vec<u8>> {
     let mut b = BatchBuilder::new();
@@ -441,6 +535,12 @@ impl BatchHeader {
     pub fn is_control(&self) -> bool {
         self.attributes & ATTR_CONTROL != 0
     }
+
+    /// The Kafka codec of a Kafka-compressed batch (1 gzip, 2 snappy, 3 lz4, 4 zstd), 0 for a
+    /// batch of Sluice records.
+    pub fn kafka_codec(&self) -> u8 {
+        ((self.attributes & ATTR_KAFKA_CODEC_MASK) >> ATTR_KAFKA_CODEC_SHIFT) as u8
+    }
 }
 
 /// A verified batch borrowed from a buffer.
@@ -488,6 +588,9 @@ impl<'a> BatchView<'a> {
     /// Checks that the records fill the batch exactly, with consecutive offset deltas and
     /// in-bounds lengths, and that the header's timestamps match them.
     pub fn validate_records(&self) -> Result<(), BatchError> {
+        if self.header.kafka_codec() != 0 {
+            return self.validate_kafka_compressed();
+        }
         let mut n = 0u32;
         let mut first = None;
         let mut max = i64::MIN;
@@ -512,12 +615,37 @@ impl<'a> BatchView<'a> {
         Ok(())
     }
 
+    /// A Kafka-compressed batch's framing: a codec Sluice knows on a data batch, and one
+    /// Kafka v2 batch filling the records section with that codec and the header's count.
+    fn validate_kafka_compressed(&self) -> Result<(), BatchError> {
+        let bad = BatchError::MalformedKafkaBatch;
+        let codec = self.header.kafka_codec();
+        if codec > KAFKA_CODEC_MAX || self.header.is_control() {
+            return Err(bad("codec unknown, or on a control batch"));
+        }
+        let (kafka_codec, count) = kafka_framing(self.kafka_batch().unwrap_or_default())?;
+        if kafka_codec != codec || count != self.header.record_count {
+            return Err(bad("Kafka batch codec or count differs from the header's"));
+        }
+        Ok(())
+    }
+
+    /// The Kafka v2 batch a Kafka-compressed batch holds (module docs), `None` for a batch
+    /// of Sluice records.
+    pub fn kafka_batch(&self) -> Option<&'a [u8]> {
+        (self.header.kafka_codec() != 0).then(|| &self.bytes[self.header.header_bytes()..])
+    }
+
+    /// The records, in order; a Kafka-compressed batch yields [`BatchError::Compressed`]
+    /// (the broker decompresses those).
     pub fn records(&self) -> RecordIter<'a> {
+        let codec = self.header.kafka_codec();
         RecordIter {
             rest: &self.bytes[self.header.header_bytes()..],
             index: 0,
             base_offset: self.header.base_offset,
             failed: false,
+            compressed: codec,
         }
     }
 
@@ -533,6 +661,7 @@ impl<'a> BatchView<'a> {
                 index: 0,
                 base_offset: self.header.base_offset,
                 failed: false,
+                compressed: 0,
             }
         } else {
             self.records()
@@ -583,6 +712,8 @@ pub struct RecordIter<'a> {
     index: u32,
     base_offset: u64,
     failed: bool,
+    /// The Kafka codec of a compressed batch: one [`BatchError::Compressed`], then nothing.
+    compressed: u8,
 }
 
 impl<'a> Iterator for RecordIter<'a> {
@@ -591,6 +722,12 @@ impl<'a> Iterator for RecordIter<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.rest.is_empty() {
             return None;
+        }
+        if self.compressed != 0 {
+            self.failed = true;
+            return Some(Err(BatchError::Compressed {
+                codec: self.compressed,
+            }));
         }
         let r = parse_record(self.rest, self.index);
         match r {
@@ -1018,5 +1155,80 @@ mod tests {
             set_term(&mut bytes, 1),
             Err(BatchError::UnsupportedVersion(3))
         );
+    }
+
+    /// A Kafka v2 batch's framing around `payload` (no real records: this crate does not
+    /// look inside; the CRC is not this crate's to check either).
+    fn kafka_frame(codec: u8, count: u32, payload: &[u8]) -> Vec<u8> {
+        let mut k = Vec::new();
+        k.extend_from_slice(&7i64.to_be_bytes()); // base offset (the producer's)
+        let len = (KAFKA_BATCH_HEADER_BYTES - 12 + payload.len()) as i32;
+        k.extend_from_slice(&len.to_be_bytes());
+        k.extend_from_slice(&(-1i32).to_be_bytes()); // leader epoch
+        k.push(2); // magic
+        k.extend_from_slice(&0u32.to_be_bytes()); // crc
+        k.extend_from_slice(&i16::from(codec).to_be_bytes());
+        k.extend_from_slice(&(count as i32 - 1).to_be_bytes());
+        k.extend_from_slice(&[0u8; 8 + 8 + 8 + 2 + 4]); // timestamps, producer, sequence
+        k.extend_from_slice(&(count as i32).to_be_bytes());
+        assert_eq!(k.len(), KAFKA_BATCH_HEADER_BYTES);
+        k.extend_from_slice(payload);
+        k
+    }
+
+    #[test]
+    fn a_kafka_compressed_batch_keeps_its_bytes_and_refuses_a_record_read() {
+        let k = kafka_frame(4, 3, b"zstd bytes");
+        let bytes = encode_kafka_compressed(&k, 10, 30).expect("framing holds");
+        let view = BatchView::parse(&bytes).expect("checksum holds");
+        view.validate_records().expect("framing holds");
+        assert_eq!(view.header.kafka_codec(), 4);
+        assert_eq!(view.header.record_count, 3);
+        assert_eq!(
+            (view.header.first_timestamp_ms, view.header.max_timestamp_ms),
+            (10, 30)
+        );
+        assert_eq!(view.kafka_batch(), Some(&k[..]));
+        let mut records = view.records();
+        assert_eq!(
+            records.next(),
+            Some(Err(BatchError::Compressed { codec: 4 }))
+        );
+        assert_eq!(records.next(), None);
+        // A batch of Sluice records has no Kafka batch.
+        let plain = encode(&[Record::new(1, b"x".to_vec())]).expect("non-empty");
+        assert_eq!(BatchView::parse(&plain).expect("valid").kafka_batch(), None);
+    }
+
+    #[test]
+    fn a_kafka_compressed_batch_with_bad_framing_is_refused() {
+        assert!(encode_kafka_compressed(&kafka_frame(0, 1, b"x"), 0, 0).is_err());
+        assert!(encode_kafka_compressed(&kafka_frame(5, 1, b"x"), 0, 0).is_err());
+        assert!(encode_kafka_compressed(&kafka_frame(1, 0, b"x"), 0, 0).is_err());
+        let mut short = kafka_frame(1, 1, b"xyz");
+        short.pop();
+        assert!(encode_kafka_compressed(&short, 0, 0).is_err());
+        assert!(encode_kafka_compressed(&short[..40], 0, 0).is_err());
+        // A header whose count or codec differs from the Kafka batch's: validate refuses it,
+        // checksum or not (the checksum is recomputed here to reach the check).
+        let good = encode_kafka_compressed(&kafka_frame(2, 2, b"snappy"), 0, 0).expect("ok");
+        for (at, value) in [(28usize, 3u8), (26, 3 << 1)] {
+            let mut bad = good.clone();
+            bad[at] = value;
+            if at == 28 {
+                bad[48] = 2; // last offset delta consistent with the header's count
+            }
+            let sum = checksum(&bad, BATCH_FORMAT_VERSION);
+            bad[16..24].copy_from_slice(&sum.to_le_bytes());
+            let view = BatchView::parse(&bad).expect("checksum recomputed");
+            assert!(view.validate_records().is_err(), "byte {at}");
+        }
+        // The control bit with a codec: refused.
+        let mut control = good.clone();
+        control[26] |= ATTR_CONTROL as u8;
+        let sum = checksum(&control, BATCH_FORMAT_VERSION);
+        control[16..24].copy_from_slice(&sum.to_le_bytes());
+        let view = BatchView::parse(&control).expect("checksum recomputed");
+        assert!(view.validate_records().is_err());
     }
 }

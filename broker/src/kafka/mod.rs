@@ -8,6 +8,7 @@
 //! | `dispatch.rs` | request header, version checks, SASL gate, error answers for what cannot be served |
 //! | `handlers.rs` | one function per API over the `Shard` stream service |
 //! | `records.rs` | Kafka v2 record batches (CRC32C) to and from Sluice's batches |
+//! | `compression.rs` | compressed batches: stored and served as produced, bounded decompression |
 //!
 //! The codec is the `kafka-protocol` crate: its message types are generated from Kafka's own
 //! JSON schemas for every version, so a version is a number passed to `decode`/`encode`, not
@@ -19,6 +20,7 @@
 //!
 //! Like Kafka, a connection's requests are answered one at a time, in order.
 
+pub(crate) mod compression;
 mod dispatch;
 mod handlers;
 mod records;

@@ -2,7 +2,9 @@
 //! codec checks their CRC32C) and their records written straight into one Sluice batch;
 //! fetched batches are encoded from the stored records (checksum verified) with the log's
 //! offsets and timestamps, their keys and values borrowed from the stored bytes, not copied.
+//! Compressed batches are stored and served as they came (`compression.rs`).
 
+use super::compression;
 use super::dispatch::code;
 use crate::stream::{ProducerBatch, StreamError};
 use bytes::{Bytes, BytesMut};
@@ -33,8 +35,9 @@ const SLUICE_RECORD_OVERHEAD_BYTES: usize = 32;
 /// from the decoded Kafka batch into the Sluice batch without another copy. `Err` is Kafka's
 /// error code.
 pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<u8>, Option<ProducerBatch>), i16> {
-    // Checked before decoding: the codec has no decompressors here (no compression features).
+    // Framing checked before decoding; compressed batches go to `compression.rs`.
     let mut at = 0usize;
+    let (mut batches, mut compressed) = (0usize, 0usize);
     while at < bytes.len() {
         if bytes.len() - at < BATCH_HEADER_BYTES {
             return Err(code::CORRUPT_MESSAGE);
@@ -44,9 +47,12 @@ pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<u8>, Option<Produce
         }
         let attributes =
             i16::from_be_bytes([bytes[at + ATTRIBUTES_AT], bytes[at + ATTRIBUTES_AT + 1]]);
-        if attributes & 0x7 != 0 {
-            return Err(code::UNSUPPORTED_COMPRESSION_TYPE);
+        match attributes & 0x7 {
+            0 => {}
+            1..=4 => compressed += 1,
+            _ => return Err(code::UNSUPPORTED_COMPRESSION_TYPE),
         }
+        batches += 1;
         if attributes & 0x30 != 0 {
             // Transactional or control batches: Sluice has no transactions.
             return Err(code::INVALID_RECORD);
@@ -57,6 +63,13 @@ pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<u8>, Option<Produce
             .checked_add(12 + len)
             .filter(|end| *end <= bytes.len())
             .ok_or(code::CORRUPT_MESSAGE)?;
+    }
+    if compressed > 0 {
+        return if batches == 1 {
+            compression::take_compressed(bytes, now_ms)
+        } else {
+            compression::to_sluice_records(bytes, now_ms)
+        };
     }
     let mut buf = bytes.clone();
     let sets = RecordBatchDecoder::decode_all(&mut buf).map_err(|_| code::CORRUPT_MESSAGE)?;
@@ -173,7 +186,7 @@ pub fn to_kafka(batches: &[Bytes], from: u64) -> Result<Bytes, StreamError> {
     let mut out = BytesMut::new();
     for b in batches {
         let v = BatchView::parse(b).map_err(|e| StreamError::Internal(e.to_string()))?;
-        if v.header.is_control() {
+        if v.header.is_control() || compression::serve_compressed(&v, &mut out) {
             continue;
         }
         let mut records = Vec::new();
@@ -288,11 +301,19 @@ mod tests {
             from_kafka(&Bytes::from(crc), 0).err(),
             Some(code::CORRUPT_MESSAGE)
         );
+        // A codec Kafka does not have: Kafka's code for it.
+        let mut unknown = good.to_vec();
+        unknown[ATTRIBUTES_AT + 1] |= 5;
+        assert_eq!(
+            from_kafka(&Bytes::from(unknown), 0).err(),
+            Some(code::UNSUPPORTED_COMPRESSION_TYPE)
+        );
+        // The gzip bit on plain records: its CRC no longer holds (and they do not inflate).
         let mut gz = good.to_vec();
         gz[ATTRIBUTES_AT + 1] |= 1;
         assert_eq!(
             from_kafka(&Bytes::from(gz), 0).err(),
-            Some(code::UNSUPPORTED_COMPRESSION_TYPE)
+            Some(code::CORRUPT_MESSAGE)
         );
         assert_eq!(
             from_kafka(&good.slice(..good.len() - 3), 0).err(),

@@ -58,7 +58,14 @@ pub async fn fetch_topic(ctx: &Ctx, r: wire::FetchRequest) -> Result<FetchReply,
         wait_ms: u64::from(r.wait_ms),
     };
     let t = s.topic(ctx.caller.account.as_str(), &r.topic)?;
-    Ok(s.fetch(&t, r.partition, req).await?)
+    let mut f = s.fetch(&t, r.partition, req).await?;
+    // Native clients read Sluice records: Kafka-compressed batches are rewritten as such
+    // (bounded decompression; the stored bytes stay compressed).
+    for b in &mut f.batches {
+        *b = crate::kafka::compression::sluice_records(b)
+            .map_err(|e| StreamError::Internal(e.to_string()))?;
+    }
+    Ok(f)
 }
 
 /// Runs one stream request (the caller routes only stream kinds here).

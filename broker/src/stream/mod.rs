@@ -166,10 +166,13 @@ pub struct FetchedRecord {
 }
 
 impl FetchReply {
-    /// The records at or after `from`, verified again (the bytes crossed a core).
+    /// The records at or after `from`, verified again (the bytes crossed a core); a
+    /// Kafka-compressed batch is decompressed (bounded, `kafka::compression`).
     pub fn records(&self, from: u64) -> StreamResult<Vec<FetchedRecord>> {
         let mut out = Vec::new();
         for b in &self.batches {
+            let b = &crate::kafka::compression::sluice_records(b)
+                .map_err(|e| StreamError::Internal(e.to_string()))?;
             let v = BatchView::parse(b).map_err(|e| StreamError::Internal(e.to_string()))?;
             for r in v.data_records() {
                 let r = r.map_err(|e| StreamError::Internal(e.to_string()))?;
@@ -781,6 +784,13 @@ impl Shard {
         partition: Option<u32>,
         batch: Vec<u8>,
     ) -> StreamResult<Produced> {
+        // A Kafka-compressed batch is checked (CRC, bounded decompression, records) only by
+        // the Kafka front end, which calls `produce_as`: no other producer may store one.
+        if sluice_storage::BatchHeader::parse(&batch).is_ok_and(|h| h.kafka_codec() != 0) {
+            return Err(StreamError::InvalidBatch(
+                "Kafka-compressed batches are taken from the Kafka protocol only".into(),
+            ));
+        }
         self.produce_as(t, partition, batch, None).await
     }
 

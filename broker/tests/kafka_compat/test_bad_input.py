@@ -111,8 +111,12 @@ def test_corrupt_and_compressed_batches_get_their_codes(broker, topic):
     _, body = raw.request(0, 3, produce_v3(topic, 0, bad_crc))
     assert parse_produce_v3(body)[0][1] == CORRUPT_MESSAGE
     gz = bytearray(good)
-    gz[22] |= 1  # attributes, low byte: gzip
+    gz[22] |= 1  # attributes, low byte: gzip (the CRC covers them: corrupt)
     _, body = raw.request(0, 3, produce_v3(topic, 0, gz))
+    assert parse_produce_v3(body)[0][1] == CORRUPT_MESSAGE
+    codec5 = bytearray(good)
+    codec5[22] |= 5  # a codec Kafka does not have
+    _, body = raw.request(0, 3, produce_v3(topic, 0, codec5))
     assert parse_produce_v3(body)[0][1] == UNSUPPORTED_COMPRESSION_TYPE
     _, body = raw.request(0, 3, produce_v3(topic, 0, good[:30]))
     assert parse_produce_v3(body)[0][1] == CORRUPT_MESSAGE

@@ -438,6 +438,13 @@ impl<F: Fs> Log<F> {
                 if batch.header.max_timestamp_ms < ts_ms || batch.header.last_offset() < from {
                     return true;
                 }
+                if batch.header.kafka_codec() != 0 {
+                    // A Kafka-compressed batch (batch.rs): its records are not read here; its
+                    // first offset answers, as its max timestamp reaches `ts_ms` (a Kafka
+                    // consumer skips the earlier records itself).
+                    found = Some(batch.header.base_offset.max(from));
+                    return false;
+                }
                 for r in batch.view().records() {
                     match r {
                         Ok(r) if r.timestamp_ms >= ts_ms => {

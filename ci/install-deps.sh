@@ -30,3 +30,21 @@ fi
 if ! "$VENV/bin/python" -c 'import kafka, confluent_kafka' >/dev/null 2>&1; then
   "$VENV/bin/pip" install --quiet kafka-python confluent-kafka
 fi
+
+# --- Kafka port security (broker/tests/kafka_compat/test_security.py): openssl makes the test
+# CA and client certificate; kafkajs (from the npm registry, pinned) logs in with SCRAM over
+# TLS. Installed under target/kafkajs (kept out of git); the test finds it there or in
+# $SLUICE_KAFKAJS_DIR.
+sec_missing=()
+command -v openssl >/dev/null 2>&1 || sec_missing+=(openssl)
+command -v node >/dev/null 2>&1 || sec_missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || sec_missing+=(npm)
+if [ ${#sec_missing[@]} -gt 0 ]; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${sec_missing[@]}"
+fi
+if [ ! -f target/kafkajs/node_modules/kafkajs/package.json ]; then
+  mkdir -p target/kafkajs
+  npm install --silent --no-audit --no-fund --prefix target/kafkajs kafkajs@2.2.4
+fi

@@ -1177,3 +1177,43 @@ fn topic_produce_writes_what_tail_reads() {
     let out = b.run(&["--output", "json", "topic", "produce", "nope", "v"]);
     assert_eq!(out.status.code(), Some(1), "unknown topic: broker error");
 }
+
+/// `sluice scram-credential` prints config entries the broker loads, holding no password.
+#[test]
+fn scram_credential_prints_entries_the_broker_loads() {
+    use sluice_broker::auth::scram::Mechanism;
+    let out = sluice(
+        &[
+            "scram-credential",
+            "--user",
+            "alice",
+            "--account",
+            "111111111111",
+        ],
+        Some("correct horse\n"),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        !text.contains("correct horse"),
+        "the password is not printed"
+    );
+    let settings = sluice_broker::config_file::Settings::parse(&text, "stdout")
+        .expect("parses")
+        .resolve()
+        .expect("valid");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = settings;
+    settings.data_dir = Some(dir.path().to_path_buf());
+    let config = settings.broker_config().expect("config");
+    for m in Mechanism::ALL {
+        let c = config.kafka_scram.get("alice", m).expect("both mechanisms");
+        assert_eq!(c.account, "111111111111");
+    }
+    let empty = sluice(&["scram-credential", "--user", "alice"], Some("\n"));
+    assert_eq!(
+        empty.status.code(),
+        Some(2),
+        "an empty password is a usage error"
+    );
+}

@@ -272,7 +272,7 @@ pub const SASL_PLAIN_BYTES_MAX: usize = 1024;
 /// The bare PLAIN message after a SaslHandshake v0: true if it authenticated.
 pub fn sasl_raw(conn: &mut Conn, token: &[u8]) -> bool {
     conn.sasl_raw_next = false;
-    super::sasl::plain(conn, token).is_ok()
+    super::sasl::plain_counted(conn, token)
 }
 
 /// Decodes a request body at its version (the caller answers `INVALID_REQUEST` on failure).

@@ -110,6 +110,22 @@ pub fn plain(conn: &mut Conn, message: &[u8]) -> Result<(), &'static str> {
     settle(conn, account)
 }
 
+/// PLAIN in the bare frame after a SaslHandshake v0 (no Kafka header, no error message):
+/// true if it authenticated. Counted against the peer's failed logins like the others.
+pub fn plain_counted(conn: &mut Conn, message: &[u8]) -> bool {
+    let now_ms = runtime::now_ms();
+    let allowed = conn
+        .peer
+        .is_none_or(|p| FAILED_LOGINS.with(|f| f.borrow().allowed(&p, now_ms)));
+    let ok = allowed && plain(conn, message).is_ok();
+    if !ok {
+        if let Some(p) = conn.peer {
+            FAILED_LOGINS.with(|f| f.borrow_mut().failed(&p, now_ms));
+        }
+    }
+    ok
+}
+
 /// The connection acts as `account` from now on, unless its client certificate already
 /// names another (a certificate and a login must agree, as on QUIC).
 fn settle(conn: &mut Conn, account: String) -> Result<(), &'static str> {

@@ -462,6 +462,7 @@ def test_scram_over_plaintext_and_the_byte_quota_slows_a_producer(quota_broker, 
         p.produce(topic, value, on_delivery=lambda e, m: e and errors.append(e))
         assert p.flush(30) == 0
     elapsed = time.time() - start
+    print(f"byte quota: {n} x {len(value)} bytes produced in {elapsed:.2f} s")
     assert not errors, errors
     # A full bucket lets one second's worth through at once; the rest waits for the rate.
     assert elapsed >= 2.0, f"{n} x {len(value)} bytes in {elapsed:.2f} s: not throttled"

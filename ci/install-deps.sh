@@ -80,3 +80,20 @@ if ! (cd "$NODE_DIR" 2>/dev/null && node -e 'for (const m of ["kafkajs","kafkajs
   (cd "$NODE_DIR" && npm install --silent --no-audit --no-fund \
     kafkajs@2.2.4 kafkajs-snappy@1.1.0 lz4js@0.2.0 @bokuweb/zstd-wasm@0.0.27)
 fi
+# --- Kafka port security (broker/tests/kafka_compat/test_security.py): openssl makes the test
+# CA and client certificate; kafkajs (from the npm registry, pinned) logs in with SCRAM over
+# TLS. Installed under target/kafkajs (kept out of git); the test finds it there or in
+# $SLUICE_KAFKAJS_DIR.
+sec_missing=()
+command -v openssl >/dev/null 2>&1 || sec_missing+=(openssl)
+command -v node >/dev/null 2>&1 || sec_missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || sec_missing+=(npm)
+if [ ${#sec_missing[@]} -gt 0 ]; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${sec_missing[@]}"
+fi
+if [ ! -f target/kafkajs/node_modules/kafkajs/package.json ]; then
+  mkdir -p target/kafkajs
+  npm install --silent --no-audit --no-fund --prefix target/kafkajs kafkajs@2.2.4
+fi

@@ -57,6 +57,10 @@ pub struct BrokerConfig {
     /// The host Kafka clients are told to connect to (metadata, coordinator); `None`: the
     /// listener's IP (127.0.0.1 when it listens on every address).
     pub kafka_advertised_host: Option<String>,
+    /// TLS on the Kafka listener (`SSL`/`SASL_SSL`); `None`: plaintext.
+    pub kafka_tls: Option<crate::kafka::tls::KafkaTlsOptions>,
+    /// SASL/SCRAM credentials of the Kafka listener (salted and hashed; `auth::scram`).
+    pub kafka_scram: crate::auth::scram::ScramStore,
     /// Who may call: SigV4 for the HTTP API and `AKID:SECRET` tokens for the native protocol,
     /// from the same access keys. The embedded default accepts everyone (and says so loudly).
     pub auth: AuthConfig,
@@ -208,6 +212,8 @@ impl BrokerConfig {
             metrics_addr: "127.0.0.1:9400".parse().expect("literal"),
             kafka_addr: Some("127.0.0.1:9092".parse().expect("literal")),
             kafka_advertised_host: None,
+            kafka_tls: None,
+            kafka_scram: Default::default(),
             auth: AuthConfig::open(),
             quotas: Default::default(),
             disk_free_bytes_min: crate::disk::DISK_FREE_BYTES_MIN_DEFAULT,

@@ -136,6 +136,71 @@ pub struct KafkaSettings {
     /// The host clients are told to connect to; unset: the listener's IP.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advertised_host: Option<String>,
+    /// TLS on the listener (clients: `security.protocol=SSL` or `SASL_SSL`). Default false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<bool>,
+    /// PEM certificate chain (with `key`); absent: the QUIC listener's (its files, else the
+    /// self-signed one in the data dir).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// PEM CA bundle client certificates are verified against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
+    /// With `client_ca`: `required` (default; Kafka's `ssl.client.auth=required`) or
+    /// `requested` (a certificate is verified if presented; SASL clients need none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<ClientAuth>,
+    /// Client certificate name (subject CN, else a DNS SAN) → account, as `quic.`'s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_cert_accounts: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// `kafka.client_auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    Required,
+    Requested,
+}
+
+/// One SASL/SCRAM credential of the Kafka listener: what `sluice scram-credential` prints.
+/// The password is not here, only what RFC 5802 lets a server keep.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScramCredentialSetting {
+    pub user: String,
+    /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: String,
+    /// The account the user acts in (default `000000000000`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    pub iterations: u32,
+    /// Base64.
+    pub salt: String,
+    /// Base64 `H(HMAC(SaltedPassword, "Client Key"))`.
+    pub stored_key: String,
+    /// Base64 `HMAC(SaltedPassword, "Server Key")`.
+    pub server_key: String,
+}
+
+impl ScramCredentialSetting {
+    fn credential(&self) -> Result<crate::auth::scram::ScramCredential, String> {
+        let account = self.account.as_deref().unwrap_or(DEFAULT_TENANT);
+        if self.user.is_empty() || !valid_account(account) {
+            return Err("an empty user or a bad account id (1-64 of A-Z a-z 0-9 - _)".into());
+        }
+        crate::auth::scram::ScramCredential::from_encoded(
+            &self.mechanism,
+            account,
+            &self.salt,
+            self.iterations,
+            &self.stored_key,
+            &self.server_key,
+        )
+        .map_err(|e| e.to_string())
+    }
 }
 
 impl KafkaSettings {
@@ -172,6 +237,9 @@ pub struct AuthSettings {
     pub mode: Option<AuthName>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_keys: Option<Vec<AccessKey>>,
+    /// SASL/SCRAM-SHA-256/512 logins on the Kafka port (`sluice scram-credential` makes one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scram_credentials: Option<Vec<ScramCredentialSetting>>,
 }
 
 /// `[http]`: the SQS-compatible HTTP API.
@@ -334,6 +402,7 @@ impl Settings {
             auth: AuthSettings {
                 mode: self.auth.mode.or(below.auth.mode),
                 access_keys: self.auth.access_keys.or(below.auth.access_keys),
+                scram_credentials: self.auth.scram_credentials.or(below.auth.scram_credentials),
             },
             http: HttpSettings {
                 addr: self.http.addr.or(below.http.addr),
@@ -363,6 +432,15 @@ impl Settings {
                 enabled: self.kafka.enabled.or(below.kafka.enabled),
                 addr: self.kafka.addr.or(below.kafka.addr),
                 advertised_host: self.kafka.advertised_host.or(below.kafka.advertised_host),
+                tls: self.kafka.tls.or(below.kafka.tls),
+                cert: self.kafka.cert.or(below.kafka.cert),
+                key: self.kafka.key.or(below.kafka.key),
+                client_ca: self.kafka.client_ca.or(below.kafka.client_ca),
+                client_auth: self.kafka.client_auth.or(below.kafka.client_auth),
+                client_cert_accounts: self
+                    .kafka
+                    .client_cert_accounts
+                    .or(below.kafka.client_cert_accounts),
             },
             cluster: self.cluster.or(below.cluster),
             quotas: QuotaSettings {
@@ -394,6 +472,7 @@ impl Settings {
             auth: AuthSettings {
                 mode: Some(AuthName::None),
                 access_keys: Some(Vec::new()),
+                scram_credentials: None,
             },
             http: HttpSettings {
                 addr: Some("127.0.0.1:9324".parse().expect("literal")),
@@ -420,6 +499,12 @@ impl Settings {
                 enabled: Some(true),
                 addr: Some("127.0.0.1:9092".parse().expect("literal")),
                 advertised_host: None,
+                tls: Some(false),
+                cert: None,
+                key: None,
+                client_ca: None,
+                client_auth: None,
+                client_cert_accounts: None,
             },
             quotas: QuotaSettings {
                 requests_per_s: None,
@@ -466,6 +551,7 @@ impl Settings {
                 )));
             }
         }
+        s.check_kafka_security()?;
         if s.quic.idle_timeout_ms == Some(0) {
             return Err(ConfigError("quic.idle_timeout_ms: must be above 0".into()));
         }
@@ -519,11 +605,63 @@ impl Settings {
         Ok(s)
     }
 
+    /// `[kafka]`'s TLS settings and `auth.scram_credentials`.
+    fn check_kafka_security(&self) -> Result<(), ConfigError> {
+        let k = &self.kafka;
+        if k.cert.is_some() != k.key.is_some() {
+            return Err(ConfigError(
+                "kafka.cert and kafka.key: give both (or neither, for the QUIC listener's \
+                 certificate)"
+                    .into(),
+            ));
+        }
+        let tls_only = k.cert.is_some()
+            || k.client_ca.is_some()
+            || k.client_auth.is_some()
+            || k.client_cert_accounts.is_some();
+        if tls_only && k.tls != Some(true) {
+            return Err(ConfigError(
+                "kafka.cert, key, client_ca, client_auth, client_cert_accounts: need \
+                 kafka.tls = true (the listener is plaintext otherwise)"
+                    .into(),
+            ));
+        }
+        if k.client_ca.is_none() && (k.client_auth.is_some() || k.client_cert_accounts.is_some()) {
+            return Err(ConfigError(
+                "kafka.client_auth, kafka.client_cert_accounts: need kafka.client_ca \
+                 (certificates are only trusted when they chain to it)"
+                    .into(),
+            ));
+        }
+        if let Some((name, _)) = k
+            .client_cert_accounts
+            .iter()
+            .flatten()
+            .find(|(n, a)| n.is_empty() || !valid_account(a))
+        {
+            return Err(ConfigError(format!(
+                "kafka.client_cert_accounts[{name:?}]: an empty name or a bad account id \
+                 (1-64 of A-Z a-z 0-9 - _)"
+            )));
+        }
+        for (i, c) in self.auth.scram_credentials.iter().flatten().enumerate() {
+            c.credential().map_err(|e| {
+                ConfigError(format!("auth.scram_credentials[{i}] ({:?}): {e}", c.user))
+            })?;
+        }
+        Ok(())
+    }
+
     /// The same settings with every secret replaced by [`REDACTED`]: what may be printed.
     pub fn redacted(&self) -> Settings {
         let mut s = self.clone();
         for k in s.auth.access_keys.iter_mut().flatten() {
             k.secret = REDACTED.to_string();
+        }
+        // Not passwords, but with the salt they allow an offline dictionary attack.
+        for c in s.auth.scram_credentials.iter_mut().flatten() {
+            c.stored_key = REDACTED.to_string();
+            c.server_key = REDACTED.to_string();
         }
         s
     }
@@ -626,6 +764,31 @@ impl Settings {
             _ => Some(self.kafka.addr.or(d.kafka.addr).expect("default")),
         };
         c.kafka_advertised_host = self.kafka.advertised_host.clone();
+        if self.kafka.tls == Some(true) {
+            let mut server = c.quic_tls.clone();
+            if let (Some(cert_path), Some(key_path)) = (&self.kafka.cert, &self.kafka.key) {
+                server.identity = ServerIdentity::Files {
+                    cert_path: cert_path.clone(),
+                    key_path: key_path.clone(),
+                };
+            }
+            server.client_ca_path = self.kafka.client_ca.clone();
+            server.client_cert_accounts =
+                self.kafka.client_cert_accounts.clone().unwrap_or_default();
+            c.kafka_tls = Some(crate::kafka::tls::KafkaTlsOptions {
+                server,
+                client_cert_required: self.kafka.client_auth != Some(ClientAuth::Requested),
+            });
+        }
+        for cred in self.auth.scram_credentials.iter().flatten() {
+            // Checked by `resolve`; settings that skipped it are refused here too.
+            let stored = cred
+                .credential()
+                .map_err(|e| std::io::Error::other(format!("auth.scram_credentials: {e}")))?;
+            c.kafka_scram
+                .insert(&cred.user, stored)
+                .map_err(|e| std::io::Error::other(format!("auth.scram_credentials: {e}")))?;
+        }
         c.quotas = crate::auth::quota::QuotaConfig {
             requests_per_s: self.quotas.requests_per_s,
             bytes_per_s: self.quotas.bytes_per_s,
@@ -753,6 +916,64 @@ mod tests {
             .unwrap()
             .broker_config_in(dir.path());
         assert_eq!(default.kafka_addr, Some("127.0.0.1:9092".parse().unwrap()));
+    }
+
+    #[test]
+    fn kafka_tls_is_off_by_default_and_its_settings_need_it_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = Settings::default()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        assert!(default.kafka_tls.is_none(), "plaintext unless asked");
+        let on = "[kafka]\ntls = true\nclient_ca = \"ca.pem\"\nclient_auth = \"requested\"\n\
+                  client_cert_accounts = { \"svc\" = \"111\" }\n";
+        let c = Settings::parse(on, "f")
+            .unwrap()
+            .resolve()
+            .unwrap()
+            .broker_config_in(dir.path());
+        let tls = c.kafka_tls.expect("on");
+        assert!(!tls.client_cert_required);
+        assert_eq!(tls.server.client_cert_accounts["svc"], "111");
+        assert!(
+            matches!(tls.server.identity, ServerIdentity::SelfSigned { .. }),
+            "the broker's (QUIC's) certificate by default"
+        );
+        for bad in [
+            "[kafka]\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
+            "[kafka]\ntls = true\ncert = \"c.pem\"\n",
+            "[kafka]\ntls = true\nclient_auth = \"required\"\n",
+            "[kafka]\ntls = true\nclient_cert_accounts = { \"svc\" = \"111\" }\n",
+            "[kafka]\ntls = true\nclient_ca = \"ca.pem\"\nclient_cert_accounts = { \"svc\" = \"a/b\" }\n",
+        ] {
+            let e = Settings::parse(bad, "f").unwrap().resolve().unwrap_err();
+            assert!(e.0.contains("kafka."), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn scram_credentials_load_from_what_the_cli_prints_and_are_checked() {
+        use crate::auth::scram::{Mechanism, ScramCredential};
+        let dir = tempfile::tempdir().unwrap();
+        let cred = ScramCredential::generate(Mechanism::Sha512, "222", b"pw", 4096).unwrap();
+        let text = cred.toml_entry("alice");
+        let s = Settings::parse(&text, "f").unwrap().resolve().unwrap();
+        assert!(
+            !s.redacted().to_toml().contains(&cred.encoded().1),
+            "stored keys are not printed"
+        );
+        let c = s.broker_config_in(dir.path());
+        assert_eq!(c.kafka_scram.get("alice", Mechanism::Sha512), Some(&cred));
+        let bad = text.replace("iterations = 4096", "iterations = 10");
+        let e = Settings::parse(&bad, "f").unwrap().resolve().unwrap_err();
+        assert!(e.0.contains("auth.scram_credentials[0]"), "{e}");
+        let bad = text.replace("SCRAM-SHA-512", "SCRAM-SHA-256");
+        let e = Settings::parse(&bad, "f").unwrap().resolve().unwrap_err();
+        assert!(
+            e.0.contains("bytes"),
+            "a SHA-512 key is not a SHA-256 one: {e}"
+        );
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
     if config.quic_enabled {
         crate::native::prepare(&config)?;
     }
+    crate::kafka::tls::prepare(&config)?;
     let mut quic_port_reservation = Vec::new();
     let mut port_locks = Vec::new();
     // Reserved whatever the port: port 0 is resolved here, and a port another broker holds

@@ -167,6 +167,14 @@ enum Command {
     /// Development helpers: a local multi-node cluster.
     #[command(subcommand)]
     Dev(cluster::DevCmd),
+    /// Make a SASL/SCRAM login for the broker's Kafka port: reads the password from stdin (its
+    /// first line), prints `[[auth.scram_credentials]]` entries for the broker's config file.
+    /// They hold a random salt and the salted, hashed keys of RFC 5802, not the password.
+    #[command(
+        after_help = "Example: echo \"$PASSWORD\" | sluice scram-credential --user alice \
+        --account 111111111111 >> sluice.toml"
+    )]
+    ScramCredential(ScramCredentialArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(
         after_help = "Example (bash): sluice completions bash > /etc/bash_completion.d/sluice"
@@ -425,9 +433,54 @@ fn fail(format: Format, e: &CliError) -> i32 {
     e.code
 }
 
+#[derive(Args, Debug)]
+struct ScramCredentialArgs {
+    /// The SASL user name clients log in with (`sasl.username`).
+    #[arg(long)]
+    user: String,
+    /// The account (tenant) the user acts in.
+    #[arg(long, default_value = sluice_broker::metadata::DEFAULT_TENANT)]
+    account: String,
+    /// SCRAM-SHA-256, SCRAM-SHA-512, or both (one entry each).
+    #[arg(long, default_value = "both", value_parser = ["SCRAM-SHA-256", "SCRAM-SHA-512", "both"])]
+    mechanism: String,
+    /// PBKDF2 iterations (4096..=16384): what each login costs the client.
+    #[arg(long, default_value_t = sluice_broker::auth::scram::SCRAM_ITERATIONS_DEFAULT)]
+    iterations: u32,
+}
+
+/// `sluice scram-credential`: the config entries for a password read from stdin.
+fn scram_credential(a: &ScramCredentialArgs) -> Result<i32, CliError> {
+    use sluice_broker::auth::scram::{Mechanism, ScramCredential};
+    if a.user.is_empty() || !sluice_broker::auth::valid_account(&a.account) {
+        return Err(CliError::usage(
+            "--user must not be empty; --account is 1-64 of A-Z a-z 0-9 - _",
+        ));
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| CliError::usage(format!("reading the password from stdin: {e}")))?;
+    let password = line.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        return Err(CliError::usage("an empty password on stdin"));
+    }
+    let mechanisms = match Mechanism::from_name(&a.mechanism) {
+        Some(m) => vec![m],
+        None => Mechanism::ALL.to_vec(),
+    };
+    for m in mechanisms {
+        let c = ScramCredential::generate(m, &a.account, password.as_bytes(), a.iterations)
+            .map_err(|e| CliError::usage(e.to_string()))?;
+        println!("{}", c.toml_entry(&a.user));
+    }
+    Ok(exit::OK)
+}
+
 fn run(cli: Cli) -> Result<i32, CliError> {
     let format = cli.output;
     match cli.command {
+        Command::ScramCredential(a) => scram_credential(&a),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut script);

@@ -1246,3 +1246,43 @@ fn cluster_init_node_and_certs_make_an_identity_and_a_certificate() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("no node.id"));
     assert!(!old.join("node.id").exists());
 }
+
+/// `sluice scram-credential` prints config entries the broker loads, holding no password.
+#[test]
+fn scram_credential_prints_entries_the_broker_loads() {
+    use sluice_broker::auth::scram::Mechanism;
+    let out = sluice(
+        &[
+            "scram-credential",
+            "--user",
+            "alice",
+            "--account",
+            "111111111111",
+        ],
+        Some("correct horse\n"),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        !text.contains("correct horse"),
+        "the password is not printed"
+    );
+    let settings = sluice_broker::config_file::Settings::parse(&text, "stdout")
+        .expect("parses")
+        .resolve()
+        .expect("valid");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = settings;
+    settings.data_dir = Some(dir.path().to_path_buf());
+    let config = settings.broker_config().expect("config");
+    for m in Mechanism::ALL {
+        let c = config.kafka_scram.get("alice", m).expect("both mechanisms");
+        assert_eq!(c.account, "111111111111");
+    }
+    let empty = sluice(&["scram-credential", "--user", "alice"], Some("\n"));
+    assert_eq!(
+        empty.status.code(),
+        Some(2),
+        "an empty password is a usage error"
+    );
+}

@@ -6,6 +6,7 @@
 //! | `sigv4`  | AWS Signature Version 4 (header and presigned forms) for the HTTP API             |
 //! | `access` | queue URLs, ARNs and owner ids resolved *within the caller's account*             |
 //! | `quota`  | per-account rates (requests/s, bytes/s: `RequestThrottled`) and queue counts      |
+//! | `scram`  | SASL/SCRAM-SHA-256/512 credentials (salted, hashed) and exchanges (Kafka port)   |
 //!
 //! Configuration is `BrokerConfig::auth`; `sluiced` fills it from the environment:
 //! `SLUICE_AUTH=sigv4|none` (default `none`: any signature, or none, is accepted — for local
@@ -16,6 +17,7 @@
 
 pub mod access;
 pub mod quota;
+pub mod scram;
 pub mod sigv4;
 
 use crate::metadata::DEFAULT_TENANT;

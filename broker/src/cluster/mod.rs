@@ -65,7 +65,6 @@
 mod clock;
 mod replicated;
 mod supervisor;
-mod transport;
 
 pub use supervisor::{LeaderActor, PartitionSpec, PartitionSupervisor, SupervisorStats};
 

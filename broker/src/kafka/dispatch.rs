@@ -207,6 +207,7 @@ pub fn too_large(prefix_bytes: &[u8]) -> Vec<u8> {
 
 pub async fn handle(conn: &mut Conn, frame: Bytes) -> Outcome {
     let (key, version, correlation_id) = prefix(&frame);
+    let frame_bytes = frame.len() as u64;
     let Some((api, min, max)) = served(key) else {
         return Outcome::answer(minimal(correlation_id, code::UNSUPPORTED_VERSION));
     };
@@ -246,6 +247,11 @@ pub async fn handle(conn: &mut Conn, frame: Bytes) -> Outcome {
             close: true,
         };
     }
+    if !open_apis {
+        if let Err(code) = super::quota::admit(conn, frame_bytes).await {
+            return Outcome::answer(error_answer(api, version, correlation_id, code));
+        }
+    }
     let started = std::time::Instant::now();
     let ran = handlers::run(conn, api, version, correlation_id, body).await;
     crate::metrics::record_request(
@@ -275,7 +281,7 @@ pub const SASL_PLAIN_BYTES_MAX: usize = 1024;
 /// The bare PLAIN message after a SaslHandshake v0: true if it authenticated.
 pub fn sasl_raw(conn: &mut Conn, token: &[u8]) -> bool {
     conn.sasl_raw_next = false;
-    handlers::sasl_plain(conn, token).is_ok()
+    super::sasl::plain_counted(conn, token)
 }
 
 /// Decodes a request body at its version (the caller answers `INVALID_REQUEST` on failure).

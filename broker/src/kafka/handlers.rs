@@ -3,6 +3,7 @@
 //! read as a stream (fetch and list offsets only).
 
 use super::dispatch::{self, code, decode, encode_response};
+use super::sasl::{authenticate as sasl_authenticate, handshake as sasl_handshake};
 use super::{records, Conn, NODE_ID};
 use crate::metadata::DEFAULT_TENANT;
 use crate::runtime;
@@ -139,7 +140,7 @@ pub async fn run(
         ApiKey::SaslHandshake => call!(SaslHandshakeRequest, sasl_handshake),
         ApiKey::SaslAuthenticate => {
             let req: SaslAuthenticateRequest = decode(&mut body, version)?;
-            let resp = sasl_authenticate(conn, req);
+            let resp = sasl_authenticate(conn, req).await;
             let bytes = encode_response(api, version, correlation_id, &resp)
                 .map_err(|_| code::UNKNOWN_SERVER_ERROR)?;
             if resp.error_code == code::NONE {
@@ -1023,58 +1024,4 @@ async fn init_producer_id(
         r.producer_epoch = 0;
     }
     Ok(r)
-}
-
-async fn sasl_handshake(
-    conn: &mut Conn,
-    version: i16,
-    req: SaslHandshakeRequest,
-) -> Result<SaslHandshakeResponse, i16> {
-    let mut r = SaslHandshakeResponse::default();
-    r.mechanisms = vec![s("PLAIN")];
-    if req.mechanism.as_str() == "PLAIN" {
-        conn.sasl_plain = true;
-        conn.sasl_raw_next = version == 0;
-    } else {
-        r.error_code = code::UNSUPPORTED_SASL_MECHANISM;
-    }
-    Ok(r)
-}
-
-/// SASL/PLAIN (RFC 4616: `authzid NUL user NUL password`): the user is an access key id, the
-/// password its secret; the key's account is the connection's from then on.
-pub fn sasl_plain(conn: &mut Conn, message: &[u8]) -> Result<(), &'static str> {
-    conn.sasl_plain = false;
-    let mut parts = message.split(|b| *b == 0);
-    let (_authzid, user, password) = (parts.next(), parts.next(), parts.next());
-    let token = match (user, password, parts.next()) {
-        (Some(u), Some(p), None) => std::str::from_utf8(u)
-            .ok()
-            .zip(std::str::from_utf8(p).ok())
-            .map(|(u, p)| format!("{u}:{p}")),
-        _ => None,
-    };
-    let token = token.ok_or("malformed PLAIN message")?;
-    let account = conn
-        .shard
-        .config
-        .auth
-        .authenticate_token(Some(&token))
-        .map_err(|_| "invalid access key or secret")?;
-    conn.account = Some(account);
-    Ok(())
-}
-
-fn sasl_authenticate(conn: &mut Conn, req: SaslAuthenticateRequest) -> SaslAuthenticateResponse {
-    let mut r = SaslAuthenticateResponse::default();
-    if !conn.sasl_plain {
-        r.error_code = code::ILLEGAL_SASL_STATE;
-        r.error_message = Some(s("SaslHandshake with PLAIN first"));
-        return r;
-    }
-    if let Err(m) = sasl_plain(conn, &req.auth_bytes) {
-        r.error_code = code::SASL_AUTHENTICATION_FAILED;
-        r.error_message = Some(s(m));
-    }
-    r
 }

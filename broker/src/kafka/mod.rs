@@ -9,6 +9,9 @@
 //! | `handlers.rs` | one function per API over the `Shard` stream service |
 //! | `records.rs` | Kafka v2 record batches (CRC32C) to and from Sluice's batches |
 //! | `compression.rs` | compressed batches: stored and served as produced, bounded decompression |
+//! | `sasl.rs` | SaslHandshake/SaslAuthenticate: PLAIN and SCRAM-SHA-256/512, failed-login bound |
+//! | `tls.rs` | TLS on the listener (`SSL`/`SASL_SSL`), client certificates → accounts |
+//! | `quota.rs` | per-account request and byte rates, as on the other front ends |
 //!
 //! The codec is the `kafka-protocol` crate: its message types are generated from Kafka's own
 //! JSON schemas for every version, so a version is a number passed to `decode`/`encode`, not
@@ -23,10 +26,13 @@
 pub(crate) mod compression;
 mod dispatch;
 mod handlers;
+mod quota;
 mod records;
+mod sasl;
+pub mod tls;
 
 use crate::shard::Shard;
-use futures::{AsyncReadExt, AsyncWriteExt};
+use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -55,8 +61,12 @@ pub(crate) struct Conn {
     pub shard: Rc<Shard>,
     /// The account requests act in: set by SASL, else the default one (auth mode none).
     pub account: Option<String>,
-    /// A SaslHandshake chose PLAIN; the next SaslAuthenticate carries the credentials.
-    pub sasl_plain: bool,
+    /// Where the SASL exchange is (`sasl::Step`).
+    pub sasl: sasl::Step,
+    /// The account of the client's verified TLS certificate, if mapped (a login must agree).
+    pub cert_account: Option<String>,
+    /// The client's address: failed logins are bounded per address (`sasl`).
+    pub peer: Option<std::net::IpAddr>,
     /// A SaslHandshake v0 chose PLAIN: the next frame is the bare PLAIN message (no Kafka
     /// header), answered by an empty frame (Kafka's flow before KIP-152).
     pub sasl_raw_next: bool,
@@ -76,7 +86,14 @@ impl KafkaFrontEnd {
                 return None;
             }
         };
-        tracing::info!(shard = shard.id, %addr, "Kafka protocol listening");
+        let tls = match tls::KafkaTls::for_shard(&shard.config) {
+            Ok(t) => t.map(Rc::new),
+            Err(e) => {
+                tracing::error!(shard = shard.id, error = %e, "Kafka listener not started: TLS");
+                return None;
+            }
+        };
+        tracing::info!(shard = shard.id, %addr, tls = tls.is_some(), "Kafka protocol listening");
         let connections: Rc<RefCell<HashMap<u64, glommio::task::JoinHandle<()>>>> = Rc::default();
         let conns = connections.clone();
         let accept = glommio::spawn_local(async move {
@@ -101,8 +118,9 @@ impl KafkaFrontEnd {
                 next.set(id + 1);
                 let shard = shard.clone();
                 let done = conns.clone();
+                let tls = tls.clone();
                 let task = glommio::spawn_local(async move {
-                    if let Err(e) = serve_connection(shard, stream).await {
+                    if let Err(e) = serve_connection(shard, stream, tls).await {
                         tracing::debug!(error = %e, "Kafka connection closed");
                     }
                     done.borrow_mut().remove(&id);
@@ -150,7 +168,8 @@ fn advertised(shard: &Shard) -> (String, i32) {
 
 async fn serve_connection(
     shard: Rc<Shard>,
-    mut stream: glommio::net::TcpStream,
+    stream: glommio::net::TcpStream,
+    tls: Option<Rc<tls::KafkaTls>>,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(std::time::Duration::from_millis(
         KAFKA_IDLE_TIMEOUT_MS,
@@ -159,9 +178,27 @@ async fn serve_connection(
         advertised: advertised(&shard),
         shard,
         account: None,
-        sasl_plain: false,
+        sasl: sasl::Step::Idle,
         sasl_raw_next: false,
+        cert_account: None,
+        peer: stream.peer_addr().ok().map(|a| a.ip()),
     };
+    match tls {
+        None => serve_frames(conn, stream).await,
+        Some(tls) => {
+            let (stream, cert_account) = tls.accept(stream).await?;
+            conn.account.clone_from(&cert_account);
+            conn.cert_account = cert_account;
+            serve_frames(conn, stream).await
+        }
+    }
+}
+
+/// The connection's frames, one request answered at a time, over TCP or TLS.
+async fn serve_frames<S: AsyncRead + AsyncWrite + Unpin>(
+    mut conn: Conn,
+    mut stream: S,
+) -> std::io::Result<()> {
     let mut len = [0u8; 4];
     loop {
         match stream.read_exact(&mut len).await {
@@ -207,7 +244,7 @@ async fn serve_connection(
 }
 
 /// Writes an answer: a whole frame, its size included (`dispatch::encode_response`).
-async fn write_frame(stream: &mut glommio::net::TcpStream, frame: &[u8]) -> std::io::Result<()> {
+async fn write_frame<S: AsyncWrite + Unpin>(stream: &mut S, frame: &[u8]) -> std::io::Result<()> {
     stream.write_all(frame).await?;
     stream.flush().await
 }

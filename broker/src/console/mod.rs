@@ -616,6 +616,8 @@ async fn overview(shard: &Rc<Shard>, req: &RequestInfo<'_>) -> Value {
                     FrameKind::DeleteMessage | FrameKind::DeleteMessageBatch => "DeleteMessage",
                     _ => continue,
                 },
+                // The overview charts the queue calls; Kafka's are on the dashboard.
+                crate::metrics::Action::Kafka(_) => continue,
             };
             let name = match name {
                 "SendMessageBatch" => "SendMessage",

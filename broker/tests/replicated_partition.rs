@@ -1090,8 +1090,17 @@ async fn random_run(seed: u64) -> Result<(), String> {
         );
         Ok(())
     } else {
+        let mut errors: std::collections::BTreeMap<String, usize> = Default::default();
+        for e in &w.events {
+            if let sluice_checker::Event::Complete {
+                error: Some(err), ..
+            } = e
+            {
+                *errors.entry(err.clone()).or_default() += 1;
+            }
+        }
         Err(format!(
-            "fifo {}; trace: {:?}\n{}",
+            "fifo {}; trace: {:?}\nerrors: {errors:?}\n{}",
             w.fifo,
             w.trace,
             report.to_text()

@@ -317,6 +317,12 @@ impl<F: Fs> Replica<F> {
             .min(self.log.end_offset())
     }
 
+    /// One past the last entry the core holds (proposed, staged or replicated), committed or
+    /// not: a leader whose `committed_end` equals it has nothing in flight.
+    pub fn raft_log_end(&self) -> Offset {
+        self.with_group(|g| g.log_end())
+    }
+
     /// The commit floor as last written to disk (what a restart would restore, at most).
     pub fn stored_commit_floor(&self) -> Offset {
         self.inner.borrow().floor_stored

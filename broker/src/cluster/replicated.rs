@@ -24,7 +24,8 @@
 //!   proposes (the core assigns offset and term, synchronously, in staging order);
 //!   `committed` resolves once a majority has the batch on disk in this leader's term *and*
 //!   it is durable here (reads of it must succeed), or fails with `LeadershipLost` (outcome
-//!   unknown). Reads stop at the committed end. Leases replayed by a new leader end
+//!   unknown). A handle stages only in the term it opened in (a node that lost and regained
+//!   leadership rebuilds its engine first). Reads stop at the committed end. Leases replayed by a new leader end
 //!   [`MAX_CLOCK_SKEW_MS`] later than recorded (`PartitionLog::inherited_lease_margin_ms`):
 //!   they were granted on another node's clock.
 //!
@@ -82,6 +83,8 @@ struct Hosted<F: Fs> {
     progressed: Event,
     stopped: Cell<bool>,
     failed: Cell<bool>,
+    /// Handles opened over this replica: only the newest may stage (see `ReplicatedLog`).
+    opens: Cell<u64>,
 }
 
 impl<F: Fs> Hosted<F> {
@@ -182,6 +185,7 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
             progressed: Event::default(),
             stopped: Cell::new(false),
             failed: Cell::new(false),
+            opens: Cell::new(0),
         });
         self.by_dir.borrow_mut().insert(dir, group);
         if let Some(old) = self.hosted.borrow_mut().insert(group, hosted.clone()) {
@@ -354,6 +358,14 @@ pub struct ReplicatedTicket {
 pub struct ReplicatedLog<F: Fs> {
     hosted: Rc<Hosted<F>>,
     lease_margin_ms: u64,
+    /// The term this handle opened in: it stages only in that term. An engine that replayed
+    /// the log as of one term must never append in a later one (another leader may have
+    /// appended in between, and its records would not follow from this engine's state).
+    term: Cell<u64>,
+    /// Which open of the replica this handle is: an older handle (an engine rebuilt since, in
+    /// the same term) may not stage, or its records would follow from a state the new engine
+    /// never had.
+    open_seq: Cell<u64>,
 }
 
 impl<F: Fs> ReplicatedLog<F> {
@@ -369,10 +381,15 @@ impl<F: Fs> ReplicatedLog<F> {
     }
 
     /// Whether this replica serves: it leads, has committed an entry of its term, and holds
-    /// every entry it has committed and durable (nothing of an earlier term is pending).
+    /// every entry it has committed and durable, with nothing proposed and uncommitted (an
+    /// engine replaying now sees the whole log it will append to).
     fn serves(&self) -> bool {
         let r = self.replica();
-        r.is_serving() && !r.has_unflushed() && r.committed_end() == r.log().end_offset()
+        let end = r.committed_end();
+        r.is_serving()
+            && !r.has_unflushed()
+            && end == r.log().end_offset()
+            && end == r.raft_log_end()
     }
 
     /// Waits until `end` is durable on this replica (the leader's own write may finish after
@@ -443,6 +460,8 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
         let log = ReplicatedLog {
             hosted,
             lease_margin_ms: env.lease_margin_ms,
+            term: Cell::new(0),
+            open_seq: Cell::new(0),
         };
         let deadline = (env.now_ms)() + env.open_wait_ms;
         loop {
@@ -450,6 +469,10 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
                 return Err(StorageError::Closed);
             }
             if log.serves() {
+                log.term.set(log.replica().term());
+                let seq = log.hosted.opens.get() + 1;
+                log.hosted.opens.set(seq);
+                log.open_seq.set(seq);
                 return Ok(log);
             }
             let now = (env.now_ms)();
@@ -489,6 +512,12 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
     fn stage(&self, batch: Vec<u8>) -> Result<Staged<ReplicatedTicket>> {
         if self.hosted.stopped.get() {
             return Err(StorageError::Closed);
+        }
+        // Fenced to the term it opened in (checked and proposed with no await between).
+        if self.replica().term() != self.term.get()
+            || self.hosted.opens.get() != self.open_seq.get()
+        {
+            return Err(self.not_leader());
         }
         let proposal = self.replica().propose(batch).map_err(|e| match e {
             ReplicaError::NotLeader { leader_hint, term } => {

@@ -30,3 +30,17 @@ fi
 if ! "$VENV/bin/python" -c 'import kafka, confluent_kafka' >/dev/null 2>&1; then
   "$VENV/bin/pip" install --quiet kafka-python confluent-kafka
 fi
+
+# The Kafka compatibility suite's kafkajs admin tests (broker/tests/kafka_compat/test_admin.py
+# runs node scripts from broker/tests/kafka_compat/js/): Node from Debian when missing, kafkajs
+# from the npm registry into target/node (kept out of git; installed only when missing).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+fi
+KAFKAJS_VERSION=2.2.4
+if [ "$(node -p "require('./target/node/node_modules/kafkajs/package.json').version" 2>/dev/null)" != "$KAFKAJS_VERSION" ]; then
+  mkdir -p target/node
+  npm install --silent --no-audit --no-fund --no-save --prefix target/node "kafkajs@$KAFKAJS_VERSION"
+fi

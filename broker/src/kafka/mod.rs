@@ -7,6 +7,7 @@
 //! | `mod.rs` | the listener on every shard (SO_REUSEPORT), connections, framing, limits |
 //! | `dispatch.rs` | request header, version checks, SASL gate, error answers for what cannot be served |
 //! | `handlers.rs` | one function per API over the `Shard` stream service |
+//! | `admin.rs` | the admin API (partitions, groups, records, configs, cluster, log dirs) and topic ids |
 //! | `records.rs` | Kafka v2 record batches (CRC32C) to and from Sluice's batches |
 //!
 //! The codec is the `kafka-protocol` crate: its message types are generated from Kafka's own
@@ -19,6 +20,7 @@
 //!
 //! Like Kafka, a connection's requests are answered one at a time, in order.
 
+mod admin;
 mod dispatch;
 mod handlers;
 mod records;

@@ -466,7 +466,14 @@ impl<L: PartitionLog, C: Clock> Coordinator<L, C> {
 
     /// One group as DescribeGroups shows it; `None` if it is unknown.
     pub fn admin_describe(&self, group: &str) -> Option<GroupSummary> {
-        if let Some(v) = self.kafka.borrow().view(group) {
+        // A Kafka group whose last member left is kept until the next expiry tick: it is shown
+        // (and deleted) by its offsets alone, as the groups log has them.
+        let kafka = self
+            .kafka
+            .borrow()
+            .view(group)
+            .filter(|v| !v.members.is_empty());
+        if let Some(v) = kafka {
             return Some(GroupSummary {
                 name: group.to_string(),
                 state: v.state.kafka_name(),

@@ -97,3 +97,10 @@ if [ ! -f target/kafkajs/node_modules/kafkajs/package.json ]; then
   mkdir -p target/kafkajs
   npm install --silent --no-audit --no-fund --prefix target/kafkajs kafkajs@2.2.4
 fi
+# The kafkajs admin tests (broker/tests/kafka_compat/test_admin.py, node scripts in
+# broker/tests/kafka_compat/js/) load kafkajs from target/node.
+KAFKAJS_VERSION=2.2.4
+if [ "$(node -p "require('./target/node/node_modules/kafkajs/package.json').version" 2>/dev/null)" != "$KAFKAJS_VERSION" ]; then
+  mkdir -p target/node
+  npm install --silent --no-audit --no-fund --no-save --prefix target/node "kafkajs@$KAFKAJS_VERSION"
+fi

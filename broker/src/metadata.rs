@@ -15,7 +15,9 @@
 //! |   | without a bump, topic records (`TopicCreated`, whose retention and segment fields  |
 //! |   | may be absent, and `TopicDeleted`)                                                 |
 //! | 2 | the same records: the bump tells a reader that topic records may follow, so a      |
-//! |   | build that knows only version 1 refuses the log instead of misreading it           |
+//! |   | build that knows only version 1 refuses the log instead of misreading it; later,   |
+//! |   | without a bump, `TopicAltered` (Kafka's CreatePartitions and AlterConfigs), which  |
+//! |   | a build that does not know it refuses as malformed, never skips                    |
 
 use crate::engine::attributes::{validate_queue_name, QueueAttributes, QueueKind};
 use crate::engine::EngineError;
@@ -87,6 +89,16 @@ pub enum MetaRecord {
         id: u64,
         at_ms: u64,
     },
+    /// A topic's new configuration, whole: more partitions (never fewer) or new retention
+    /// limits. Its segment size stays what the topic was created with.
+    TopicAltered {
+        v: u32,
+        id: u64,
+        partitions: u32,
+        retention_ms: Option<u64>,
+        retention_bytes: Option<u64>,
+        at_ms: u64,
+    },
 }
 
 impl MetaRecord {
@@ -112,6 +124,9 @@ impl MetaRecord {
                 ..
             } => tracing::info!(id, %tenant, %name, partitions, "topic created"),
             MetaRecord::TopicDeleted { id, .. } => tracing::info!(id, "topic deleted"),
+            MetaRecord::TopicAltered { id, partitions, .. } => {
+                tracing::info!(id, partitions, "topic altered")
+            }
         }
     }
 
@@ -135,7 +150,8 @@ impl MetaRecord {
             | MetaRecord::TagsSet { v, .. }
             | MetaRecord::QueueDeleted { v, .. }
             | MetaRecord::TopicCreated { v, .. }
-            | MetaRecord::TopicDeleted { v, .. } => *v,
+            | MetaRecord::TopicDeleted { v, .. }
+            | MetaRecord::TopicAltered { v, .. } => *v,
         };
         if !(META_FORMAT_VERSION_MIN..=META_FORMAT_VERSION).contains(&v) {
             return Err(MetaDecodeError::UnsupportedVersion {
@@ -530,7 +546,9 @@ impl Catalog {
                 }
             }
             // Topics are the stream catalog's (`crate::stream::catalog`).
-            MetaRecord::TopicCreated { .. } | MetaRecord::TopicDeleted { .. } => {}
+            MetaRecord::TopicCreated { .. }
+            | MetaRecord::TopicDeleted { .. }
+            | MetaRecord::TopicAltered { .. } => {}
         }
         Ok(())
     }

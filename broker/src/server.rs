@@ -189,9 +189,8 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
     port_locks.extend(claimed);
     let kafka_socket = match config.kafka_addr {
         Some(addr) => {
-            let (socket, bound, claimed) = crate::http::reserve_port(addr).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("Kafka listener (not the HTTP API): {e}"))
-            })?;
+            let (socket, bound, claimed) =
+                crate::http::reserve_tcp_port(addr, "Kafka listener (--kafka-addr)")?;
             config.kafka_addr = Some(bound);
             port_locks.extend(claimed);
             Some(socket)

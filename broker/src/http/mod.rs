@@ -197,14 +197,27 @@ pub fn reserve_port(
     std::net::SocketAddr,
     Option<crate::ports::PortLock>,
 )> {
+    reserve_tcp_port(addr, "SQS HTTP API")
+}
+
+/// [`reserve_port`] for any TCP listener: its errors name `listener` and the address once
+/// (the Kafka listener shares the HTTP API's socket setup, not its name).
+pub fn reserve_tcp_port(
+    addr: std::net::SocketAddr,
+    listener: &str,
+) -> std::io::Result<(
+    socket2::Socket,
+    std::net::SocketAddr,
+    Option<crate::ports::PortLock>,
+)> {
     let context =
-        |e: std::io::Error| std::io::Error::new(e.kind(), format!("SQS HTTP API on {addr}: {e}"));
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("{listener} on {addr}: {e}"));
     crate::ports::reserve(addr, crate::ports::Transport::Tcp, |addr| {
         let socket = reuseport_socket(addr)?;
         let bound = socket
             .local_addr()?
             .as_socket()
-            .ok_or_else(|| std::io::Error::other("HTTP API: not an IP address"))?;
+            .ok_or_else(|| std::io::Error::other("not an IP address"))?;
         Ok((socket, bound))
     })
     .map_err(context)

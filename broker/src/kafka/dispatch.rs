@@ -40,30 +40,43 @@ pub mod code {
     pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
 }
 
-/// The APIs served and their versions (intersected with the codec's at use). The floors are
-/// where record batches v2 begin (Produce 3, Fetch 4) or where the codec begins; the ceilings
-/// stop before topic ids (Fetch 13, DeleteTopics 6) and batched group requests (OffsetFetch 8,
-/// FindCoordinator 4), which would need more than names.
+/// The APIs served and their versions (intersected with the codec's at use): every version the
+/// `kafka-protocol` crate's schemas (Kafka 4.x's) define, from where record batches v2 begin
+/// (Produce 3, Fetch 4) or where the codec begins. Topic ids (Produce 13, Fetch 13+, Metadata
+/// 10+, DeleteTopics 6) are Sluice's topic ids as UUIDs (`admin::topic_id`). Two ceilings sit
+/// below the codec's ApiKey range because its request schemas stop there: OffsetCommit 9
+/// and OffsetFetch 9 (v10 requests would name topics by id, but the crate's request has no
+/// v10 encoding), InitProducerId 5 (its request schema ends at 5).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 7),
-    (ApiKey::Metadata, 0, 12),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 7),
-    (ApiKey::FindCoordinator, 0, 3),
-    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
     // v0: the PLAIN message follows in a bare frame (librdkafka 2.0 needs v0 advertised).
     (ApiKey::SaslHandshake, 0, 1),
-    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 5),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// The served version range of `key`, if it is served.
@@ -171,6 +184,16 @@ pub fn error_answer(api: ApiKey, version: i16, correlation_id: i32, code: i16) -
         ApiKey::DescribeConfigs => plain!(DescribeConfigsResponse),
         ApiKey::InitProducerId => coded!(InitProducerIdResponse),
         ApiKey::SaslAuthenticate => coded!(SaslAuthenticateResponse),
+        ApiKey::ListGroups => coded!(ListGroupsResponse),
+        ApiKey::DescribeGroups => plain!(DescribeGroupsResponse),
+        ApiKey::DeleteGroups => plain!(DeleteGroupsResponse),
+        ApiKey::OffsetDelete => coded!(OffsetDeleteResponse),
+        ApiKey::DeleteRecords => plain!(DeleteRecordsResponse),
+        ApiKey::DescribeCluster => coded!(DescribeClusterResponse),
+        ApiKey::AlterConfigs => plain!(AlterConfigsResponse),
+        ApiKey::IncrementalAlterConfigs => plain!(IncrementalAlterConfigsResponse),
+        ApiKey::DescribeLogDirs => coded!(DescribeLogDirsResponse),
+        ApiKey::CreatePartitions => plain!(CreatePartitionsResponse),
         _ => Err(String::new()),
     };
     r.unwrap_or_else(|_| minimal(correlation_id, code))

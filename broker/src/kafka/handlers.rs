@@ -60,18 +60,18 @@ fn topic_name(v: &str) -> TopicName {
 }
 
 impl Conn {
-    fn account(&self) -> &str {
+    pub(super) fn account(&self) -> &str {
         self.account.as_deref().unwrap_or(DEFAULT_TENANT)
     }
 
-    fn topic(&self, name: &str) -> Result<Arc<TopicMeta>, i16> {
+    pub(super) fn topic(&self, name: &str) -> Result<Arc<TopicMeta>, i16> {
         self.shard
             .topic(self.account(), name)
             .map_err(|e| error_code(&e))
     }
 
     /// A topic's partition count, or a queue's for `queue:<name>`.
-    fn partitions_of(&self, name: &str) -> Result<u32, i16> {
+    pub(super) fn partitions_of(&self, name: &str) -> Result<u32, i16> {
         match name.strip_prefix(QUEUE_TOPIC_PREFIX) {
             Some(q) => self
                 .shard
@@ -149,7 +149,8 @@ pub async fn run(
                 Reply::Close(bytes)
             }
         }
-        _ => return Err(code::UNSUPPORTED_VERSION),
+        // The admin API (`admin.rs`).
+        _ => return super::admin::run(conn, api, version, correlation_id, body).await,
     })
 }
 
@@ -164,6 +165,11 @@ async fn metadata(
         Some(t) if !(t.is_empty() && version == 0) => t
             .into_iter()
             .filter_map(|t| t.name.map(|n| n.0.to_string()))
+            .collect(),
+        Some(t) if version >= 10 && t.iter().all(|t| t.name.is_none()) => t
+            .into_iter()
+            // v10+ may ask by id; an id unknown here keeps its place as "" (answered unknown).
+            .map(|t| super::admin::name_of_topic_id(conn, t.topic_id).unwrap_or_default())
             .collect(),
         _ => {
             let mut all: Vec<String> = conn
@@ -182,11 +188,12 @@ async fn metadata(
     b.host = s(&conn.advertised.0);
     b.port = conn.advertised.1;
     r.brokers = vec![b];
-    r.cluster_id = Some(s("sluice"));
+    r.cluster_id = Some(s(super::admin::CLUSTER_ID));
     r.controller_id = NODE_ID.into();
     for name in names {
         let mut t = metadata_response::MetadataResponseTopic::default();
         t.name = Some(topic_name(&name));
+        t.topic_id = super::admin::topic_id_of(conn, &name);
         match conn.partitions_of(&name) {
             Ok(n) => {
                 t.partitions = (0..n as i32)
@@ -212,7 +219,7 @@ async fn metadata(
 
 async fn produce(
     conn: &mut Conn,
-    _version: i16,
+    version: i16,
     req: ProduceRequest,
 ) -> Result<ProduceResponse, i16> {
     if !(-1..=1).contains(&req.acks) {
@@ -225,8 +232,15 @@ async fn produce(
     let now = runtime::now_ms() as i64;
     let mut resp = ProduceResponse::default();
     for topic in req.topic_data {
-        let name = topic.name.0.to_string();
-        let meta = conn.topic(&name);
+        // v13 names a topic by its id, earlier versions by its name.
+        let meta = if version >= 13 {
+            super::admin::topic_by_id(conn, topic.topic_id)
+        } else {
+            conn.topic(topic.name.0.as_str())
+        };
+        let name = meta
+            .as_ref()
+            .map_or_else(|_| topic.name.0.to_string(), |t| t.name.clone());
         let parts = topic.partition_data.into_iter().map(|pd| {
             let shard = shard.clone();
             let meta = meta.clone();
@@ -262,6 +276,7 @@ async fn produce(
         });
         let mut tr = produce_response::TopicProduceResponse::default();
         tr.name = topic_name(&name);
+        tr.topic_id = topic.topic_id;
         tr.partition_responses = futures::future::join_all(parts).await;
         resp.responses.push(tr);
     }
@@ -269,6 +284,9 @@ async fn produce(
 }
 
 // --------------------------------------------------------------------------------- fetch
+
+/// Starts the stand-in name of a topic id this account does not have (no topic name has it).
+const UNKNOWN_ID_MARK: &str = "\u{0}id:";
 
 /// One partition's fetch: the data or an error, and the partition's offsets.
 async fn fetch_partition(
@@ -357,7 +375,23 @@ async fn fetch_pass(
     out
 }
 
-async fn fetch(conn: &mut Conn, _version: i16, req: FetchRequest) -> Result<FetchResponse, i16> {
+async fn fetch(conn: &mut Conn, version: i16, req: FetchRequest) -> Result<FetchResponse, i16> {
+    // v13+ names topics by id: each is resolved to its name here (an id this account does
+    // not have gets a name no topic can have, answered UNKNOWN_TOPIC_ID below).
+    let names: Vec<(String, uuid::Uuid)> = req
+        .topics
+        .iter()
+        .map(|t| {
+            if version >= 13 {
+                match super::admin::name_of_topic_id(conn, t.topic_id) {
+                    Ok(name) => (name, t.topic_id),
+                    Err(_) => (format!("{UNKNOWN_ID_MARK}{}", t.topic_id), t.topic_id),
+                }
+            } else {
+                (t.topic.0.to_string(), uuid::Uuid::nil())
+            }
+        })
+        .collect();
     let budget = usize::try_from(req.max_bytes)
         .unwrap_or(FETCH_BYTES_MAX)
         .clamp(1, FETCH_BYTES_MAX);
@@ -368,10 +402,11 @@ async fn fetch(conn: &mut Conn, _version: i16, req: FetchRequest) -> Result<Fetc
     let wanted: Vec<(String, i32, i64, usize)> = req
         .topics
         .iter()
-        .flat_map(|t| {
-            t.partitions.iter().map(|p| {
+        .zip(&names)
+        .flat_map(|(t, (name, _))| {
+            t.partitions.iter().map(move |p| {
                 (
-                    t.topic.0.to_string(),
+                    name.clone(),
                     p.partition,
                     p.fetch_offset,
                     usize::try_from(p.partition_max_bytes).unwrap_or(0),
@@ -400,12 +435,19 @@ async fn fetch(conn: &mut Conn, _version: i16, req: FetchRequest) -> Result<Fetc
         got = fetch_pass(conn, &wanted, budget).await;
     }
     let mut resp = FetchResponse::default();
-    for (topic, d) in got {
+    for (topic, mut d) in got {
+        if topic.starts_with(UNKNOWN_ID_MARK) {
+            d.error_code = super::admin::admin_code::UNKNOWN_TOPIC_ID;
+        }
         match resp.responses.last_mut() {
             Some(t) if t.topic.0.as_str() == topic => t.partitions.push(d),
             _ => {
                 let mut t = fetch_response::FetchableTopicResponse::default();
                 t.topic = topic_name(&topic);
+                t.topic_id = names
+                    .iter()
+                    .find(|(n, _)| *n == topic)
+                    .map_or(uuid::Uuid::nil(), |(_, id)| *id);
                 t.partitions.push(d);
                 resp.responses.push(t);
             }
@@ -445,12 +487,14 @@ async fn list_offsets(
     Ok(resp)
 }
 
-/// Kafka's special timestamps: -2 earliest, -1 latest; any other is a time. A time after the
-/// last record answers offset -1 (as Kafka does); otherwise the record's own timestamp.
+/// Kafka's special timestamps: -2 (and -4) earliest, -1 latest; any other is a time. A time
+/// after the last record answers offset -1 (as Kafka does); otherwise the record's own
+/// timestamp.
 async fn list_offset(conn: &Conn, name: &str, partition: i32, ts: i64) -> Result<(i64, i64), i16> {
     let p = u32::try_from(partition).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
     let spec = match ts {
-        -2 => OffsetSpec::Earliest,
+        // -4: the earliest offset on local disk (v8+), the earliest of all (no tiered storage).
+        -2 | -4 => OffsetSpec::Earliest,
         -1 => OffsetSpec::Latest,
         t if t >= 0 => OffsetSpec::Timestamp(t),
         _ => return Err(code::UNSUPPORTED_VERSION),
@@ -612,15 +656,36 @@ async fn create_topics(
 
 async fn delete_topics(
     conn: &mut Conn,
-    _version: i16,
+    version: i16,
     req: DeleteTopicsRequest,
 ) -> Result<DeleteTopicsResponse, i16> {
     let mut resp = DeleteTopicsResponse::default();
-    for name in req.topic_names {
-        let name = name.0.to_string();
+    // v6 names each topic by name or by id; earlier versions by name.
+    let wanted: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
+        req.topics
+            .into_iter()
+            .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
+            .collect()
+    } else {
+        req.topic_names
+            .into_iter()
+            .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
+            .collect()
+    };
+    for (name, id) in wanted {
         let mut r = delete_topics_response::DeletableTopicResult::default();
-        r.name = Some(topic_name(&name));
-        let result = match conn.topic(&name) {
+        let topic = match &name {
+            Some(n) => conn.topic(n),
+            None => super::admin::topic_by_id(conn, id),
+        };
+        r.topic_id = topic.as_ref().map_or(id, |t| super::admin::topic_id(t));
+        r.name = topic
+            .as_ref()
+            .ok()
+            .map(|t| t.name.clone())
+            .or(name)
+            .map(|n| topic_name(&n));
+        let result = match topic {
             Ok(t) => conn
                 .shard
                 .delete_topic(&t)
@@ -717,10 +782,28 @@ async fn describe_configs(
 
 async fn find_coordinator(
     conn: &mut Conn,
-    _version: i16,
+    version: i16,
     req: FindCoordinatorRequest,
 ) -> Result<FindCoordinatorResponse, i16> {
     let mut r = FindCoordinatorResponse::default();
+    if version >= 4 {
+        // v4+: a batch of keys, one coordinator each (this node for every group).
+        for key in req.coordinator_keys {
+            let mut c = find_coordinator_response::Coordinator::default();
+            c.key = key;
+            if req.key_type == 0 {
+                c.node_id = NODE_ID.into();
+                c.host = s(&conn.advertised.0);
+                c.port = conn.advertised.1;
+            } else {
+                c.error_code = code::COORDINATOR_NOT_AVAILABLE;
+                c.node_id = (-1).into();
+                c.port = -1;
+            }
+            r.coordinators.push(c);
+        }
+        return Ok(r);
+    }
     if req.key_type != 0 {
         // Transaction coordinators: Sluice has no transactions.
         r.error_code = code::COORDINATOR_NOT_AVAILABLE;
@@ -930,32 +1013,23 @@ async fn offset_commit(
     Ok(resp)
 }
 
-async fn offset_fetch(
-    conn: &mut Conn,
-    _version: i16,
-    req: OffsetFetchRequest,
-) -> Result<OffsetFetchResponse, i16> {
-    let mut resp = OffsetFetchResponse::default();
-    let committed = match conn
+/// One group's committed offsets for the wanted partitions (all it has when `None`), by
+/// topic: (partition, offset or -1). `Err` is the group's error code.
+async fn group_offsets(
+    conn: &Conn,
+    group: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Vec<(String, Vec<(i32, i64)>)>, i16> {
+    let committed = conn
         .shard
-        .committed_offsets(conn.account(), req.group_id.0.as_str())
+        .committed_offsets(conn.account(), group)
         .await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            resp.error_code = match error_code(&e) {
-                code::LEADER_NOT_AVAILABLE => code::COORDINATOR_NOT_AVAILABLE,
-                code::INVALID_REQUEST => code::INVALID_REQUEST,
-                c => c,
-            };
-            return Ok(resp);
-        }
-    };
-    let wanted: Vec<(String, Vec<i32>)> = match req.topics {
-        Some(ts) => ts
-            .into_iter()
-            .map(|t| (t.name.0.to_string(), t.partition_indexes))
-            .collect(),
+        .map_err(|e| match error_code(&e) {
+            code::LEADER_NOT_AVAILABLE => code::COORDINATOR_NOT_AVAILABLE,
+            c => c,
+        })?;
+    let wanted: Vec<(String, Vec<i32>)> = match wanted {
+        Some(w) => w,
         None => {
             let mut by: Vec<(String, Vec<i32>)> = Vec::new();
             for (t, p) in committed.keys() {
@@ -967,21 +1041,85 @@ async fn offset_fetch(
             by
         }
     };
-    for (name, parts) in wanted {
-        let mut tr = offset_fetch_response::OffsetFetchResponseTopic::default();
-        tr.name = topic_name(&name);
-        for p in parts {
-            let mut pr = offset_fetch_response::OffsetFetchResponsePartition::default();
-            pr.partition_index = p;
-            pr.committed_leader_epoch = -1;
-            pr.metadata = Some(s(""));
-            pr.committed_offset = u32::try_from(p)
-                .ok()
-                .and_then(|p| committed.get(&(name.clone(), p)))
-                .map_or(-1, |o| *o as i64);
-            tr.partitions.push(pr);
+    Ok(wanted
+        .into_iter()
+        .map(|(name, parts)| {
+            let offsets = parts
+                .into_iter()
+                .map(|p| {
+                    let o = u32::try_from(p)
+                        .ok()
+                        .and_then(|p| committed.get(&(name.clone(), p)))
+                        .map_or(-1, |o| *o as i64);
+                    (p, o)
+                })
+                .collect();
+            (name, offsets)
+        })
+        .collect())
+}
+
+async fn offset_fetch(
+    conn: &mut Conn,
+    version: i16,
+    req: OffsetFetchRequest,
+) -> Result<OffsetFetchResponse, i16> {
+    let mut resp = OffsetFetchResponse::default();
+    if version >= 8 {
+        // v8+: several groups in one request, each answered on its own.
+        for g in req.groups {
+            let wanted = g.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                    .collect()
+            });
+            let mut gr = offset_fetch_response::OffsetFetchResponseGroup::default();
+            match group_offsets(conn, g.group_id.0.as_str(), wanted).await {
+                Ok(topics) => {
+                    for (name, offsets) in topics {
+                        let mut tr = offset_fetch_response::OffsetFetchResponseTopics::default();
+                        tr.name = topic_name(&name);
+                        for (p, o) in offsets {
+                            let mut pr =
+                                offset_fetch_response::OffsetFetchResponsePartitions::default();
+                            pr.partition_index = p;
+                            pr.committed_leader_epoch = -1;
+                            pr.metadata = Some(s(""));
+                            pr.committed_offset = o;
+                            tr.partitions.push(pr);
+                        }
+                        gr.topics.push(tr);
+                    }
+                }
+                Err(c) => gr.error_code = c,
+            }
+            gr.group_id = g.group_id;
+            resp.groups.push(gr);
         }
-        resp.topics.push(tr);
+        return Ok(resp);
+    }
+    let wanted = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    match group_offsets(conn, req.group_id.0.as_str(), wanted).await {
+        Ok(topics) => {
+            for (name, offsets) in topics {
+                let mut tr = offset_fetch_response::OffsetFetchResponseTopic::default();
+                tr.name = topic_name(&name);
+                for (p, o) in offsets {
+                    let mut pr = offset_fetch_response::OffsetFetchResponsePartition::default();
+                    pr.partition_index = p;
+                    pr.committed_leader_epoch = -1;
+                    pr.metadata = Some(s(""));
+                    pr.committed_offset = o;
+                    tr.partitions.push(pr);
+                }
+                resp.topics.push(tr);
+            }
+        }
+        Err(c) => resp.error_code = c,
     }
     Ok(resp)
 }

@@ -7,6 +7,7 @@
 //! | `mod.rs` | the listener on every shard (SO_REUSEPORT), connections, framing, limits |
 //! | `dispatch.rs` | request header, version checks, SASL gate, error answers for what cannot be served |
 //! | `handlers.rs` | one function per API over the `Shard` stream service |
+//! | `admin.rs` | the admin API (partitions, groups, records, configs, cluster, log dirs) and topic ids |
 //! | `records.rs` | Kafka v2 record batches (CRC32C) to and from Sluice's batches |
 //! | `compression.rs` | compressed batches: stored and served as produced, bounded decompression |
 //! | `sasl.rs` | SaslHandshake/SaslAuthenticate: PLAIN and SCRAM-SHA-256/512, failed-login bound |
@@ -23,6 +24,7 @@
 //!
 //! Like Kafka, a connection's requests are answered one at a time, in order.
 
+mod admin;
 pub(crate) mod compression;
 mod dispatch;
 mod handlers;

@@ -490,7 +490,8 @@ impl Shard {
             | MetaRecord::TagsSet { id, .. }
             | MetaRecord::QueueDeleted { id, .. }
             | MetaRecord::TopicCreated { id, .. }
-            | MetaRecord::TopicDeleted { id, .. } => *id,
+            | MetaRecord::TopicDeleted { id, .. }
+            | MetaRecord::TopicAltered { id, .. } => *id,
         };
         let log = self
             .meta_log

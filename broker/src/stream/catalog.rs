@@ -143,6 +143,44 @@ impl TopicCatalog {
         }))
     }
 
+    /// Decides the record for a change of a topic's partitions or retention: `None` when
+    /// nothing changes. Partitions only grow (Kafka's rule: keyed records would move); the
+    /// segment size is not changed here (open logs keep theirs).
+    pub fn plan_alter(
+        &self,
+        id: u64,
+        config: TopicConfig,
+        now_ms: u64,
+    ) -> StreamResult<Option<MetaRecord>> {
+        let t = self
+            .get(id)
+            .ok_or_else(|| StreamError::UnknownTopic(format!("topic id {id}")))?;
+        validate_config(&config)?;
+        if config.partitions < t.partitions() {
+            return Err(StreamError::Invalid(format!(
+                "topic {} has {} partitions: partitions can be added, not removed",
+                t.name,
+                t.partitions()
+            )));
+        }
+        if config.segment_bytes != t.config.segment_bytes {
+            return Err(StreamError::Invalid(
+                "segment.bytes is set when a topic is created".into(),
+            ));
+        }
+        if config == t.config {
+            return Ok(None);
+        }
+        Ok(Some(MetaRecord::TopicAltered {
+            v: META_FORMAT_VERSION,
+            id,
+            partitions: config.partitions,
+            retention_ms: config.retention_ms,
+            retention_bytes: config.retention_bytes,
+            at_ms: now_ms,
+        }))
+    }
+
     /// Applies a durable record (queue records are ignored: they are the queue catalog's).
     pub fn apply(&mut self, r: &MetaRecord) {
         match r {
@@ -172,6 +210,25 @@ impl TopicCatalog {
                 self.by_name.insert((tenant.clone(), name.clone()), *id);
                 self.topics.insert(*id, Arc::new(t));
                 self.next_id = self.next_id.max(id + 1);
+            }
+            MetaRecord::TopicAltered {
+                id,
+                partitions,
+                retention_ms,
+                retention_bytes,
+                ..
+            } => {
+                if let Some(t) = self.topics.get_mut(id) {
+                    let mut m = (**t).clone();
+                    // Never fewer: partitions hold data (`plan_alter` refuses it too).
+                    m.config.partitions = (*partitions).clamp(
+                        m.config.partitions,
+                        PARTITIONS_PER_TOPIC_MAX.max(m.config.partitions),
+                    );
+                    m.config.retention_ms = *retention_ms;
+                    m.config.retention_bytes = *retention_bytes;
+                    *t = Arc::new(m);
+                }
             }
             MetaRecord::TopicDeleted { id, .. } => {
                 if let Some(t) = self.topics.remove(id) {
@@ -212,6 +269,30 @@ mod tests {
         assert_eq!(t.partitions(), 3);
         // Records round-trip through the metadata encoding.
         assert_eq!(MetaRecord::decode(&r.encode()), Ok(r));
+        // Partitions grow, never shrink; retention changes; the segment size stays.
+        let id = t.id;
+        let mut more = t.config.clone();
+        more.partitions = 5;
+        more.retention_ms = Some(60_000);
+        let r = c.plan_alter(id, more.clone(), 3).unwrap().unwrap();
+        assert_eq!(MetaRecord::decode(&r.encode()), Ok(r.clone()));
+        c.apply(&r);
+        assert_eq!(c.lookup("t", "events").unwrap().config, more);
+        assert!(c.plan_alter(id, more.clone(), 3).unwrap().is_none());
+        let fewer = TopicConfig {
+            partitions: 4,
+            ..more.clone()
+        };
+        assert!(matches!(
+            c.plan_alter(id, fewer, 3),
+            Err(StreamError::Invalid(_))
+        ));
+        let segment = TopicConfig {
+            segment_bytes: Some(1 << 20),
+            ..more
+        };
+        assert!(c.plan_alter(id, segment, 3).is_err());
+
         c.apply(&MetaRecord::TopicDeleted {
             v: 1,
             id: t.id,

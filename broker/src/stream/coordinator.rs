@@ -44,6 +44,33 @@ pub struct Coordinator<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallClock> 
     kafka_changed: Event,
 }
 
+/// A group as the Kafka admin API lists and describes it (either kind: a Kafka group with
+/// live members, a Sluice group, or committed offsets alone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    /// Qualified (`tenant/group`).
+    pub name: String,
+    /// Kafka's state name: `Stable`, `PreparingRebalance`, `CompletingRebalance`, `Empty`.
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    /// (member id, its protocol metadata, its assignment): opaque for Kafka members, empty
+    /// for Sluice's own.
+    pub members: Vec<(String, Bytes, Bytes)>,
+}
+
+/// Kafka's codes for the group admin calls.
+pub mod admin_code {
+    pub const NON_EMPTY_GROUP: i16 = 68;
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
+}
+
+/// A Sluice group's members show this protocol type to Kafka tools.
+pub const SLUICE_PROTOCOL_TYPE: &str = "sluice";
+/// A group with committed offsets and no members is shown as a consumer group (what wrote
+/// them, almost always).
+const OFFSETS_ONLY_PROTOCOL_TYPE: &str = "consumer";
+
 /// A parked Kafka join or sync looks at its group at least this often (the expiry timer and
 /// every change also wake it).
 const KAFKA_POLL_MS: u64 = 100;
@@ -425,6 +452,123 @@ impl<L: PartitionLog, C: Clock> Coordinator<L, C> {
         Ok(())
     }
 
+    /// Every group (qualified names, in order): live Kafka groups, Sluice groups, and groups
+    /// that only have committed offsets.
+    pub fn admin_list(&self) -> Vec<GroupSummary> {
+        let mut names: std::collections::BTreeSet<String> =
+            self.groups.borrow().list().into_iter().collect();
+        names.extend(self.kafka.borrow().names());
+        names
+            .into_iter()
+            .filter_map(|n| self.admin_describe(&n))
+            .collect()
+    }
+
+    /// One group as DescribeGroups shows it; `None` if it is unknown.
+    pub fn admin_describe(&self, group: &str) -> Option<GroupSummary> {
+        // A Kafka group whose last member left is kept until the next expiry tick: it is shown
+        // (and deleted) by its offsets alone, as the groups log has them.
+        let kafka = self
+            .kafka
+            .borrow()
+            .view(group)
+            .filter(|v| !v.members.is_empty());
+        if let Some(v) = kafka {
+            return Some(GroupSummary {
+                name: group.to_string(),
+                state: v.state.kafka_name(),
+                protocol_type: v.protocol_type,
+                protocol: v.protocol,
+                members: v.members,
+            });
+        }
+        let groups = self.groups.borrow();
+        let with_members = groups.presence(group)?;
+        let members = if with_members {
+            groups
+                .describe(group)
+                .map(|d| {
+                    d.members
+                        .into_iter()
+                        .map(|(m, _)| (m, Bytes::new(), Bytes::new()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        Some(GroupSummary {
+            name: group.to_string(),
+            state: if with_members { "Stable" } else { "Empty" },
+            protocol_type: if with_members {
+                SLUICE_PROTOCOL_TYPE
+            } else {
+                OFFSETS_ONLY_PROTOCOL_TYPE
+            }
+            .to_string(),
+            protocol: String::new(),
+            members,
+        })
+    }
+
+    /// Kafka's DeleteGroups: an empty group's committed offsets go, durably. The inner error
+    /// is Kafka's code (a group with members, or none of that name).
+    pub async fn admin_delete(&self, group: &str) -> StreamResult<Result<(), i16>> {
+        match self.admin_describe(group) {
+            None => return Ok(Err(admin_code::GROUP_ID_NOT_FOUND)),
+            Some(g) if !g.members.is_empty() => return Ok(Err(admin_code::NON_EMPTY_GROUP)),
+            Some(_) => {}
+        }
+        self.log.wait_for_space(4096).await?;
+        let now = self.clock.now_ms();
+        // Checked again after the await: a member may have joined meanwhile.
+        if self
+            .admin_describe(group)
+            .is_some_and(|g| !g.members.is_empty())
+        {
+            return Ok(Err(admin_code::NON_EMPTY_GROUP));
+        }
+        let record = GroupRecord::GroupDeleted {
+            v: super::group::GROUP_RECORD_VERSION,
+            group: group.to_string(),
+            at_ms: now,
+        };
+        self.stage_commit(now, vec![record]).await?;
+        Ok(Ok(()))
+    }
+
+    /// Kafka's OffsetDelete: these committed offsets go, durably (partitions with none are
+    /// not an error). The caller checked that no member reads them.
+    pub async fn admin_delete_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> StreamResult<Result<(), i16>> {
+        if self.admin_describe(group).is_none() {
+            return Ok(Err(admin_code::GROUP_ID_NOT_FOUND));
+        }
+        self.log
+            .wait_for_space(partitions.len() * 256 + 4096)
+            .await?;
+        let now = self.clock.now_ms();
+        let committed = self.groups.borrow().committed(group);
+        let records: Vec<GroupRecord> = partitions
+            .iter()
+            .filter(|tp| committed.contains_key(*tp))
+            .map(|(topic, partition)| GroupRecord::OffsetDeleted {
+                v: super::group::GROUP_RECORD_VERSION,
+                group: group.to_string(),
+                topic: topic.clone(),
+                partition: *partition,
+                at_ms: now,
+            })
+            .collect();
+        if !records.is_empty() {
+            self.stage_commit(now, records).await?;
+        }
+        Ok(Ok(()))
+    }
+
     /// Segments of the groups log (tests of its bound).
     pub fn log_segments(&self) -> usize {
         self.log.segments().len()
@@ -494,6 +638,63 @@ mod tests {
             assert_eq!(again.committed("t/g"), before);
             assert_eq!(before.get(&("t/x".to_string(), 3)), Some(&1499));
             again.close().await;
+        })
+        .expect("executor");
+    }
+
+    /// The admin calls: a group with members is not deleted, an unknown one is not found,
+    /// OffsetDelete and DeleteGroups are durable (a reopened coordinator replays them).
+    #[test]
+    fn deleted_groups_and_offsets_stay_deleted_after_a_reopen() {
+        use crate::runtime::SimClock;
+        use sluice_storage::fs::SimFs;
+        sluice_storage::rt::run("groups-admin-test", || async {
+            let fs = SimFs::new();
+            let clock = SimClock::new(1_000_000);
+            let parts: Rc<PartitionsOf> = Rc::new(|t: &str| (t == "t/x").then_some(4));
+            let dir = PathBuf::from("/groups");
+            let open = || {
+                Coordinator::<LocalLog<SimFs>, SimClock>::open_on(
+                    &fs,
+                    clock.clone(),
+                    dir.clone(),
+                    parts.clone(),
+                    SNAPSHOT_EVERY_RECORDS,
+                    groups_log_config(),
+                )
+            };
+            let c = open().await.expect("open");
+            // A simple commit (no members: Kafka's generation -1), so nothing parks on the
+            // virtual clock.
+            let all: Vec<_> = (0..4u32).map(|p| (("t/x".to_string(), p), 7)).collect();
+            c.kafka_commit("t/g", "", -1, &all)
+                .await
+                .expect("log")
+                .expect("commit");
+            assert_eq!(
+                c.admin_delete("t/none").await.expect("log"),
+                Err(admin_code::GROUP_ID_NOT_FOUND)
+            );
+            let listed = c.admin_list();
+            assert_eq!(listed.len(), 1);
+            assert_eq!((listed[0].name.as_str(), listed[0].state), ("t/g", "Empty"));
+            c.admin_delete_offsets("t/g", &[("t/x".into(), 0), ("t/x".into(), 9)])
+                .await
+                .expect("log")
+                .expect("deleted");
+            assert_eq!(c.committed("t/g").len(), 3);
+            c.close().await;
+            let c = open().await.expect("reopen");
+            assert_eq!(c.committed("t/g").len(), 3, "OffsetDelete was not durable");
+            c.admin_delete("t/g").await.expect("log").expect("deleted");
+            assert!(c.admin_list().is_empty());
+            c.close().await;
+            let c = open().await.expect("reopen");
+            assert!(
+                c.admin_describe("t/g").is_none(),
+                "DeleteGroups was not durable"
+            );
+            c.close().await;
         })
         .expect("executor");
     }

@@ -64,6 +64,16 @@ pub enum GroupRecord {
         generation: u64,
         at_ms: u64,
     },
+    /// Every committed offset of the group is gone (Kafka's DeleteGroups on an empty group).
+    GroupDeleted { v: u32, group: String, at_ms: u64 },
+    /// One committed offset is gone (Kafka's OffsetDelete).
+    OffsetDeleted {
+        v: u32,
+        group: String,
+        topic: String,
+        partition: u32,
+        at_ms: u64,
+    },
 }
 
 impl GroupRecord {
@@ -73,7 +83,9 @@ impl GroupRecord {
 
     pub fn decode(b: &[u8]) -> Result<GroupRecord, String> {
         let r: GroupRecord = serde_json::from_slice(b).map_err(|e| e.to_string())?;
-        let GroupRecord::Commit { v, .. } = &r;
+        let (GroupRecord::Commit { v, .. }
+        | GroupRecord::GroupDeleted { v, .. }
+        | GroupRecord::OffsetDeleted { v, .. }) = &r;
         if *v != GROUP_RECORD_VERSION {
             return Err(format!("unsupported group record version {v}"));
         }
@@ -147,17 +159,46 @@ impl Groups {
 
     /// Replays a durable record (at start-up).
     pub fn replay(&mut self, r: &GroupRecord) {
-        let GroupRecord::Commit {
-            group,
-            topic,
-            partition,
-            offset,
-            generation,
-            ..
-        } = r;
-        let g = self.groups.entry(group.clone()).or_default();
-        g.generation = g.generation.max(*generation);
-        g.committed.insert((topic.clone(), *partition), *offset);
+        match r {
+            GroupRecord::Commit {
+                group,
+                topic,
+                partition,
+                offset,
+                generation,
+                ..
+            } => {
+                let g = self.groups.entry(group.clone()).or_default();
+                g.generation = g.generation.max(*generation);
+                g.committed.insert((topic.clone(), *partition), *offset);
+            }
+            GroupRecord::GroupDeleted { group, .. } => {
+                if let Some(g) = self.groups.get_mut(group) {
+                    g.committed.clear();
+                    if g.members.is_empty() {
+                        self.groups.remove(group);
+                    }
+                }
+            }
+            GroupRecord::OffsetDeleted {
+                group,
+                topic,
+                partition,
+                ..
+            } => {
+                if let Some(g) = self.groups.get_mut(group) {
+                    g.committed.remove(&(topic.clone(), *partition));
+                    if g.members.is_empty() && g.committed.is_empty() {
+                        self.groups.remove(group);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the group is known (members or committed offsets), and whether it has members.
+    pub fn presence(&self, group: &str) -> Option<bool> {
+        self.groups.get(group).map(|g| !g.members.is_empty())
     }
 
     fn group_mut(&mut self, group: &str) -> StreamResult<&mut Group> {

@@ -101,6 +101,29 @@ pub enum Poll<T> {
     Failed(i16),
 }
 
+/// A Kafka group as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaGroupView {
+    pub state: GroupState,
+    pub protocol_type: String,
+    /// The chosen protocol (assignor), empty while none is.
+    pub protocol: String,
+    /// (member id, its metadata for the chosen protocol, its assignment).
+    pub members: Vec<(String, Bytes, Bytes)>,
+}
+
+impl GroupState {
+    /// Kafka's name of the state (ListGroups, DescribeGroups).
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct KafkaGroups {
     groups: HashMap<String, Group>,
@@ -112,6 +135,35 @@ impl KafkaGroups {
         self.groups
             .get(group)
             .map(|g| (g.state, g.generation, g.members.len()))
+    }
+
+    /// The group's state, protocol and members (`None`: no live Kafka group of that name).
+    pub fn view(&self, group: &str) -> Option<KafkaGroupView> {
+        let g = self.groups.get(group)?;
+        let protocol = g.protocol.clone().unwrap_or_default();
+        Some(KafkaGroupView {
+            state: g.state,
+            protocol_type: g.protocol_type.clone(),
+            members: g
+                .members
+                .iter()
+                .map(|(id, m)| {
+                    let meta = m
+                        .protocols
+                        .iter()
+                        .find(|(p, _)| *p == protocol)
+                        .map(|(_, b)| b.clone())
+                        .unwrap_or_default();
+                    (id.clone(), meta, m.assignment.clone())
+                })
+                .collect(),
+            protocol,
+        })
+    }
+
+    /// Every live Kafka group's name.
+    pub fn names(&self) -> Vec<String> {
+        self.groups.keys().cloned().collect()
     }
 
     /// A member joins (a new one when `member_id` is empty or unknown): the group starts

@@ -10,6 +10,7 @@
 //! | `readahead.rs` | a lagging consumer's next window read from disk while its last answer is sent |
 //! | `coordinator.rs` | the group coordinator on shard 0: the groups log and session expiry |
 //! | `kafka_group.rs` | Kafka's group membership (client-side assignment) as a sans-I/O state machine on shard 0 |
+//! | `admin.rs` | the admin calls: partitions and retention changed, records deleted, groups listed and deleted |
 //! | `mod.rs` | errors, mesh messages, and the service API on [`Shard`] the front ends call |
 //!
 //! Placement follows queues: partition `p` of topic `t` lives on shard `(t + p) % shards`.
@@ -18,6 +19,7 @@
 //! verifies its checksum and structure, and sets its base offset), and fetch returns whole
 //! batches in their on-disk bytes.
 
+pub mod admin;
 pub mod catalog;
 pub mod coordinator;
 pub mod group;
@@ -274,6 +276,8 @@ pub enum StreamOp {
     ListGroups,
     /// Kafka's group membership (`kafka_group`), on shard 0.
     KafkaGroup(KafkaGroupOp),
+    /// The admin calls (`admin.rs`).
+    Admin(admin::AdminOp),
     /// Read a queue partition's messages as a stream (`queue_view`).
     FetchQueue {
         queue_id: u64,
@@ -336,6 +340,7 @@ pub enum StreamReply {
     Groups(Vec<String>),
     QueueFetched(queue_view::QueueFetch),
     KafkaGroup(KafkaGroupReply),
+    Admin(admin::AdminReply),
 }
 
 /// A shard's stream state.
@@ -435,6 +440,18 @@ impl Shard {
             self.streams.catalog.borrow_mut().apply(r);
         }
         let topics: Vec<Arc<TopicMeta>> = self.streams.catalog.borrow().all().cloned().collect();
+        // Retention may have changed (AlterConfigs): open partitions take the catalog's.
+        for t in &topics {
+            let limits = partition::RetentionLimits {
+                retention_ms: t.config.retention_ms,
+                retention_bytes: t.config.retention_bytes,
+            };
+            for p in 0..t.partitions() {
+                if let Some(tp) = self.streams.partitions.borrow().get(&(t.id, p)) {
+                    tp.set_retention(limits);
+                }
+            }
+        }
         for t in &topics {
             for p in 0..t.partitions() {
                 if self.owner(t.id, p) != self.id
@@ -664,6 +681,7 @@ impl Shard {
                 Ok(StreamReply::Described(self.coordinator()?.describe(&group)))
             }
             StreamOp::ListGroups => Ok(StreamReply::Groups(self.coordinator()?.list())),
+            StreamOp::Admin(op) => Ok(StreamReply::Admin(self.admin_handle(op).await?)),
             StreamOp::KafkaGroup(op) => {
                 let c = self.coordinator()?;
                 Ok(StreamReply::KafkaGroup(match op {

@@ -1,12 +1,14 @@
 //! One topic partition on its owning shard: a segment log, the event that wakes long-polling
-//! fetches after an append, and the retention timer.
+//! fetches after an append, the retention timer, and the floor below which records were
+//! deleted on request (Kafka's DeleteRecords: the log start offset moves up at once, whole
+//! segments below it go from the disk).
 
 use super::readahead::{Answer, ReadAhead};
 use super::{FetchReply, StreamError, StreamResult};
 use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime::{self, Clock, Event, WallClock};
 use sluice_storage::fs::DmaFs;
-use sluice_storage::{AppendInfo, BatchView, LogConfig};
+use sluice_storage::{AppendInfo, BatchView, LogConfig, SegmentInfo};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -22,6 +24,51 @@ pub const PRODUCERS_PER_PARTITION_MAX: usize = 1_000;
 /// Batches remembered per producer to answer a retry with its first offsets (Kafka's
 /// `max.in.flight.requests.per.connection` is at most 5 with idempotence).
 pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
+
+/// The version of the partition's snapshot (`PartitionLog::write_snapshot`): the floor below
+/// which records were deleted on request.
+const FLOOR_SNAPSHOT_VERSION: u32 = 1;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FloorSnapshot {
+    v: u32,
+    /// Records below this offset were deleted (DeleteRecords): never served again.
+    deleted_below: u64,
+}
+
+/// Retention limits, changeable while the partition is open (AlterConfigs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionLimits {
+    pub retention_ms: Option<u64>,
+    pub retention_bytes: Option<u64>,
+}
+
+/// The offset below which whole sealed segments are past `limits` at `now_ms` (the storage's
+/// rule, `Log::enforce_retention`, with limits read here so that they can change): segments
+/// go from the front while they are sealed, not the last one, and past the age (their newest
+/// record older than `retention_ms`) or the size (the rest still at least `retention_bytes`).
+pub fn retention_cut(segments: &[SegmentInfo], now_ms: i64, limits: RetentionLimits) -> u64 {
+    let mut total: u64 = segments.iter().map(|s| s.size_bytes).sum();
+    let mut cut = segments.first().map_or(0, |s| s.base_offset);
+    for (i, s) in segments.iter().enumerate() {
+        if i + 1 == segments.len() || !s.sealed {
+            break;
+        }
+        let by_time = limits.retention_ms.is_some_and(|r| {
+            s.max_timestamp_ms
+                .is_none_or(|m| m < now_ms.saturating_sub(r as i64))
+        });
+        let by_size = limits
+            .retention_bytes
+            .is_some_and(|r| total - s.size_bytes >= r);
+        if !(by_time || by_size) {
+            break;
+        }
+        total -= s.size_bytes;
+        cut = s.next_offset;
+    }
+    cut
+}
 
 /// An idempotent producer's batch: who sent it and its sequence numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +103,9 @@ pub struct TopicPartition<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallCloc
     producers: RefCell<HashMap<i64, ProducerState>>,
     /// What lagging consumers will fetch next, read while their last answer is sent.
     readahead: ReadAhead,
+    /// Records below this were deleted on request (persisted in the log's snapshot).
+    floor: Cell<u64>,
+    retention: Rc<Cell<RetentionLimits>>,
 }
 
 impl TopicPartition {
@@ -82,6 +132,25 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
         log_config: LogConfig,
     ) -> StreamResult<Rc<TopicPartition<L, C>>> {
         let log = Rc::new(L::open(env, dir.clone(), log_config).await?);
+        let floor = match log.read_snapshot().await? {
+            None => 0,
+            Some(b) => {
+                let f: FloorSnapshot = serde_json::from_slice(&b)
+                    .map_err(|e| StreamError::Internal(format!("partition snapshot: {e}")))?;
+                if f.v != FLOOR_SNAPSHOT_VERSION {
+                    return Err(StreamError::Internal(format!(
+                        "partition snapshot version {} (this build reads {FLOOR_SNAPSHOT_VERSION})",
+                        f.v
+                    )));
+                }
+                // Never past what the log holds (a floor is written only at or below its end).
+                f.deleted_below.min(log.end_offset())
+            }
+        };
+        let retention = Rc::new(Cell::new(RetentionLimits {
+            retention_ms: log.config().retention_ms,
+            retention_bytes: log.config().retention_bytes,
+        }));
         let closed = Rc::new(Cell::new(false));
         let tp = Rc::new(TopicPartition {
             topic_id,
@@ -94,8 +163,11 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
             closed: closed.clone(),
             producers: RefCell::new(HashMap::new()),
             readahead: ReadAhead::default(),
+            floor: Cell::new(floor),
+            retention: retention.clone(),
         });
-        if log.config().retention_ms.is_some() || log.config().retention_bytes.is_some() {
+        {
+            // Always running: AlterConfigs may set limits on a topic created without them.
             runtime::spawn(async move {
                 while !closed.get() {
                     let next_ms = clock.now_ms() + RETENTION_INTERVAL_MS;
@@ -103,7 +175,12 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
                     if closed.get() {
                         break;
                     }
-                    match log.enforce_retention(clock.now_ms() as i64, None).await {
+                    let limits = retention.get();
+                    if limits == RetentionLimits::default() {
+                        continue;
+                    }
+                    let cut = retention_cut(&log.segments(), clock.now_ms() as i64, limits);
+                    match log.delete_segments_below(cut).await {
                         Ok(o) if o.segments_deleted > 0 => tracing::debug!(
                             topic = topic_id,
                             partition,
@@ -120,6 +197,49 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
             });
         }
         Ok(tp)
+    }
+
+    /// New retention limits, applied from the next retention round on.
+    pub fn set_retention(&self, limits: RetentionLimits) {
+        self.retention.set(limits);
+    }
+
+    /// The first offset served: the log's start, or the floor DeleteRecords set above it.
+    fn start_offset(&self) -> u64 {
+        self.log.start_offset().max(self.floor.get())
+    }
+
+    /// Kafka's DeleteRecords: records below `offset` (the end when `None`) are deleted — never
+    /// served again, durably (the floor is in the log's snapshot before this returns), and
+    /// the whole segments below it leave the disk. Returns the new first offset (Kafka's low
+    /// watermark). An offset past the end is out of range.
+    pub async fn delete_records(&self, offset: Option<u64>) -> StreamResult<u64> {
+        if self.closed.get() {
+            return Err(StreamError::Unavailable("partition closed".into()));
+        }
+        let (start, end) = (self.start_offset(), self.log.end_offset());
+        let target = offset.unwrap_or(end);
+        if target > end {
+            return Err(StreamError::OffsetOutOfRange {
+                offset: target,
+                start,
+                end,
+            });
+        }
+        if target <= start {
+            return Ok(start);
+        }
+        let snapshot = FloorSnapshot {
+            v: FLOOR_SNAPSHOT_VERSION,
+            deleted_below: target,
+        };
+        let bytes = serde_json::to_vec(&snapshot)
+            .map_err(|e| StreamError::Internal(format!("partition snapshot: {e}")))?;
+        self.log.write_snapshot(bytes).await?;
+        // Floors only rise: two deletions racing over the await keep the higher one.
+        self.floor.set(self.floor.get().max(target));
+        self.log.delete_segments_below(self.floor.get()).await?;
+        Ok(self.start_offset())
     }
 
     /// The bytes this partition's log holds (its segments).
@@ -230,7 +350,7 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
             if self.closed.get() {
                 return Err(StreamError::Unavailable("partition closed".into()));
             }
-            let (start, end) = (self.log.start_offset(), self.log.end_offset());
+            let (start, end) = (self.start_offset(), self.log.end_offset());
             if offset < start || offset > end {
                 return Err(StreamError::OffsetOutOfRange { offset, start, end });
             }
@@ -248,7 +368,7 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
                 }
                 return Ok(FetchReply {
                     batches: answer.batches,
-                    start_offset: self.log.start_offset(),
+                    start_offset: self.start_offset(),
                     end_offset: self.log.end_offset(),
                 });
             }
@@ -271,7 +391,7 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
     }
 
     pub fn offsets(&self) -> (u64, u64) {
-        (self.log.start_offset(), self.log.end_offset())
+        (self.start_offset(), self.log.end_offset())
     }
 
     pub async fn offset_for_timestamp(&self, ts_ms: i64) -> StreamResult<u64> {
@@ -279,7 +399,8 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
             .log
             .offset_for_timestamp(ts_ms)
             .await?
-            .unwrap_or_else(|| self.log.end_offset()))
+            .unwrap_or_else(|| self.log.end_offset())
+            .max(self.start_offset()))
     }
 
     pub fn segment_count(&self) -> usize {
@@ -360,6 +481,93 @@ mod tests {
                 "retention did not run on the partition's clock: start still {start}"
             );
             assert_eq!(tp.segment_count(), 1, "only the active segment is left");
+            tp.close().await.expect("close");
+        })
+        .expect("executor");
+    }
+
+    /// DeleteRecords: the floor moves up at once, survives a reopen (the log's snapshot),
+    /// fetches below it are out of range, and an offset past the end is refused.
+    #[test]
+    fn deleted_records_stay_deleted_across_a_reopen() {
+        sluice_storage::rt::run("topic-delete-records", || async {
+            let fs = SimFs::new();
+            let clock = SimClock::new(T0_MS);
+            let dir = PathBuf::from("/t/p0");
+            let open = || {
+                TopicPartition::<LocalLog<SimFs>, SimClock>::open_on(
+                    &fs,
+                    clock.clone(),
+                    dir.clone(),
+                    1,
+                    0,
+                    LogConfig::default(),
+                )
+            };
+            let tp = open().await.expect("open");
+            for i in 0..10u64 {
+                tp.produce(batch(T0_MS + i, 10)).await.expect("produce");
+            }
+            assert!(matches!(
+                tp.delete_records(Some(11)).await,
+                Err(StreamError::OffsetOutOfRange { .. })
+            ));
+            assert_eq!(tp.delete_records(Some(4)).await.expect("delete"), 4);
+            // Lower than the floor: nothing moves back.
+            assert_eq!(tp.delete_records(Some(2)).await.expect("delete"), 4);
+            assert_eq!(tp.offsets(), (4, 10));
+            assert!(matches!(
+                tp.fetch(3, 1 << 20, 100, 0).await,
+                Err(StreamError::OffsetOutOfRange { start: 4, .. })
+            ));
+            tp.close().await.expect("close");
+            let tp = open().await.expect("reopen");
+            assert_eq!(tp.offsets(), (4, 10), "the floor did not survive a reopen");
+            assert_eq!(tp.offset_for_timestamp(0).await.expect("ts"), 4);
+            // -1 (None): everything up to the end.
+            assert_eq!(tp.delete_records(None).await.expect("delete"), 10);
+            tp.close().await.expect("close");
+        })
+        .expect("executor");
+    }
+
+    /// Retention limits set while the partition is open (AlterConfigs) are enforced from the
+    /// next round on, for a partition opened without any.
+    #[test]
+    fn retention_set_while_open_is_enforced() {
+        sluice_storage::rt::run("topic-retention-set", || async {
+            let fs = SimFs::new();
+            let clock = SimClock::new(T0_MS);
+            let config = LogConfig {
+                segment_bytes_max: 16 * 1024,
+                prealloc_chunk_bytes: 16 * 1024,
+                batch_bytes_max: 8 * 1024,
+                write_buffer_bytes_max: 64 * 1024,
+                ..LogConfig::default()
+            };
+            let tp: Rc<TopicPartition<LocalLog<SimFs>, SimClock>> =
+                TopicPartition::open_on(&fs, clock.clone(), PathBuf::from("/t/p1"), 1, 0, config)
+                    .await
+                    .expect("open");
+            for i in 0..40u64 {
+                tp.produce(batch(T0_MS + i, 2_000)).await.expect("produce");
+            }
+            assert!(tp.segment_count() > 2);
+            let past = T0_MS + 40 + RETENTION_MS + 1;
+            for step in 1..=3 {
+                clock.advance_to(past + step * RETENTION_INTERVAL_MS);
+                runtime::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            assert!(tp.segment_count() > 2, "deleted with no retention set");
+            tp.set_retention(RetentionLimits {
+                retention_ms: Some(RETENTION_MS),
+                retention_bytes: None,
+            });
+            for step in 4..=7 {
+                clock.advance_to(past + step * RETENTION_INTERVAL_MS);
+                runtime::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            assert_eq!(tp.segment_count(), 1, "the new retention was not enforced");
             tp.close().await.expect("close");
         })
         .expect("executor");

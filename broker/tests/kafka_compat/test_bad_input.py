@@ -31,8 +31,8 @@ def test_unknown_apis_and_versions_get_unsupported_version_and_the_connection_go
     corr, body = raw.request(999, 0, b"")
     assert corr == raw.corr and struct.unpack(">h", body[:2])[0] == UNSUPPORTED_VERSION
     keys = api_versions_ok(raw)
-    assert 21 not in keys  # DeleteRecords: not served...
-    corr, body = raw.request(21, 0, b"")  # ...so answered, not dropped
+    assert 23 not in keys  # OffsetForLeaderEpoch: not served...
+    corr, body = raw.request(23, 2, b"")  # ...so answered, not dropped
     assert struct.unpack(">h", body[:2])[0] == UNSUPPORTED_VERSION
     corr, body = raw.request(3, 99, b"")  # Metadata v99
     assert struct.unpack(">h", body[:2])[0] == UNSUPPORTED_VERSION

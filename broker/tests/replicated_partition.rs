@@ -1112,8 +1112,8 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// Seeded random runs of the replicated partition under faults — one node at a time isolated
-/// or killed (`SLUICE_RANDOM_POWER=1` adds power cuts) — judged by the history checker
+/// Seeded random runs of the replicated partition under faults — one node at a time isolated,
+/// killed or power-cut (unsynced writes dropped, kept or torn) — judged by the history checker
 /// (`SLUICE_SEED` replays a seed's choices: the network's timing is real, so a replay is
 /// close, not exact; `SLUICE_RANDOM_RUNS` runs more).
 #[test]

@@ -1047,14 +1047,7 @@ async fn random_run(seed: u64) -> Result<(), String> {
             None if w.rng.gen_bool(0.08) => {
                 let i = w.rng.gen_range(0..w.slots.len());
                 let at = n + w.rng.gen_range(3..15);
-                // Power cuts of one node leave the cluster leaderless in some runs (open: see
-                // issue 41's note); they run only when asked.
-                let kinds = if env_u64("SLUICE_RANDOM_POWER") == Some(1) {
-                    3
-                } else {
-                    2
-                };
-                match w.rng.gen_range(0..kinds) {
+                match w.rng.gen_range(0..3) {
                     0 => {
                         w.set_isolated(i, true);
                         faulty = Some((i, true, at));

@@ -8,19 +8,17 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod cluster_common;
+
+use cluster_common::{run, Ca};
 use glommio::timer::Timer;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use sluice_broker::cluster::{
-    node_cert_name, PeerTransport, PeerTransportConfig, ReplicaHost, ReplicatedLog,
-};
 use sluice_broker::cluster::{LeaderClock, PartitionSpec, PartitionSupervisor, MAX_CLOCK_SKEW_MS};
+use sluice_broker::cluster::{PeerTransport, PeerTransportConfig, ReplicaHost, ReplicatedLog};
 use sluice_broker::engine::attributes::{QueueAttributes, QueueKind};
 use sluice_broker::engine::{Command, Limits, PartitionConfig, ReceiveRequest, Reply, SendRequest};
 use sluice_broker::error::ServiceError;
-use sluice_broker::quic::tls::Identity;
 use sluice_broker::runtime::{Clock, WallClock};
 use sluice_broker::shard::partition::PartitionActor;
 use sluice_cluster::{Create, Replica, ReplicaConfig};
@@ -41,60 +39,6 @@ const POLL_STEP: Duration = Duration::from_millis(10);
 const EMPTY_RECEIVES_MAX: usize = 50;
 /// How long `ReplicatedLog::open` waits for its replica to serve.
 const OPEN_WAIT_MS: u64 = 2_000;
-
-static EXECUTORS: Mutex<()> = Mutex::new(());
-
-fn executor_lock() -> MutexGuard<'static, ()> {
-    EXECUTORS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn run<F, Fut>(f: F)
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    let _lock = executor_lock();
-    glommio::LocalExecutorBuilder::default()
-        .spawn(f)
-        .expect("spawn executor")
-        .join()
-        .expect("executor thread");
-}
-
-struct Ca {
-    cert: CertificateDer<'static>,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-impl Ca {
-    fn new() -> Self {
-        let key = rcgen::KeyPair::generate().expect("CA key");
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "replicated partition test CA");
-        let cert = params.self_signed(&key).expect("CA cert");
-        Ca {
-            cert: cert.der().clone(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    fn node(&self, node: NodeId) -> Identity {
-        let key = rcgen::KeyPair::generate().expect("node key");
-        let cert = rcgen::CertificateParams::new(vec![node_cert_name(node)])
-            .expect("node params")
-            .signed_by(&key, &self.issuer)
-            .expect("node cert");
-        Identity {
-            cert_chain: vec![cert.der().clone()],
-            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        }
-    }
-}
 
 fn raft_config() -> Config {
     Config {
@@ -306,7 +250,7 @@ async fn receive_all<C: Clock>(
 #[test]
 fn acknowledged_sends_survive_the_leaders_node_going_down() {
     run(|| async {
-        let ca = Ca::new();
+        let ca = Ca::new("replicated partition test");
         let nodes = three_nodes(&ca).await;
         let l = leader(&nodes).await;
 
@@ -382,7 +326,7 @@ async fn sends_then_power_loss_of_every_node(
     n: usize,
     log_config: LogConfig,
 ) -> (Vec<String>, std::collections::BTreeSet<String>) {
-    let ca = Ca::new();
+    let ca = Ca::new("replicated partition test");
     let disks = vec![SimFs::new(), SimFs::new(), SimFs::new()];
     let nodes = start_nodes(&ca, &disks, log_config.clone()).await;
     let l = leader(&nodes).await;
@@ -471,7 +415,7 @@ const NEW_LEADER_AHEAD_MS: u64 = 400;
 /// ahead. Returns (when the lease was asked for, when the new leader handed the message out
 /// again), both on the old leader's clock (the wall clock here).
 async fn lease_through_failover(margin_ms: u64) -> (u64, u64) {
-    let ca = Ca::new();
+    let ca = Ca::new("replicated partition test");
     let nodes = three_nodes(&ca).await;
     for n in &nodes {
         n.host.set_lease_margin_ms(margin_ms);
@@ -591,7 +535,7 @@ async fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 #[test]
 fn a_deposed_leader_stops_serving_and_nothing_deleted_comes_back() {
     run(|| async {
-        let ca = Ca::new();
+        let ca = Ca::new("replicated partition test");
         let nodes = three_nodes(&ca).await;
         let sups: Vec<_> = nodes
             .iter()
@@ -718,7 +662,7 @@ impl World {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
         let fifo = rng.gen_bool(0.5);
-        let ca = Ca::new();
+        let ca = Ca::new("replicated partition test");
         let listen: SocketAddr = "127.0.0.1:0".parse().expect("loopback");
         let mut bound = Vec::new();
         for id in 1..=3 {
@@ -1120,7 +1064,7 @@ fn random_faults_against_the_replicated_partition_pass_the_history_checker() {
     });
     for k in 0..runs {
         let seed = first.wrapping_add(k);
-        let result = std::sync::Arc::new(Mutex::new(None));
+        let result = std::sync::Arc::new(std::sync::Mutex::new(None));
         let r2 = result.clone();
         run(move || async move {
             let r = random_run(seed).await;

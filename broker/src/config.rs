@@ -129,13 +129,16 @@ pub fn meta_log_config() -> LogConfig {
     }
 }
 
+/// The receipt key's file in the data dir. Every node of a cluster must hold the same one.
+pub const RECEIPT_KEY_FILE: &str = "receipt.key";
+
 /// Reads the receipt key from the data dir, creating it (mode 0600) on first start, and the
 /// data dir (mode 0700) if it is missing.
 pub fn load_or_create_receipt_key(data_dir: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     crate::config_perms::create_data_dir(data_dir)?;
-    let path = data_dir.join("receipt.key");
+    let path = data_dir.join(RECEIPT_KEY_FILE);
     match std::fs::read(&path) {
         Ok(k) if k.len() == RECEIPT_KEY_BYTES => return Ok(k),
         Ok(_) => {

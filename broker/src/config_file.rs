@@ -719,7 +719,14 @@ impl Settings {
         let mut c = BrokerConfig::embedded(data_dir)?;
         c.cluster = cluster;
         c.shards = shards;
-        c.default_partitions = self.partitions.unwrap_or(c.shards as u32);
+        // In a cluster, one partition per queue unless the file says otherwise: a queue then
+        // has one leader, which any node forwards to (partitions led on different nodes would
+        // each need their own forwarding).
+        c.default_partitions = self.partitions.unwrap_or(if c.cluster.is_some() {
+            1
+        } else {
+            c.shards as u32
+        });
         c.cpus = self.cpus.clone().unwrap_or_default();
         c.spin_before_park_us = self.spin_us;
         c.region = self.region.clone().or(d.region).expect("default");

@@ -392,6 +392,8 @@ pub fn prepare(dir: &Path, nodes: usize, shards: usize) -> Result<Vec<DevNode>, 
             config_path,
         });
     }
+    // One receipt key for the cluster: a handle a leader signed must verify on the next one.
+    share_receipt_key(&laid_out)?;
     let members: Vec<MemberSettings> = laid_out
         .iter()
         .map(|n| MemberSettings {
@@ -416,6 +418,22 @@ pub fn prepare(dir: &Path, nodes: usize, shards: usize) -> Result<Vec<DevNode>, 
         write_file(&n.config_path, text.as_bytes(), 0o600)?;
     }
     Ok(laid_out)
+}
+
+/// Gives every node the first node's receipt key (made there if it has none).
+fn share_receipt_key(nodes: &[DevNode]) -> Result<(), DevError> {
+    let Some(first) = nodes.first() else {
+        return Ok(());
+    };
+    let key = crate::config::load_or_create_receipt_key(&first.data_dir)
+        .map_err(io_err("reading the receipt key in", &first.data_dir))?;
+    for n in &nodes[1..] {
+        let path = n.data_dir.join(crate::config::RECEIPT_KEY_FILE);
+        if std::fs::read(&path).ok().as_deref() != Some(key.as_slice()) {
+            write_file(&path, &key, 0o600)?;
+        }
+    }
+    Ok(())
 }
 
 fn node_settings(
@@ -509,39 +527,47 @@ impl DevCluster {
             nodes: Vec::new(),
         };
         for n in &nodes {
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(&n.log_path)
-                .map_err(io_err("opening", &n.log_path))?;
-            let log2 = log.try_clone().map_err(io_err("opening", &n.log_path))?;
-            let mut cmd = Command::new(sluiced);
-            // The caller's SLUICE_* variables would override every node's file (flags and
-            // environment come first), e.g. one SLUICE_DATA_DIR for all of them.
-            for (k, _) in std::env::vars_os() {
-                if k.to_string_lossy().starts_with("SLUICE_") {
-                    cmd.env_remove(k);
-                }
-            }
-            let child = cmd
-                .arg("--config")
-                .arg(&n.config_path)
-                .stdin(Stdio::null())
-                .stdout(log)
-                .stderr(log2)
-                .spawn()
-                .map_err(io_err("starting", sluiced))?;
-            cluster.children.push(Some(child));
+            cluster.children.push(Some(spawn_node(n, sluiced)?));
             cluster.nodes.push(n.clone());
         }
-        cluster.wait_ready(ready_timeout)?;
+        cluster.wait_ready(0..nodes.len(), ready_timeout)?;
         Ok(cluster)
     }
 
-    fn wait_ready(&mut self, timeout: Duration) -> Result<(), DevError> {
+    /// Kills node `index` (1-based) with SIGKILL, as a crash would, and reaps it.
+    pub fn kill(&mut self, index: usize) {
+        if let Some(mut child) = index
+            .checked_sub(1)
+            .and_then(|i| self.children.get_mut(i))
+            .and_then(Option::take)
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts node `index` (1-based) again on its data dir (after [`DevCluster::kill`]) and
+    /// waits until it is ready.
+    pub fn restart(
+        &mut self,
+        index: usize,
+        sluiced: &Path,
+        ready_timeout: Duration,
+    ) -> Result<(), DevError> {
+        let i = index.checked_sub(1).filter(|&i| i < self.nodes.len());
+        let i = i.ok_or(DevError::Nodes(index))?;
+        self.kill(index);
+        self.children[i] = Some(spawn_node(&self.nodes[i], sluiced)?);
+        self.wait_ready(i..i + 1, ready_timeout)
+    }
+
+    fn wait_ready(
+        &mut self,
+        which: std::ops::Range<usize>,
+        timeout: Duration,
+    ) -> Result<(), DevError> {
         let deadline = Instant::now() + timeout;
-        for i in 0..self.nodes.len() {
+        for i in which {
             loop {
                 if let Some((node, status)) = self.exited().into_iter().next() {
                     let n = &self.nodes[node - 1];
@@ -629,6 +655,32 @@ impl DevCluster {
         }
         statuses
     }
+}
+
+/// Starts `sluiced` for node `n`, its output appended to the node's log.
+fn spawn_node(n: &DevNode, sluiced: &Path) -> Result<Child, DevError> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&n.log_path)
+        .map_err(io_err("opening", &n.log_path))?;
+    let log2 = log.try_clone().map_err(io_err("opening", &n.log_path))?;
+    let mut cmd = Command::new(sluiced);
+    // The caller's SLUICE_* variables would override every node's file (flags and
+    // environment come first), e.g. one SLUICE_DATA_DIR for all of them.
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SLUICE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.arg("--config")
+        .arg(&n.config_path)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .spawn()
+        .map_err(io_err("starting", sluiced))
 }
 
 impl Drop for DevCluster {

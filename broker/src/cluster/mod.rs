@@ -12,6 +12,8 @@
 //! | `config`    | [`ClusterConfig`]: the `[cluster]` section checked against this node    |
 //! | `node`      | [`ShardNode`]: one shard's transport to the same shard of every member  |
 //! | `dev`       | a local cluster for development (`sluice dev cluster`), certificates    |
+//! | `shard`     | [`ClusterShard`]: a running shard's replicas, supervisors and the       |
+//! |             | replicated metadata catalog                                             |
 //!
 //! The peer endpoint is separate from the clients' (`crate::quic`): its own UDP port, its own
 //! ALPN (`sluice-peer/1`, so a client cannot speak Raft and a peer cannot open the client
@@ -78,11 +80,13 @@ pub mod config;
 pub mod dev;
 pub mod identity;
 pub mod node;
+pub mod shard;
 mod transport;
 
 pub use config::{ClusterConfig, ClusterConfigError, Member, MEMBERS_MAX};
 pub use identity::{IdentityError, NodeIdentity};
 pub use node::ShardNode;
+pub use shard::ClusterShard;
 
 pub use transport::{
     node_cert_name, node_id_from_cert, FrameError, PeerTransport, PeerTransportConfig, Received,

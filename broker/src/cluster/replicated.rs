@@ -195,6 +195,17 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
         glommio::spawn_local(drive(Rc::downgrade(self), hosted)).detach();
     }
 
+    /// Stops hosting `group` (its queue was deleted): its driver stops and its handles close.
+    pub fn unhost(&self, group: GroupId) {
+        let Some(h) = self.hosted.borrow_mut().remove(&group) else {
+            return;
+        };
+        self.by_dir.borrow_mut().retain(|_, g| *g != group);
+        h.stopped.set(true);
+        h.wake.notify();
+        h.progressed.notify();
+    }
+
     /// The event notified after each driver round of `group`'s replica, if hosted here.
     pub fn progressed(&self, group: GroupId) -> Option<Event> {
         self.hosted

@@ -59,6 +59,8 @@ pub struct PartitionSupervisor<F: Fs, C: Clock> {
     host: Rc<ReplicaHost<F, C>>,
     clock: C,
     spec: PartitionSpec,
+    /// The queue's attributes as the catalog has them now (actors opened later start here).
+    config: RefCell<PartitionConfig>,
     /// The running actor and the term it was opened in.
     current: RefCell<Option<Running<F, C>>>,
     stopped: Cell<bool>,
@@ -71,6 +73,7 @@ impl<F: Fs, C: Clock> PartitionSupervisor<F, C> {
         let s = Rc::new(PartitionSupervisor {
             host,
             clock,
+            config: RefCell::new(spec.config.clone()),
             spec,
             current: RefCell::new(None),
             stopped: Cell::new(false),
@@ -98,6 +101,23 @@ impl<F: Fs, C: Clock> PartitionSupervisor<F, C> {
 
     pub fn stats(&self) -> SupervisorStats {
         self.stats.get()
+    }
+
+    /// The queue's attributes changed: actors opened from now on start with `config`.
+    pub fn set_config(&self, config: PartitionConfig) {
+        *self.config.borrow_mut() = config;
+    }
+
+    /// The partition's directory (its replica's log).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.spec.dir
+    }
+
+    /// The bytes the replica's log holds on this node.
+    pub fn log_size_bytes(&self) -> u64 {
+        self.host
+            .replica(self.spec.group)
+            .map_or(0, |r| r.log().size_bytes())
     }
 
     fn bump(&self, f: impl FnOnce(&mut SupervisorStats)) {
@@ -143,11 +163,12 @@ impl<F: Fs, C: Clock> PartitionSupervisor<F, C> {
                 return;
             }
         };
+        let config = self.config.borrow().clone();
         let opened = PartitionActor::open_on(
             self.host.env(),
             LeaderClock::new(self.clock.clone(), floor),
             self.spec.dir.clone(),
-            self.spec.config.clone(),
+            config,
             self.spec.log_config.clone(),
             self.spec.moves.clone(),
         )

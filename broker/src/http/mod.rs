@@ -23,6 +23,7 @@
 //! connection state machine is hyper's (keep-alive, pipelining, header limits, timeouts).
 
 pub mod actions;
+pub mod forward;
 pub mod io;
 pub mod local;
 pub mod protocol;
@@ -111,6 +112,21 @@ impl HttpConfig {
         })
     }
 }
+
+/// In a cluster, the node to forward a failed request to: the leader of what it needed, or, for
+/// a queue this node does not know, the metadata leader (this node's catalog may not have
+/// applied a queue created a moment ago; the leader's has every committed change).
+fn leader_to_ask(e: &SqsError) -> Option<u64> {
+    e.leader.or_else(|| {
+        (e.shape == "QueueDoesNotExist")
+            .then(crate::cluster::shard::meta_leader_hint)
+            .flatten()
+    })
+}
+
+/// In a cluster, every SQS answer names the node that served it (the leader's id when the
+/// request was forwarded): operators and tests see where a queue is led.
+pub const SERVED_BY_HEADER: &str = "x-sluice-node";
 
 /// Serves the SQS API on this shard until the executor stops. Spawned once per shard.
 pub async fn serve(shard: Rc<Shard>) {
@@ -350,7 +366,13 @@ impl ShardHttp {
             action: Cell::new("unknown"),
             error: Cell::new(None),
         };
-        let response = self.handle_inner(req, &outcome).await;
+        let mut response = self.handle_inner(req, &outcome).await;
+        // In a cluster: which node answered (a forwarded answer keeps the leader's).
+        if let Some(node) = crate::cluster::node::local() {
+            if let Ok(v) = HeaderValue::from_str(&node.node_id().to_string()) {
+                response.headers_mut().entry(SERVED_BY_HEADER).or_insert(v);
+            }
+        }
         crate::metrics::record_request(
             crate::metrics::Action::Sqs(outcome.action.get()),
             started.elapsed(),
@@ -529,8 +551,41 @@ impl ShardHttp {
             path_queue,
         };
         self.note_freed(body.len());
+        // In a cluster the body is kept (a reference, not a copy) in case the request must go
+        // to the leader; a request forwarded to this node is never forwarded again.
+        let forwardable = crate::cluster::node::local()
+            .filter(|_| !parts.headers.contains_key(forward::FORWARDED_HEADER))
+            .map(|node| (node, body.clone()));
         drop(body);
-        match actions::dispatch(&ctx, &action, params).await {
+        let result = actions::dispatch(&ctx, &action, params).await;
+        let result = match (result, forwardable) {
+            (Err(mut e), Some((node, body)))
+                if leader_to_ask(&e).is_some_and(|l| l != node.node_id()) =>
+            {
+                let leader = leader_to_ask(&e).unwrap_or_default();
+                e.leader = None;
+                let addr = node
+                    .cluster()
+                    .members
+                    .iter()
+                    .find(|m| m.id == leader)
+                    .map(|m| m.http_addr);
+                match addr {
+                    Some(addr) => {
+                        match forward::forward(addr, node.node_id(), &parts, body).await {
+                            Ok(r) => return r,
+                            Err(fe) => {
+                                tracing::debug!(error = %fe, leader, "forwarding to the leader");
+                                Err(e)
+                            }
+                        }
+                    }
+                    None => Err(e),
+                }
+            }
+            (r, _) => r,
+        };
+        match result {
             Ok(out) => {
                 let mut buf = Vec::with_capacity(256);
                 if json {

@@ -42,6 +42,9 @@ pub struct SqsError {
     pub status: u16,
     pub sender_fault: bool,
     pub message: String,
+    /// In a cluster: the node that leads what the request needed, when this node does not and
+    /// nothing was done (the request may be forwarded there, `super::forward`).
+    pub leader: Option<u64>,
 }
 
 impl SqsError {
@@ -53,6 +56,7 @@ impl SqsError {
             status,
             sender_fault: status < 500,
             message: message.into(),
+            leader: None,
         }
     }
 
@@ -127,12 +131,21 @@ impl From<ServiceError> for SqsError {
             ),
             other => other.to_string(),
         };
+        let leader = match e {
+            ServiceError::NotLeader {
+                leader_hint,
+                outcome_unknown: false,
+                ..
+            } => leader_hint,
+            _ => None,
+        };
         SqsError {
             code: info.code,
             shape: shape_of(info.code),
             status: info.http_status,
             sender_fault: info.sender_fault,
             message,
+            leader,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod placement;
 pub mod render;
 #[cfg(test)]
 mod sim_tests;
+pub mod slot;
 
 use crate::config::BrokerConfig;
 use crate::engine::attributes::{validate_queue_name, QueueKind};
@@ -27,6 +28,7 @@ use crate::runtime;
 use futures::channel::oneshot;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use partition::PartitionActor;
+use slot::Slot;
 use sluice_storage::fs::DmaFs;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -123,7 +125,9 @@ pub struct Shard {
     pub config: Arc<BrokerConfig>,
     fs: DmaFs,
     catalog: RefCell<Catalog>,
-    partitions: RefCell<HashMap<(u64, u32), Rc<PartitionActor>>>,
+    partitions: RefCell<HashMap<(u64, u32), Slot>>,
+    /// In a cluster: this shard's replicas, supervisors and (shard 0) the metadata replica.
+    cluster: Option<Rc<crate::cluster::ClusterShard>>,
     senders: Option<Senders<Envelope>>,
     pending: RefCell<HashMap<u64, oneshot::Sender<ShardResponse>>>,
     next_request: Cell<u64>,
@@ -195,6 +199,10 @@ impl Shard {
             .await
             .map_err(|e| ServiceError::Internal(format!("data dir: {e}")))?;
         let receipts = ReceiptCodec::new(&config.receipt_secret)?;
+        let cluster = match crate::cluster::node::local() {
+            Some(node) => Some(crate::cluster::ClusterShard::start(node, fs.clone())?),
+            None => None,
+        };
         let (senders, receivers) = match mesh {
             Some((s, r)) => (Some(s), Some(r)),
             None => (None, None),
@@ -212,6 +220,7 @@ impl Shard {
                 config.shards,
             )),
             partitions: RefCell::new(HashMap::new()),
+            cluster,
             senders,
             pending: RefCell::new(HashMap::new()),
             next_request: Cell::new(1),
@@ -234,7 +243,9 @@ impl Shard {
                 });
             }
         }
-        if id == 0 {
+        if id == 0 && shard.cluster.is_some() {
+            shard.start_replicated_meta().await?;
+        } else if id == 0 {
             let meta_dir = config.data_dir.join("meta");
             let log = LocalLog::open(&shard.fs, meta_dir, crate::config::meta_log_config()).await?;
             let mut records = Vec::new();
@@ -267,9 +278,39 @@ impl Shard {
         self.this.clone()
     }
 
+    /// In a cluster, shard 0: hosts the metadata replica, applies what this node knows
+    /// committed, and from then on every record as it commits (`cluster::shard`).
+    async fn start_replicated_meta(self: &Rc<Self>) -> ServiceResult<()> {
+        let cluster = self.cluster.clone().expect("cluster mode");
+        let weak = self.this.clone();
+        let apply: crate::cluster::shard::MetaApply = Rc::new(move |records| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                match weak.upgrade() {
+                    Some(s) => s.broadcast_meta(records).await,
+                    None => Err(ServiceError::Unavailable("shard stopped")),
+                }
+            })
+        });
+        self.streams_start().await?;
+        cluster
+            .start_meta(
+                self.config.data_dir.join("meta"),
+                crate::config::meta_log_config(),
+                apply,
+            )
+            .await?;
+        // Every shard is ready once what this node knows committed is applied (an empty
+        // catalog applies no record: the empty broadcast says so).
+        self.broadcast_meta(Vec::new()).await?;
+        let _serial = self.meta_lock.lock().await;
+        remove_deleted_queue_dirs(&self.config.data_dir.join("queues"), &self.catalog.borrow());
+        Ok(())
+    }
+
     /// A queue partition this shard owns (for reading its log as a stream).
     pub(crate) fn queue_partition(&self, queue_id: u64, p: u32) -> Option<Rc<PartitionActor>> {
-        self.partitions.borrow().get(&(queue_id, p)).cloned()
+        self.partitions.borrow().get(&(queue_id, p))?.local()
     }
 
     pub(crate) fn fs(&self) -> &DmaFs {
@@ -284,6 +325,12 @@ impl Shard {
     /// On shard 0, under [`Shard::meta_serial`]: makes a record durable, then applies it on
     /// every shard.
     pub(crate) async fn persist_meta(&self, record: MetaRecord) -> ServiceResult<()> {
+        if let Some(c) = &self.cluster {
+            // Committed by a majority, then applied here (by the applier, on every shard).
+            c.propose_meta(&record, runtime::now_ms()).await?;
+            record.log_durable();
+            return Ok(());
+        }
         let log = self
             .meta_log
             .borrow()
@@ -388,7 +435,7 @@ impl Shard {
                     PartitionOp::WaitReady { deadline_ms } => {
                         ShardResponse::Ready(actor.wait_ready(deadline_ms).await)
                     }
-                    PartitionOp::Counters => ShardResponse::Counters(Ok(actor.counters())),
+                    PartitionOp::Counters => ShardResponse::Counters(actor.counters()),
                 }
             }
             ShardRequest::Meta(op) => ShardResponse::Meta(self.meta_change(op).await),
@@ -402,7 +449,7 @@ impl Shard {
                     .partitions
                     .borrow()
                     .values()
-                    .map(|a| a.metrics())
+                    .filter_map(Slot::metrics)
                     .collect();
                 ShardResponse::Metrics(Box::new(crate::metrics::local_snapshot(
                     self.id,
@@ -419,6 +466,10 @@ impl Shard {
     /// On shard 0: decides, makes durable and broadcasts one metadata change.
     async fn meta_change(&self, op: MetaOp) -> ServiceResult<u64> {
         let _serial = self.meta_lock.lock().await;
+        if let Some(c) = &self.cluster {
+            // Only the metadata leader decides, on a catalog with every committed change.
+            c.meta_leader().await?;
+        }
         let now = runtime::now_ms();
         let record = {
             let c = self.catalog.borrow();
@@ -493,6 +544,11 @@ impl Shard {
             | MetaRecord::TopicDeleted { id, .. }
             | MetaRecord::TopicAltered { id, .. } => *id,
         };
+        if let Some(c) = &self.cluster {
+            c.propose_meta(&record, now).await?;
+            record.log_durable();
+            return Ok(id);
+        }
         let log = self
             .meta_log
             .borrow()
@@ -578,15 +634,12 @@ impl Shard {
                 let existing = self.partitions.borrow().get(&(q.id, p)).cloned();
                 match existing {
                     None => to_open.push((q.clone(), p)),
-                    Some(actor) => {
+                    Some(slot) => {
                         let cfg = self.partition_config(q, p);
                         if records.iter().any(
                             |r| matches!(r, MetaRecord::AttributesSet { id, .. } if *id == q.id),
                         ) {
-                            actor.set_config(cfg);
-                            actor
-                                .execute(Command::SetAttributes(Box::new(q.parsed.clone())))
-                                .await?;
+                            slot.configure(cfg).await?;
                         }
                     }
                 }
@@ -605,6 +658,9 @@ impl Shard {
             let actor = self.partitions.borrow_mut().remove(&key);
             if let Some(a) = actor {
                 let _ = a.close().await;
+                if let Some(c) = &self.cluster {
+                    c.drop_partition(crate::cluster::shard::queue_group(key.0, key.1));
+                }
                 // Off this thread, its space freed a step at a time (`reclaim`: removing a
                 // large log at once held the shard for tens of ms), under a name of its own
                 // first, so that the removal can only ever reach what was this partition's. The
@@ -636,14 +692,30 @@ impl Shard {
                     runtime::spawn(async move { s.forward_move(mv).await });
                 }
             });
-            let open = PartitionActor::open(
-                self.fs.clone(),
-                self.partition_dir(q.id, p),
-                self.partition_config(&q, p),
-                self.config.log.clone(),
-                sink,
-            );
-            async move { ((q.id, p), open.await) }
+            let dir = self.partition_dir(q.id, p);
+            let config = self.partition_config(&q, p);
+            let cluster = self.cluster.clone();
+            let fs = self.fs.clone();
+            let log_config = self.config.log.clone();
+            let key = (q.id, p);
+            let open = async move {
+                match cluster {
+                    Some(c) => c
+                        .open_partition(crate::cluster::PartitionSpec {
+                            group: crate::cluster::shard::queue_group(q.id, p),
+                            dir,
+                            config,
+                            log_config,
+                            moves: sink,
+                        })
+                        .await
+                        .map(Slot::Replicated),
+                    None => PartitionActor::open(fs, dir, config, log_config, sink)
+                        .await
+                        .map(Slot::Local),
+                }
+            };
+            async move { (key, open.await) }
         });
         let mut opened = futures::stream::iter(opens).buffer_unordered(PARTITION_OPENS_AT_ONCE);
         let mut first_err = None;
@@ -763,6 +835,10 @@ impl Shard {
             }
         }
         self.streams_shutdown().await;
+        if let Some(c) = &self.cluster {
+            // Drivers stop (a replica's log is durable as far as it acknowledged anything).
+            c.host.close().await;
+        }
         let meta = self.meta_log.borrow_mut().take();
         if let Some(m) = meta {
             let _ = m.close().await;
@@ -803,7 +879,7 @@ impl Shard {
         let catalog = self.catalog.borrow();
         for ((queue_id, _), actor) in self.partitions.borrow().iter() {
             if let Some(q) = catalog.get(*queue_id) {
-                *by_account.entry(q.tenant.clone()).or_default() += actor.log().size_bytes();
+                *by_account.entry(q.tenant.clone()).or_default() += actor.size_bytes();
             }
         }
         self.streams.add_stored_bytes(&mut by_account);

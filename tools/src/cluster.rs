@@ -137,8 +137,8 @@ pub fn run_dev(format: Format, cmd: DevCmd) -> Result<i32, CliError> {
         Format::Table => print!("{}", dev::describe(&cluster.nodes, &dir)),
     }
     eprintln!(
-        "the cluster runs; Ctrl-C stops it. Until replication is wired (issue 41) each node \
-         serves its own data."
+        "the cluster runs; Ctrl-C stops it. SQS queues are replicated on all three nodes and \
+         any node answers (forwarding to the queue's leader); topics are not replicated yet."
     );
     let mut running = cluster.nodes.len();
     loop {

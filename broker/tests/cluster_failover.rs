@@ -1,19 +1,23 @@
-//! A queue on a three-node cluster of real `sluiced` processes (`sluice dev cluster`'s
-//! library), served by every node and through kill -9s of its leader.
+//! Queues on a three-node cluster of real `sluiced` processes (`sluice dev cluster`'s
+//! library), served by every node and through kill -9s of their leaders, judged by the
+//! history checker (`sluice-checker`) from the client's side.
 //!
-//! Each round sends through every live node (a follower forwards to the leader; the answer's
-//! `x-sluice-node` names who served it), receives and deletes some messages, creates a queue
-//! (a metadata change), then kills the queue's leader with SIGKILL, sends again through the
-//! survivors until the new leader acknowledges, and restarts the killed node. At the end every
-//! node is drained. Judged from the client's side: every acknowledged send is delivered,
-//! no successfully deleted message is delivered again, every created queue exists on every
-//! node.
+//! Each round sends to a standard and a FIFO queue through every live node (a follower
+//! forwards to the leader; an answer's `x-sluice-node` names who served it), receives some
+//! messages and holds their leases, kills one queue's leader with SIGKILL (the two queues in
+//! turn), sends again through the survivors until the new leader acknowledges, receives and
+//! deletes while the held leases still run, creates a queue (a metadata change), restarts the
+//! killed node and deletes the held messages with their old receipts. At the end every queue is
+//! drained. Every call attempt is one operation in the history; a 5xx or a lost connection is
+//! indeterminate. The checker finds acknowledged sends never delivered, a message leased twice
+//! inside its window, a deleted message delivered again, FIFO order broken, a duplicate inside
+//! the dedup window; every created queue must be known on every node.
 //!
 //! Rounds: `SLUICE_CLUSTER_KILLS` (default [`KILLS_DEFAULT`]; the issue's campaign runs 25+).
 
 use serde_json::{json, Value};
 use sluice_broker::cluster::dev::{self, DevCluster, DevNode};
-use std::collections::{BTreeMap, BTreeSet};
+use sluice_checker::{Call, Delivered, Event, Outcome, Reply};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,11 +25,17 @@ use std::time::{Duration, Instant};
 
 const SHARDS: usize = 2;
 const KILLS_DEFAULT: usize = 4;
-/// Messages sent per batch of sends.
-const SENDS_PER_STEP: usize = 10;
-/// How long one call may keep retrying retryable answers (an election is ~1.5–3 s).
+/// Messages sent per queue per batch of sends.
+const SENDS_PER_STEP: usize = 6;
+/// FIFO message groups.
+const GROUPS: usize = 3;
+/// How long one logical call may keep retrying retryable answers (an election is ~1.5–3 s).
 const RETRY_FOR: Duration = Duration::from_secs(30);
 const HTTP_TIMEOUT: Duration = Duration::from_secs(40);
+/// The leases held across a kill, s: longer than a failover, so receives after it fall inside.
+const HELD_VISIBILITY_S: u64 = 8;
+/// The leases of receives that delete at once, s.
+const SHORT_VISIBILITY_S: u64 = 2;
 
 fn sluiced() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_sluiced"))
@@ -69,8 +79,8 @@ fn call(addr: SocketAddr, action: &str, input: &Value) -> std::io::Result<Answer
     Ok(Answer { status, node, body })
 }
 
-/// Calls until a 200 (retrying connection failures and 5xx answers, as SDKs do) on the live
-/// nodes in turn starting at `first`; panics on a client error or after [`RETRY_FOR`].
+/// Calls (unrecorded) until a 200 on the live nodes in turn from `first`, retrying connection
+/// failures and 5xx answers as SDKs do; panics on a client error or after [`RETRY_FOR`].
 fn call_retrying(nodes: &[&DevNode], first: usize, action: &str, input: &Value) -> Answer {
     let deadline = Instant::now() + RETRY_FOR;
     let mut i = first;
@@ -85,78 +95,180 @@ fn call_retrying(nodes: &[&DevNode], first: usize, action: &str, input: &Value) 
         }
         assert!(
             Instant::now() < deadline,
-            "{action}: no success within {RETRY_FOR:?}"
+            "{action}: no success within {RETRY_FOR:?}\n{}",
+            log_tails(nodes)
         );
         i += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-struct Run {
+struct Queue {
+    name: String,
     url: String,
-    /// Acknowledged sends: body → the node that acknowledged it.
-    acked: BTreeMap<String, u64>,
-    /// Bodies delivered at least once.
-    delivered: BTreeSet<String>,
-    /// Message ids whose delete was acknowledged (by id: a send retried after an unknown
-    /// outcome may store the same body twice, as two messages).
-    deleted: BTreeSet<String>,
-    next: usize,
-    leader: Option<u64>,
+    fifo: bool,
 }
 
-impl Run {
-    fn send(&mut self, live: &[&DevNode]) {
+/// A message a receive returned: (message id, receipt handle).
+type Held = (String, String);
+
+/// The client: its calls, recorded as a history.
+struct Client {
+    events: Vec<Event>,
+    next_op: u64,
+    t0: Instant,
+    next_payload: usize,
+    /// The node that acknowledged the last send to each queue (its leader then).
+    leaders: Vec<Option<u64>>,
+}
+
+impl Client {
+    fn time_us(&self) -> u64 {
+        self.t0.elapsed().as_micros() as u64
+    }
+
+    /// One recorded attempt of `action` on `node`.
+    fn attempt(
+        &mut self,
+        node: &DevNode,
+        action: &str,
+        input: &Value,
+        what: Call,
+        reply: impl FnOnce(&Value) -> Reply,
+    ) -> Option<Answer> {
+        let op = self.next_op;
+        self.next_op += 1;
+        self.events.push(Event::Invoke {
+            op,
+            process: "client".into(),
+            time_us: self.time_us(),
+            call: what,
+        });
+        let answer = call(node.http_addr, action, input);
+        let time_us = self.time_us();
+        let (outcome, result, error) = match &answer {
+            Ok(a) if a.status == 200 => (Outcome::Ok, Some(reply(&a.body)), None),
+            Ok(a) if a.status < 500 => (Outcome::Fail, None, Some(a.body.to_string())),
+            // A 503 may be "the leader died after proposing": it may still happen.
+            Ok(a) => (Outcome::Info, None, Some(a.body.to_string())),
+            Err(e) => (Outcome::Info, None, Some(e.to_string())),
+        };
+        self.events.push(Event::Complete {
+            op,
+            time_us,
+            outcome,
+            result,
+            error,
+        });
+        answer.ok().filter(|a| a.status == 200)
+    }
+
+    /// Sends `SENDS_PER_STEP` messages to queue `qi`, each retried through the live nodes
+    /// until acknowledged (a retry sends the same body and, on FIFO, the same dedup id).
+    fn send(&mut self, queues: &[Queue], qi: usize, live: &[&DevNode]) {
+        let q = &queues[qi];
         for k in 0..SENDS_PER_STEP {
-            let body = format!("m{:05}", self.next);
-            self.next += 1;
-            let a = call_retrying(
-                live,
-                k,
-                "SendMessage",
-                &json!({"QueueUrl": self.url, "MessageBody": body}),
-            );
-            self.leader = a.node;
-            self.acked.insert(body, a.node.unwrap_or(0));
+            let payload = format!("m{:05}", self.next_payload);
+            self.next_payload += 1;
+            let group = q.fifo.then(|| format!("g{}", k % GROUPS));
+            let mut input = json!({"QueueUrl": q.url, "MessageBody": payload});
+            if let Some(g) = &group {
+                input["MessageGroupId"] = json!(g);
+                input["MessageDeduplicationId"] = json!(payload);
+            }
+            let deadline = Instant::now() + RETRY_FOR;
+            let mut i = k;
+            loop {
+                let what = Call::Send {
+                    queue: q.name.clone(),
+                    payload: payload.clone(),
+                    group: group.clone(),
+                    dedup: q.fifo.then(|| payload.clone()),
+                    content_dedup: false,
+                    dedup_per_group: false,
+                };
+                let node = live[i % live.len()];
+                let got = self.attempt(node, "SendMessage", &input, what, |b| Reply::Send {
+                    message_id: b["MessageId"].as_str().unwrap_or_default().to_string(),
+                });
+                if let Some(a) = got {
+                    self.leaders[qi] = a.node;
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "send to {}: no ack within {RETRY_FOR:?}\n{}",
+                    q.name,
+                    log_tails(live)
+                );
+                i += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
 
-    /// One receive (up to 10) through `node`, deleting every `delete_every`-th message.
-    fn receive(&mut self, live: &[&DevNode], first: usize, delete_every: usize) -> usize {
-        let a = call_retrying(
-            live,
-            first,
-            "ReceiveMessage",
-            &json!({"QueueUrl": self.url, "MaxNumberOfMessages": 10,
-                    "VisibilityTimeout": 2, "WaitTimeSeconds": 1}),
-        );
-        let msgs = a.body["Messages"].as_array().cloned().unwrap_or_default();
-        for (i, m) in msgs.iter().enumerate() {
-            let body = m["Body"].as_str().expect("body").to_string();
-            let id = m["MessageId"].as_str().expect("id").to_string();
-            assert!(
-                !self.deleted.contains(&id),
-                "{id} ({body}) was deleted (acknowledged) and came back"
-            );
-            assert!(self.acked.contains_key(&body), "{body} was never sent");
-            self.delivered.insert(body.clone());
-            if i % delete_every == 0 {
-                let handle = m["ReceiptHandle"].as_str().expect("handle");
-                // A delete answered 200 is durable; one that failed (leader died) may be
-                // retried by the client, and the message may come back meanwhile.
-                if let Ok(a) = call(
-                    live[first % live.len()].http_addr,
-                    "DeleteMessage",
-                    &json!({"QueueUrl": self.url, "ReceiptHandle": handle}),
-                ) {
-                    if a.status == 200 {
-                        self.deleted.insert(id);
-                    }
-                }
-            }
-        }
-        msgs.len()
+    /// One receive of up to ten from queue `q` through `node`; `None` if it failed.
+    fn receive(&mut self, q: &Queue, node: &DevNode, visibility_s: u64) -> Option<Vec<Held>> {
+        let input = json!({"QueueUrl": q.url, "MaxNumberOfMessages": 10,
+            "VisibilityTimeout": visibility_s, "WaitTimeSeconds": 1,
+            "MessageSystemAttributeNames": ["MessageGroupId"]});
+        let what = Call::Receive {
+            queue: q.name.clone(),
+            visibility_timeout_ms: visibility_s * 1000,
+        };
+        let got = self.attempt(node, "ReceiveMessage", &input, what, |b| Reply::Receive {
+            messages: messages(b)
+                .iter()
+                .map(|m| Delivered {
+                    message_id: m["MessageId"].as_str().unwrap_or_default().to_string(),
+                    payload: m["Body"].as_str().unwrap_or_default().to_string(),
+                    receipt: m["ReceiptHandle"].as_str().unwrap_or_default().to_string(),
+                    receive_count: None,
+                    group: m["Attributes"]["MessageGroupId"]
+                        .as_str()
+                        .map(str::to_string),
+                })
+                .collect(),
+        });
+        got.map(|a| {
+            messages(&a.body)
+                .iter()
+                .map(|m| {
+                    (
+                        m["MessageId"].as_str().unwrap_or_default().to_string(),
+                        m["ReceiptHandle"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
     }
+
+    fn delete(&mut self, q: &Queue, node: &DevNode, (id, receipt): Held) {
+        let input = json!({"QueueUrl": q.url, "ReceiptHandle": receipt});
+        let what = Call::Delete {
+            queue: q.name.clone(),
+            message_id: id,
+            receipt: Some(receipt),
+        };
+        self.attempt(node, "DeleteMessage", &input, what, |_| Reply::Delete {});
+    }
+}
+
+/// The end of every node's log, for a failure's message.
+fn log_tails(nodes: &[&DevNode]) -> String {
+    let mut out = String::new();
+    for n in nodes {
+        let text = std::fs::read_to_string(&n.log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        out.push_str(&format!("--- node{} ({})\n", n.index, n.log_path.display()));
+        out.push_str(&lines[lines.len().saturating_sub(40)..].join("\n"));
+        out.push('\n');
+    }
+    out
+}
+
+fn messages(body: &Value) -> Vec<Value> {
+    body["Messages"].as_array().cloned().unwrap_or_default()
 }
 
 fn kills() -> usize {
@@ -167,31 +279,56 @@ fn kills() -> usize {
 }
 
 #[test]
-fn a_queue_is_served_by_every_node_through_kills_of_its_leader() {
+fn queues_are_served_by_every_node_through_kills_of_their_leaders() {
     let tmp = tempfile::tempdir().expect("tempdir");
+    // Kept when the test fails (the nodes' logs and data): see the message.
     let nodes = dev::prepare(tmp.path(), 3, SHARDS).expect("prepare");
     let mut cluster =
         DevCluster::start(nodes.clone(), sluiced(), dev::READY_TIMEOUT).expect("start");
     let all: Vec<&DevNode> = nodes.iter().collect();
-    let created = call_retrying(&all, 0, "CreateQueue", &json!({"QueueName": "orders"}));
-    let url = created.body["QueueUrl"]
-        .as_str()
-        .expect("QueueUrl")
-        .to_string();
-    let mut run = Run {
-        url,
-        acked: BTreeMap::new(),
-        delivered: BTreeSet::new(),
-        deleted: BTreeSet::new(),
-        next: 0,
-        leader: None,
+    let mut queues = Vec::new();
+    for (name, fifo) in [("orders", false), ("orders.fifo", true)] {
+        let mut input = json!({"QueueName": name});
+        if fifo {
+            input["Attributes"] = json!({"FifoQueue": "true"});
+        }
+        let created = call_retrying(&all, queues.len(), "CreateQueue", &input);
+        let url = created.body["QueueUrl"]
+            .as_str()
+            .expect("QueueUrl")
+            .to_string();
+        queues.push(Queue {
+            name: name.to_string(),
+            url,
+            fifo,
+        });
+    }
+    let mut client = Client {
+        events: Vec::new(),
+        next_op: 1,
+        t0: Instant::now(),
+        next_payload: 0,
+        leaders: vec![None; queues.len()],
     };
-    let mut queues = vec!["orders".to_string()];
+    let mut created = Vec::new();
     let mut failovers = Vec::new();
     for round in 0..kills() {
-        run.send(&all);
-        run.receive(&all, round + 1, 2);
-        let leader = run.leader.expect("answers name their node");
+        for qi in 0..queues.len() {
+            client.send(&queues, qi, &all);
+        }
+        // Leases held across the kill.
+        let mut held: Vec<(usize, Held)> = Vec::new();
+        for (qi, q) in queues.iter().enumerate() {
+            let node = all[round % all.len()];
+            for h in client
+                .receive(q, node, HELD_VISIBILITY_S)
+                .unwrap_or_default()
+            {
+                held.push((qi, h));
+            }
+        }
+        let target = round % queues.len();
+        let leader = client.leaders[target].expect("answers name their node");
         let victim = nodes
             .iter()
             .find(|n| n.identity.node == leader)
@@ -200,42 +337,68 @@ fn a_queue_is_served_by_every_node_through_kills_of_its_leader() {
         cluster.kill(victim);
         let killed_at = Instant::now();
         let live: Vec<&DevNode> = nodes.iter().filter(|n| n.index != victim).collect();
-        run.send(&live);
+        client.send(&queues, target, &live);
         failovers.push(killed_at.elapsed());
+        client.send(&queues, 1 - target, &live);
+        // Inside the held leases: receive and delete what is visible.
+        for (i, q) in queues.iter().enumerate() {
+            let node = live[(round + i) % live.len()];
+            for h in client
+                .receive(q, node, SHORT_VISIBILITY_S)
+                .unwrap_or_default()
+            {
+                client.delete(q, node, h);
+            }
+        }
         let name = format!("q{round}");
         call_retrying(&live, round, "CreateQueue", &json!({"QueueName": name}));
-        queues.push(name);
-        run.receive(&live, round, 3);
+        created.push(name);
         cluster
             .restart(victim, sluiced(), dev::READY_TIMEOUT)
             .unwrap_or_else(|e| panic!("restarting node{victim}: {e}"));
+        // The held messages, deleted with receipts a leader before the kill signed.
+        for (qi, h) in held {
+            let node = all[(round + qi) % all.len()];
+            client.delete(&queues[qi], node, h);
+        }
         eprintln!(
-            "round {round}: killed node{victim} (leader {leader}); first send acknowledged \
-             {:?} after the kill",
+            "round {round}: killed node{victim} (leader of {}); first send acknowledged {:?} \
+             after the kill",
+            queues[target].name,
             failovers.last().expect("one")
         );
     }
-    // Drain through every node until three empty receives in a row (each waits 1 s).
-    let mut empty = 0;
-    let mut i = 0;
-    while empty < 3 {
-        let got = run.receive(&all, i, 1);
-        empty = if got == 0 { empty + 1 } else { 0 };
-        i += 1;
-        assert!(i < 2_000, "drain did not end");
+    // The final drain, after every lease has run out.
+    client.events.push(Event::Drain {
+        time_us: client.time_us(),
+    });
+    std::thread::sleep(Duration::from_secs(HELD_VISIBILITY_S + 1));
+    for q in &queues {
+        let mut empty = 0;
+        let mut i = 0;
+        while empty < 3 {
+            let node = all[i % all.len()];
+            let got = client.receive(q, node, SHORT_VISIBILITY_S);
+            empty = match &got {
+                Some(g) if g.is_empty() => empty + 1,
+                Some(_) => 0,
+                None => empty,
+            };
+            for h in got.unwrap_or_default() {
+                client.delete(q, node, h);
+            }
+            i += 1;
+            assert!(
+                i < 200,
+                "drain of {} did not end\n{}",
+                q.name,
+                log_tails(&all)
+            );
+        }
     }
-    let lost: Vec<&String> = run
-        .acked
-        .keys()
-        .filter(|b| !run.delivered.contains(*b))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "acknowledged sends never delivered: {lost:?}"
-    );
     // Every node's catalog has every queue (a node restarted last may still be applying).
     for n in &nodes {
-        for q in &queues {
+        for q in &created {
             let deadline = Instant::now() + RETRY_FOR;
             loop {
                 let a = call(n.http_addr, "GetQueueUrl", &json!({"QueueName": q})).expect("call");
@@ -253,13 +416,21 @@ fn a_queue_is_served_by_every_node_through_kills_of_its_leader() {
             }
         }
     }
+    let history = sluice_checker::History::from_events(client.events).expect("history");
+    let report = sluice_checker::check(&history, &sluice_checker::Config::default());
     eprintln!(
-        "{} sends acknowledged, {} delivered, {} deleted; failover (kill to first ack): {:?}",
-        run.acked.len(),
-        run.delivered.len(),
-        run.deleted.len(),
-        failovers
+        "operations {:?}; failover (kill to first ack): {failovers:?}",
+        report.operations
     );
+    if report.verdict != sluice_checker::Verdict::Pass {
+        let kept = tmp.keep();
+        panic!(
+            "{}\nthe cluster's dir (logs, data) is kept at {}\n{}",
+            report.to_text(),
+            kept.display(),
+            log_tails(&all)
+        );
+    }
     for status in cluster.stop() {
         assert!(status.expect("stopped by us").success());
     }

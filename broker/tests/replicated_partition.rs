@@ -264,6 +264,7 @@ fn acknowledged_sends_survive_the_leaders_node_going_down() {
 
         let actor = open_actor(&nodes[l].host).await.expect("the leader opens");
         let mut acked = Vec::new();
+        let before_sends_ms = now_ms();
         for i in 0..60 {
             let body = format!("m{i:03}");
             match actor.execute(send(body.clone())).await {
@@ -301,6 +302,13 @@ fn acknowledged_sends_survive_the_leaders_node_going_down() {
         let actor2 = open_actor(&rest[l2].host)
             .await
             .expect("the new leader opens");
+        // The new leader's engine clock starts no earlier than the sends' records, though the
+        // entry it committed last is its own no-op, which carries no time.
+        let floor = rest[l2].host.last_record_ms(GROUP).await.expect("log time");
+        assert!(
+            floor >= before_sends_ms,
+            "the new leader's clock floor {floor} is before the sends ({before_sends_ms})"
+        );
         let got = receive_all(&actor2, acked.len()).await;
         let missing: Vec<&String> = acked.iter().filter(|b| !got.contains(*b)).collect();
         assert!(

@@ -154,17 +154,23 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
         let Some(r) = self.replica(group) else {
             return Ok(0);
         };
-        let end = r.committed_end();
-        if end <= r.log().start_offset() {
-            return Ok(0);
+        // The last data batch's time: Raft's own entries (a new leader's no-op, membership
+        // changes) carry time 0, and the entry a serving leader committed last is its no-op.
+        // Record times never go back along the log (every leader's clock starts at this floor),
+        // so the last data batch holds the highest.
+        let start = r.log().start_offset();
+        let mut end = r.committed_end();
+        while end > start {
+            let batches = r.log().read(end - 1, 1).await?;
+            let Some(b) = batches.iter().find(|b| b.header.base_offset < end) else {
+                return Ok(0);
+            };
+            if b.header.max_timestamp_ms > 0 {
+                return Ok(u64::try_from(b.header.max_timestamp_ms).unwrap_or(0));
+            }
+            end = b.header.base_offset;
         }
-        let batches = r.log().read(end - 1, 1).await?;
-        Ok(batches
-            .iter()
-            .filter(|b| b.header.base_offset < end)
-            .map(|b| u64::try_from(b.header.max_timestamp_ms).unwrap_or(0))
-            .max()
-            .unwrap_or(0))
+        Ok(0)
     }
 
     fn bump(&self, f: impl FnOnce(&mut HostStats)) {

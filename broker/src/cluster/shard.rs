@@ -53,6 +53,12 @@ const PARTITION_BITS: u32 = 20;
 /// How long a request waits for a replica to lead and serve before `NotLeader`, ms: long
 /// enough to ride out the replay after an election, short enough for a client's retry.
 pub const OPEN_WAIT_MS: u64 = 3_000;
+/// A leader's heartbeat interval, ms.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 100;
+/// A follower that hears no leader for this long (randomised up to twice it) starts an
+/// election, ms: ten heartbeats, so a busy core or a lost packet does not depose a leader,
+/// and a dead leader is replaced within 1-2 s plus the new leader's replay.
+pub const ELECTION_TIMEOUT_MS: u64 = 1_000;
 /// The applier re-reads the metadata log at least this often, ms (a missed notification).
 const META_APPLY_RECHECK_MS: u64 = 100;
 
@@ -121,7 +127,11 @@ impl ClusterShard {
         Ok(Rc::new(ClusterShard {
             host,
             membership: Membership::voters(&members),
-            raft: sluice_raft::Config::default(),
+            raft: sluice_raft::Config {
+                heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+                election_timeout_ms: ELECTION_TIMEOUT_MS,
+                ..sluice_raft::Config::default()
+            },
             node,
             fs,
             meta: RefCell::new(None),

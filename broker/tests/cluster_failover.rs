@@ -431,6 +431,22 @@ fn queues_are_served_by_every_node_through_kills_of_their_leaders() {
             log_tails(&all)
         );
     }
+    // The replication series: some node leads, commits were counted, leaders changed.
+    let sum = |name: &str| -> f64 {
+        nodes
+            .iter()
+            .filter_map(|n| dev::http_get(n.metrics_addr, "/metrics").ok())
+            .flat_map(|(_, body)| {
+                body.lines()
+                    .filter(|l| l.starts_with(&format!("{name}{{")))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    };
+    assert!(sum("sluice_raft_leaders") >= 3.0, "metadata and two queues led");
+    assert!(sum("sluice_raft_commit_seconds_count") > 0.0);
+    assert!(sum("sluice_raft_leader_changes_total") > 0.0);
     for status in cluster.stop() {
         assert!(status.expect("stopped by us").success());
     }

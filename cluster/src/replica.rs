@@ -299,6 +299,20 @@ impl<F: Fs> Replica<F> {
     pub fn membership(&self) -> Membership {
         self.with_group(|g| g.membership().clone())
     }
+    /// On a leader: each other member's flushed offset (what it holds durably and verified
+    /// equal to this log), for replication lag. Empty on a follower.
+    pub fn follower_flushed(&self) -> Vec<(NodeId, Offset)> {
+        let me = self.node;
+        self.with_group(|g| {
+            if g.role() != RaftRole::Leader {
+                return Vec::new();
+            }
+            g.progress()
+                .filter(|(n, _)| *n != me)
+                .map(|(n, p)| (n, p.flushed))
+                .collect()
+        })
+    }
     /// Whether this replica leads and has committed an entry of its term: it takes proposals
     /// and may answer reads.
     pub fn is_serving(&self) -> bool {

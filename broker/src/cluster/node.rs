@@ -133,6 +133,8 @@ pub struct PeerSnapshot {
     pub listen: Option<SocketAddr>,
     /// Every other member and whether this shard's outgoing connection to it is up.
     pub peers: Vec<(NodeId, bool)>,
+    /// The shard's replicas (once the shard runs them).
+    pub replication: Option<super::shard::ReplicationSnapshot>,
 }
 
 /// This thread's transport as a scrape sees it; `None` outside cluster mode.
@@ -147,6 +149,7 @@ pub fn local_snapshot() -> Option<PeerSnapshot> {
             .peers()
             .map(|m| (m.id, connected.contains(&m.id)))
             .collect(),
+        replication: super::shard::replication_snapshot(),
     })
 }
 
@@ -164,6 +167,7 @@ pub fn render(out: &mut String, shards: &[(usize, &PeerSnapshot)]) {
     if shards.is_empty() {
         return;
     }
+    render_replication(out, shards);
     header(
         out,
         "sluice_peer_connected",
@@ -267,6 +271,104 @@ pub fn render(out: &mut String, shards: &[(usize, &PeerSnapshot)]) {
     }
 }
 
+/// Reads one figure of a shard's replication snapshot.
+type ReplicationOf = fn(&super::shard::ReplicationSnapshot) -> u64;
+
+/// The `sluice_raft_*` series: replicas, leaders, lag, elections, commits and their latency.
+fn render_replication(out: &mut String, shards: &[(usize, &PeerSnapshot)]) {
+    let series: [(&str, &str, &str, ReplicationOf); 10] = [
+        (
+            "sluice_raft_replicas",
+            "gauge",
+            "Raft replicas the shard hosts (queue partitions; on shard 0 the catalog too).",
+            |r| r.replicas,
+        ),
+        (
+            "sluice_raft_leaders",
+            "gauge",
+            "Replicas of the shard this node leads.",
+            |r| r.leading,
+        ),
+        (
+            "sluice_raft_serving",
+            "gauge",
+            "Replicas this node leads and serves (an entry of its term committed).",
+            |r| r.serving,
+        ),
+        (
+            "sluice_raft_replication_lag_offsets",
+            "gauge",
+            "On this node's leaders: the most any follower's durable log is behind, in offsets.",
+            |r| r.lag_offsets_max,
+        ),
+        (
+            "sluice_raft_uncommitted_offsets",
+            "gauge",
+            "Offsets held by the shard's replicas but not known committed.",
+            |r| r.uncommitted_offsets,
+        ),
+        (
+            "sluice_raft_leader_changes_total",
+            "counter",
+            "Leader changes the shard's replicas saw (elections).",
+            |r| r.host.leader_changes,
+        ),
+        (
+            "sluice_raft_proposals_dropped_total",
+            "counter",
+            "Proposals resolved with leadership lost (outcome unknown to the client).",
+            |r| r.proposals_dropped,
+        ),
+        (
+            "sluice_raft_truncations_total",
+            "counter",
+            "Log suffixes cut because a leader's log disagreed.",
+            |r| r.truncations,
+        ),
+        (
+            "sluice_raft_envelopes_refused_total",
+            "counter",
+            "Raft messages a replica refused (malformed, damaged, stale).",
+            |r| r.host.refused,
+        ),
+        (
+            "sluice_raft_envelopes_dropped_total",
+            "counter",
+            "Raft messages dropped: a full inbox or send queue, or no replica of the group here.",
+            |r| r.host.inbox_full + r.host.send_failed + r.host.unroutable,
+        ),
+    ];
+    for (name, kind, help, get) in series {
+        header(out, name, kind, help);
+        for (shard, s) in shards {
+            if let Some(r) = &s.replication {
+                let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {}", get(r));
+            }
+        }
+    }
+    header(
+        out,
+        "sluice_raft_commit_seconds",
+        "summary",
+        "Batches this node's leaders committed (a majority has them on disk, and this node), \
+         and their time from proposal to commit.",
+    );
+    for (shard, s) in shards {
+        if let Some(r) = &s.replication {
+            let _ = writeln!(
+                out,
+                "sluice_raft_commit_seconds_sum{{shard=\"{shard}\"}} {}",
+                r.host.commit_us_sum as f64 / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "sluice_raft_commit_seconds_count{{shard=\"{shard}\"}} {}",
+                r.host.commits
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +390,7 @@ mod tests {
             },
             listen: None,
             peers: vec![(11, true), (12, false)],
+            replication: None,
         };
         let mut out = String::new();
         render(&mut out, &[(1, &s)]);

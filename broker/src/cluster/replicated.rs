@@ -70,6 +70,12 @@ pub struct HostStats {
     pub send_failed: u64,
     /// Drivers stopped by a storage failure (the replica must be reopened).
     pub drivers_failed: u64,
+    /// Times a hosted replica saw its group's leader change (elections, as this node saw them).
+    pub leader_changes: u64,
+    /// Batches this node's leaders committed, and their time from proposal to committed and
+    /// durable here, summed (µs): the mean commit latency is their ratio.
+    pub commits: u64,
+    pub commit_us_sum: u64,
 }
 
 /// One hosted replica and its driver's inputs.
@@ -85,6 +91,8 @@ struct Hosted<F: Fs> {
     failed: Cell<bool>,
     /// Handles opened over this replica: only the newest may stage (see `ReplicatedLog`).
     opens: Cell<u64>,
+    /// The leader the driver saw last (leader changes are counted).
+    last_leader: Cell<Option<NodeId>>,
 }
 
 impl<F: Fs> Hosted<F> {
@@ -192,6 +200,7 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
             stopped: Cell::new(false),
             failed: Cell::new(false),
             opens: Cell::new(0),
+            last_leader: Cell::new(None),
         });
         self.by_dir.borrow_mut().insert(dir, group);
         if let Some(old) = self.hosted.borrow_mut().insert(group, hosted.clone()) {
@@ -224,6 +233,15 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
     /// would send or receive, as if its node were cut off the network; its replicas go on.
     pub fn set_isolated(&self, isolated: bool) {
         self.isolated.set(isolated);
+    }
+
+    /// Every replica hosted here.
+    pub fn replicas(&self) -> Vec<Rc<Replica<F>>> {
+        self.hosted
+            .borrow()
+            .values()
+            .map(|h| h.replica.clone())
+            .collect()
     }
 
     /// The replica of `group`, if hosted here.
@@ -330,6 +348,11 @@ async fn drive<F: Fs, C: Clock>(host: std::rc::Weak<ReplicaHost<F, C>>, hosted: 
             hosted.progressed.notify();
             return;
         }
+        let leader = hosted.replica.leader();
+        if leader.is_some() && leader != hosted.last_leader.get() {
+            hosted.last_leader.set(leader);
+            h.bump(|s| s.leader_changes += 1);
+        }
         hosted.progressed.notify();
     }
 }
@@ -369,6 +392,8 @@ async fn round<F: Fs, C: Clock>(
 /// A committed batch's ticket: the proposal, and where the batch ends.
 pub struct ReplicatedTicket {
     proposal: ProposalTicket,
+    /// When it was proposed (for the commit latency metric only, never engine time).
+    proposed: std::time::Instant,
 }
 
 /// A partition's replicated log, as the broker's log users see it (see the module doc).
@@ -383,6 +408,8 @@ pub struct ReplicatedLog<F: Fs> {
     /// the same term) may not stage, or its records would follow from a state the new engine
     /// never had.
     open_seq: Cell<u64>,
+    /// Counts a commit and its latency (µs) in the host's stats.
+    on_commit: Rc<dyn Fn(u64)>,
 }
 
 impl<F: Fs> ReplicatedLog<F> {
@@ -434,6 +461,7 @@ pub struct ReplicaEnv<F: Fs> {
     now_ms: Rc<dyn Fn() -> u64>,
     open_wait_ms: u64,
     lease_margin_ms: u64,
+    on_commit: Rc<dyn Fn(u64)>,
 }
 
 impl<F: Fs> Clone for ReplicaEnv<F> {
@@ -444,6 +472,7 @@ impl<F: Fs> Clone for ReplicaEnv<F> {
             now_ms: self.now_ms.clone(),
             open_wait_ms: self.open_wait_ms,
             lease_margin_ms: self.lease_margin_ms,
+            on_commit: self.on_commit.clone(),
         }
     }
 }
@@ -454,7 +483,16 @@ impl<F: Fs, C: Clock> ReplicaHost<F, C> {
         let weak = Rc::downgrade(self);
         let clock = self.clock.clone();
         let clock2 = self.clock.clone();
+        let stats = Rc::downgrade(self);
         ReplicaEnv {
+            on_commit: Rc::new(move |us| {
+                if let Some(h) = stats.upgrade() {
+                    h.bump(|s| {
+                        s.commits += 1;
+                        s.commit_us_sum += us;
+                    });
+                }
+            }),
             lookup: Rc::new(move |dir| weak.upgrade()?.hosted_at(dir)),
             sleep_until: Rc::new(move |t| Box::pin(clock.sleep_until_ms(t))),
             now_ms: Rc::new(move || clock2.now_ms()),
@@ -479,6 +517,7 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
             lease_margin_ms: env.lease_margin_ms,
             term: Cell::new(0),
             open_seq: Cell::new(0),
+            on_commit: env.on_commit.clone(),
         };
         let deadline = (env.now_ms)() + env.open_wait_ms;
         loop {
@@ -551,11 +590,15 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
                 last_offset: proposal.end - 1,
             },
             term: proposal.term,
-            ticket: ReplicatedTicket { proposal },
+            ticket: ReplicatedTicket {
+                proposal,
+                proposed: std::time::Instant::now(),
+            },
         })
     }
 
     async fn committed(&self, ticket: ReplicatedTicket) -> Result<AppendInfo> {
+        let proposed = ticket.proposed;
         let info = ticket.proposal.await.map_err(|e| match e {
             ReplicaError::LeadershipLost { leader_hint, term } => {
                 StorageError::LeadershipLost { leader_hint, term }
@@ -571,6 +614,7 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
             other => StorageError::Config(format!("commit: {other}")),
         })?;
         self.durable_to(info.last_offset + 1).await?;
+        (self.on_commit)(proposed.elapsed().as_micros() as u64);
         Ok(info)
     }
 

@@ -83,6 +83,57 @@ pub fn meta_leader_hint() -> Option<u64> {
     }
 }
 
+thread_local! {
+    /// This shard's host, for metrics scrapes (`replication_snapshot`).
+    static HOST: RefCell<Option<std::rc::Weak<Host>>> = const { RefCell::new(None) };
+}
+
+/// One shard's replication in a metrics scrape (`sluice_raft_*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicationSnapshot {
+    /// Replicas hosted, led by this node, and led and serving.
+    pub replicas: u64,
+    pub leading: u64,
+    pub serving: u64,
+    /// On this node's leaders: the most any follower's durable log is behind the leader's, in
+    /// offsets (replication lag).
+    pub lag_offsets_max: u64,
+    /// Offsets held here but not known committed, summed over replicas.
+    pub uncommitted_offsets: u64,
+    pub proposals_committed: u64,
+    pub proposals_dropped: u64,
+    pub truncations: u64,
+    pub host: super::HostStats,
+}
+
+/// This shard's replication as a scrape sees it; `None` outside cluster mode.
+pub fn replication_snapshot() -> Option<ReplicationSnapshot> {
+    let host = HOST.with(|h| h.borrow().as_ref().and_then(std::rc::Weak::upgrade))?;
+    let mut snap = ReplicationSnapshot {
+        host: host.stats(),
+        ..Default::default()
+    };
+    for r in host.replicas() {
+        snap.replicas += 1;
+        let end = r.raft_log_end();
+        snap.uncommitted_offsets += end.saturating_sub(r.committed_end());
+        let st = r.stats();
+        snap.proposals_committed += st.proposals_committed;
+        snap.proposals_dropped += st.proposals_dropped;
+        snap.truncations += st.truncations;
+        if r.leader() == Some(r.node()) {
+            snap.leading += 1;
+            if r.is_serving() {
+                snap.serving += 1;
+            }
+            for (_, flushed) in r.follower_flushed() {
+                snap.lag_offsets_max = snap.lag_offsets_max.max(end.saturating_sub(flushed));
+            }
+        }
+    }
+    Some(snap)
+}
+
 /// Applies committed metadata records on this node (the shard's broadcast to every shard).
 pub type MetaApply =
     Rc<dyn Fn(Vec<MetaRecord>) -> Pin<Box<dyn Future<Output = ServiceResult<()>>>>>;
@@ -115,6 +166,7 @@ impl ClusterShard {
             .take_inbox()
             .ok_or(ServiceError::Internal("peer inbox already taken".into()))?;
         let host = Host::start(node.transport.clone(), inbox, WallClock, OPEN_WAIT_MS);
+        HOST.with(|h| *h.borrow_mut() = Some(Rc::downgrade(&host)));
         let members: Vec<RaftMember> = node
             .cluster()
             .members

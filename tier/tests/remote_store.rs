@@ -394,6 +394,8 @@ fn a_full_queue_is_an_error_at_once_not_a_wait() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let queued = h.read("b", 0..1); // fills the queue
+                                    // Time for a dispatcher that wrongly drained the queue to do so.
+    std::thread::sleep(std::time::Duration::from_millis(100));
     let started = std::time::Instant::now();
     let refused = block_on(h.read("c", 0..1));
     assert!(

@@ -90,8 +90,11 @@ pub struct FsStore {
 
 impl FsStore {
     pub fn open(root: &Path) -> Result<Self, FsError> {
+        // Each directory's entry must be durable in its parent, or a power loss takes the
+        // whole subtree (and every acknowledged object in it) with it.
+        create_dir_durable_blocking(root)?;
         for sub in ["buckets", "uploads", "tmp"] {
-            std::fs::create_dir_all(root.join(sub))?;
+            create_dir_durable_blocking(&root.join(sub))?;
         }
         // Anything in tmp/ is a write that never reached its rename: not visible, never acked.
         for entry in std::fs::read_dir(root.join("tmp"))? {
@@ -766,6 +769,23 @@ async fn sync_dir(dir: &Path) -> Result<(), FsError> {
     tokio::task::spawn_blocking(move || sync_dir_blocking(&dir))
         .await
         .map_err(|e| FsError::Io(io::Error::other(e)))??;
+    Ok(())
+}
+
+/// Creates `dir` and any missing ancestors, fsyncing each new entry's parent.
+fn create_dir_durable_blocking(dir: &Path) -> Result<(), io::Error> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_durable_blocking(parent)?;
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        sync_dir_blocking(parent)?;
+    }
     Ok(())
 }
 

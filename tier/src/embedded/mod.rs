@@ -162,6 +162,7 @@ pub fn start_embedded_with(config: EmbeddedConfig) -> Result<EmbeddedHandle, Emb
         let path = path.to_path_buf();
         move |source| EmbeddedError::Io { path, source }
     };
+    // The data dir itself is the operator's (or the broker's): it must exist durably already.
     std::fs::create_dir_all(&config.dir).map_err(io_err(&config.dir))?;
     let credentials = load_or_create_credentials(&config.dir)?;
     let store = Arc::new(fsstore::FsStore::open(&config.dir.join("s3"))?);

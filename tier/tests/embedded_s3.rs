@@ -370,3 +370,13 @@ fn a_completed_multipart_upload_reads_back_whole() {
     assert_eq!(got, chunks.concat());
     assert_eq!(server.upload_count().expect("count"), 0);
 }
+
+#[test]
+fn a_non_loopback_address_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let any: SocketAddr = "0.0.0.0:0".parse().expect("address");
+    assert!(matches!(
+        start_embedded(dir.path(), any),
+        Err(sluice_tier::embedded::EmbeddedError::NotLoopback(_))
+    ));
+}

@@ -53,6 +53,8 @@ pub enum EmbeddedError {
     BadCredentials(PathBuf),
     #[error("embedded s3: opening the store: {0}")]
     Store(#[from] fsstore::FsError),
+    #[error("embedded s3: {0} is not a loopback address (the embedded server is single-node, for this host only)")]
+    NotLoopback(SocketAddr),
     #[error("embedded s3: the server thread failed to start: {0}")]
     Start(String),
 }
@@ -61,7 +63,7 @@ pub enum EmbeddedError {
 #[derive(Debug, Clone)]
 pub struct EmbeddedConfig {
     pub dir: PathBuf,
-    /// Must be a loopback address in production use; port 0 picks a free port.
+    /// A loopback address (anything else is refused); port 0 picks a free port.
     pub addr: SocketAddr,
     pub upload_age_max_ms: u64,
     pub upload_sweep_interval_ms: u64,
@@ -162,6 +164,9 @@ pub fn start_embedded_with(config: EmbeddedConfig) -> Result<EmbeddedHandle, Emb
         let path = path.to_path_buf();
         move |source| EmbeddedError::Io { path, source }
     };
+    if !config.addr.ip().is_loopback() {
+        return Err(EmbeddedError::NotLoopback(config.addr));
+    }
     // The data dir itself is the operator's (or the broker's): it must exist durably already.
     std::fs::create_dir_all(&config.dir).map_err(io_err(&config.dir))?;
     let credentials = load_or_create_credentials(&config.dir)?;

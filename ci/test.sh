@@ -32,7 +32,8 @@ cargo clippy -p sluice-perf --features kafka --all-targets -- -D warnings
 cargo test -p sluice-perf --features kafka --test smoke kafka_target
 
 echo "== SQS compatibility suite (real sluiced; boto3 JSON, AWS CLI, Query protocol)"
-cargo build -p sluice-broker --bin sluiced
+# sluiced, and the sluice CLI (the cluster test lays out its nodes with `sluice dev cluster`).
+cargo build -p sluice-broker --bin sluiced -p sluice-tools --bin sluice
 # CARGO_TARGET_DIR may be relative (to this directory) or absolute.
 target_dir="${CARGO_TARGET_DIR:-target}"
 case "$target_dir" in
@@ -40,6 +41,7 @@ case "$target_dir" in
   *) target_dir="$(pwd)/$target_dir" ;;
 esac
 export SLUICE_BIN="$target_dir/debug/sluiced"
+export SLUICE_CLI="$target_dir/debug/sluice"
 rc=0
 PYTHONDONTWRITEBYTECODE=1 target/py-venv/bin/python -m pytest -q -p no:cacheprovider broker/tests/sqs_compat || rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -54,6 +54,10 @@ pub enum DevCmd {
         /// Shards (cores) per node.
         #[arg(long, default_value_t = 1)]
         shards: usize,
+        /// Lay out the files, print the nodes and exit without starting them (run each node
+        /// with `sluiced --config <node>/sluiced.toml`: scripts and tests that kill nodes).
+        #[arg(long)]
+        prepare_only: bool,
     },
 }
 
@@ -118,7 +122,21 @@ pub fn run(format: Format, cmd: ClusterCmd) -> Result<i32, CliError> {
 }
 
 pub fn run_dev(format: Format, cmd: DevCmd) -> Result<i32, CliError> {
-    let DevCmd::Cluster { nodes, dir, shards } = cmd;
+    let DevCmd::Cluster {
+        nodes,
+        dir,
+        shards,
+        prepare_only,
+    } = cmd;
+    if prepare_only {
+        let laid_out = dev::prepare(&dir, nodes, shards).map_err(dev_error)?;
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        match format {
+            Format::Json => output::print(format, &describe_json(&laid_out)),
+            Format::Table => print!("{}", dev::describe(&laid_out, &dir)),
+        }
+        return Ok(0);
+    }
     let sluiced = dev::find_sluiced().map_err(dev_error)?;
     let laid_out = dev::prepare(&dir, nodes, shards).map_err(dev_error)?;
     // Before the nodes start: they inherit the mask and wait for the signals themselves.

@@ -444,7 +444,10 @@ fn queues_are_served_by_every_node_through_kills_of_their_leaders() {
             })
             .sum()
     };
-    assert!(sum("sluice_raft_leaders") >= 3.0, "metadata and two queues led");
+    assert!(
+        sum("sluice_raft_leaders") >= 3.0,
+        "metadata and two queues led"
+    );
     assert!(sum("sluice_raft_commit_seconds_count") > 0.0);
     assert!(sum("sluice_raft_leader_changes_total") > 0.0);
     for status in cluster.stop() {

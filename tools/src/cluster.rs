@@ -36,6 +36,16 @@ pub enum ClusterCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Show each node of a cluster: id, zone, whether it answers, peers connected, replicas,
+    /// leaders, replication lag, leader changes, commits and their mean latency. Reads each
+    /// node's `/metrics`: give the metrics listeners (--metrics, comma-separated host:port), or
+    /// a `sluice dev cluster` directory (--dir).
+    Status {
+        #[arg(long, value_delimiter = ',')]
+        metrics: Vec<std::net::SocketAddr>,
+        #[arg(long, conflicts_with = "metrics")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -74,8 +84,100 @@ fn dev_error(e: DevError) -> CliError {
     }
 }
 
+/// The metrics listener of every node of a `sluice dev cluster` directory.
+fn dev_metrics_addrs(dir: &std::path::Path) -> Result<Vec<std::net::SocketAddr>, CliError> {
+    let mut addrs = Vec::new();
+    for index in 1..=dev::DEV_NODES_MAX {
+        let config = dir.join(format!("node{index}")).join(dev::NODE_CONFIG_FILE);
+        let Ok(text) = std::fs::read_to_string(&config) else {
+            break;
+        };
+        let settings: toml::Table = toml::from_str(&text).map_err(|e| {
+            CliError::usage(format!("{}: not a node config: {e}", config.display()))
+        })?;
+        let addr = settings
+            .get("metrics")
+            .and_then(|m| m.get("addr"))
+            .and_then(|a| a.as_str())
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| CliError::usage(format!("{}: no [metrics] addr", config.display())))?;
+        addrs.push(addr);
+    }
+    if addrs.is_empty() {
+        return Err(CliError::usage(format!(
+            "{}: no node*/{} (not a `sluice dev cluster` directory)",
+            dir.display(),
+            dev::NODE_CONFIG_FILE
+        )));
+    }
+    Ok(addrs)
+}
+
+/// One node's row of `sluice cluster status`, from its `/metrics` (or a row saying it does
+/// not answer).
+fn node_status(addr: std::net::SocketAddr) -> serde_json::Value {
+    let Ok((200, body)) = dev::http_get(addr, "/metrics") else {
+        return json!({"metrics": addr.to_string(), "up": false});
+    };
+    let sum = |name: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let max = |name: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .fold(0.0, f64::max)
+    };
+    let label = |key: &str| -> String {
+        body.lines()
+            .find(|l| l.starts_with("sluice_cluster_node_info{"))
+            .and_then(|l| l.split(&format!("{key}=\"")).nth(1))
+            .and_then(|v| v.split('"').next())
+            .unwrap_or("")
+            .to_string()
+    };
+    let commits = sum("sluice_raft_commit_seconds_count");
+    let mean_ms = if commits > 0.0 {
+        sum("sluice_raft_commit_seconds_sum") / commits * 1e3
+    } else {
+        0.0
+    };
+    json!({
+        "node": label("node"),
+        "zone": label("zone"),
+        "metrics": addr.to_string(),
+        "up": true,
+        "peer_connections": sum("sluice_peer_connections") as u64,
+        "replicas": sum("sluice_raft_replicas") as u64,
+        "leaders": sum("sluice_raft_leaders") as u64,
+        "serving": sum("sluice_raft_serving") as u64,
+        "lag_offsets_max": max("sluice_raft_replication_lag_offsets") as u64,
+        "leader_changes": sum("sluice_raft_leader_changes_total") as u64,
+        "commits": commits as u64,
+        "commit_ms_mean": (mean_ms * 1000.0).round() / 1000.0,
+    })
+}
+
 pub fn run(format: Format, cmd: ClusterCmd) -> Result<i32, CliError> {
     match cmd {
+        ClusterCmd::Status { metrics, dir } => {
+            let addrs = match dir {
+                Some(d) => dev_metrics_addrs(&d)?,
+                None if metrics.is_empty() => {
+                    return Err(CliError::usage(
+                        "give the nodes' metrics listeners (--metrics a:p,b:p) or --dir",
+                    ))
+                }
+                None => metrics,
+            };
+            let rows: Vec<serde_json::Value> = addrs.into_iter().map(node_status).collect();
+            let down = rows.iter().filter(|r| r["up"] == json!(false)).count();
+            output::print(format, &serde_json::Value::Array(rows));
+            Ok(if down == 0 { exit::OK } else { exit::SERVER })
+        }
         ClusterCmd::InitNode { data_dir } => {
             let (id, how) = identity::load_or_create(&data_dir).map_err(|e| CliError {
                 code: exit::SERVER,

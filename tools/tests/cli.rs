@@ -1286,3 +1286,63 @@ fn scram_credential_prints_entries_the_broker_loads() {
         "an empty password is a usage error"
     );
 }
+
+/// `sluice cluster status` reads each node's `/metrics`: a node that answers shows its id,
+/// zone and replication figures; one that does not is a row with `up: false` and exit code 1.
+#[test]
+fn cluster_status_reads_every_nodes_metrics_and_names_the_silent_ones() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let body = "sluice_cluster_node_info{node=\"42\",zone=\"z2\"} 1\n\
+                sluice_peer_connections{shard=\"0\"} 2\n\
+                sluice_raft_replicas{shard=\"0\"} 3\n\
+                sluice_raft_replicas{shard=\"1\"} 2\n\
+                sluice_raft_leaders{shard=\"0\"} 2\n\
+                sluice_raft_serving{shard=\"0\"} 2\n\
+                sluice_raft_replication_lag_offsets{shard=\"0\"} 7\n\
+                sluice_raft_replication_lag_offsets{shard=\"1\"} 3\n\
+                sluice_raft_leader_changes_total{shard=\"0\"} 4\n\
+                sluice_raft_commit_seconds_sum{shard=\"0\"} 0.5\n\
+                sluice_raft_commit_seconds_count{shard=\"0\"} 250\n";
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        // The whole request first (the client writes it in pieces; answering and closing
+        // with some unread would reset the connection).
+        let mut req = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => req.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    // A port nothing listens on.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let list = format!("{addr},{silent}");
+    let args = ["--output", "json", "cluster", "status", "--metrics", &list];
+    let out = sluice(&args, None);
+    server.join().expect("server");
+    assert_eq!(out.status.code(), Some(1), "a node down: exit code 1");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let up = &rows[0];
+    assert_eq!(up["node"], "42", "{rows}");
+    assert_eq!(up["zone"], "z2");
+    assert_eq!(up["replicas"], 5);
+    assert_eq!(up["leaders"], 2);
+    assert_eq!(up["lag_offsets_max"], 7);
+    assert_eq!(up["leader_changes"], 4);
+    assert_eq!(up["commits"], 250);
+    assert_eq!(up["commit_ms_mean"], 2.0);
+    assert_eq!(rows[1]["up"], false, "{rows}");
+    assert_eq!(rows[1]["metrics"], silent.to_string());
+}

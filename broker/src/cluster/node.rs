@@ -135,6 +135,9 @@ pub struct PeerSnapshot {
     pub peers: Vec<(NodeId, bool)>,
     /// The shard's replicas (once the shard runs them).
     pub replication: Option<super::shard::ReplicationSnapshot>,
+    /// This node's id and zone.
+    pub node: NodeId,
+    pub zone: String,
 }
 
 /// This thread's transport as a scrape sees it; `None` outside cluster mode.
@@ -150,6 +153,8 @@ pub fn local_snapshot() -> Option<PeerSnapshot> {
             .map(|m| (m.id, connected.contains(&m.id)))
             .collect(),
         replication: super::shard::replication_snapshot(),
+        node: node.node_id(),
+        zone: node.cluster().zone.clone(),
     })
 }
 
@@ -166,6 +171,20 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 pub fn render(out: &mut String, shards: &[(usize, &PeerSnapshot)]) {
     if shards.is_empty() {
         return;
+    }
+    if let Some((_, s)) = shards.first() {
+        header(
+            out,
+            "sluice_cluster_node_info",
+            "gauge",
+            "This node's id and zone (always 1).",
+        );
+        let zone = s.zone.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            out,
+            "sluice_cluster_node_info{{node=\"{}\",zone=\"{zone}\"}} 1",
+            s.node
+        );
     }
     render_replication(out, shards);
     header(
@@ -391,6 +410,8 @@ mod tests {
             listen: None,
             peers: vec![(11, true), (12, false)],
             replication: None,
+            node: 10,
+            zone: "z1".into(),
         };
         let mut out = String::new();
         render(&mut out, &[(1, &s)]);

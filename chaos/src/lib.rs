@@ -4,7 +4,10 @@
 //! report (text and JSON). See README.md.
 
 pub mod load;
+pub mod net;
 pub mod node;
+pub mod process;
+pub mod relay;
 pub mod report;
 pub mod schedule;
 

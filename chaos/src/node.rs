@@ -142,6 +142,15 @@ impl Node {
         self.signal(libc::SIGCONT);
     }
 
+    /// SIGSTOP for `duration`, then SIGCONT (also if this thread panics meanwhile); a no-op
+    /// when not running.
+    pub fn pause_for(&self, duration: Duration) -> Result<(), crate::process::ProcessError> {
+        match self.child.as_ref() {
+            Some(child) => crate::process::pause_for(child, duration),
+            None => Ok(()),
+        }
+    }
+
     pub fn running(&self) -> bool {
         self.child.is_some()
     }

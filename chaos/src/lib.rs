@@ -54,6 +54,8 @@ pub enum ChaosError {
     NotReady { log: PathBuf, why: String },
     #[error("creating the queues: {0}")]
     Setup(String),
+    #[error("network namespace: {0}")]
+    Net(String),
     #[error("faultfs: {0}")]
     Faultfs(String),
     #[error("recording the history: {0}")]

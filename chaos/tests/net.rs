@@ -543,3 +543,81 @@ fn a_paused_process_is_stopped_until_resumed_even_on_a_panic() {
     child.kill().expect("kill");
     child.wait().expect("wait");
 }
+
+/// The `sluiced` built next to this test's `sluice-chaos` (or `$SLUICED_BIN`), as the campaign
+/// tests find it.
+fn sluiced() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("SLUICED_BIN") {
+        return p.into();
+    }
+    let p = std::path::Path::new(env!("CARGO_BIN_EXE_sluice-chaos"))
+        .parent()
+        .expect("bin dir")
+        .join("sluiced");
+    assert!(
+        p.exists(),
+        "no {}: cargo build -p sluice-broker --bin sluiced first",
+        p.display()
+    );
+    p
+}
+
+/// Connects from the hub's namespace (a current-thread runtime on a thread inside it, so its
+/// sockets are there) and sends one message; whether that was acknowledged.
+fn send_from_hub(net: &Net, addr: SocketAddr, cert: std::path::PathBuf) -> bool {
+    net.enter_hub(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let Some(c) = sluice_chaos::load::connect(addr, &cert, "netns-test").await else {
+                return false;
+            };
+            let ok = match c.create_queue("netns").await {
+                Ok(q) => c.send(&q, "across the bridge").await.is_ok(),
+                Err(_) => false,
+            };
+            c.close().await;
+            ok
+        })
+    })
+    .expect("enter the hub")
+}
+
+/// The three-node campaign's layout with one node: a real broker in a node's namespace,
+/// listening on the namespace's address, its client in the hub. The link going down cuts the
+/// client off; heal brings it back.
+#[test]
+fn a_broker_in_a_namespace_serves_the_hub_until_its_link_goes_down() {
+    let Some(mut net) = net_or_skip(1) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (data, logs) = (dir.path().join("data"), dir.path().join("logs"));
+    std::fs::create_dir_all(&data).expect("data dir");
+    std::fs::create_dir_all(&logs).expect("log dir");
+    // Declared after `net`, so it is killed before the namespaces go.
+    let mut node = sluice_chaos::node::Node::new(0, &sluiced(), &data, &logs);
+    node.set_netns(Some(net.node(0).clone()));
+    let addr = node.start(0).expect("sluiced starts in its namespace");
+    assert_eq!(addr.ip(), std::net::IpAddr::from(net.node(0).addr));
+    assert!(
+        send_from_hub(&net, addr, node.cert_path()),
+        "no send across the bridge"
+    );
+    net.link_down(0).expect("down");
+    assert!(
+        !send_from_hub(&net, addr, node.cert_path()),
+        "a send reached a broker whose link is down"
+    );
+    net.heal().expect("heal");
+    // The link comes back within moments (carrier, the bridge port); the client's connect has
+    // its own timeout, so a few tries.
+    let healed = (0..REACH_ATTEMPTS).any(|_| send_from_hub(&net, addr, node.cert_path()));
+    let log = std::fs::read_dir(&logs)
+        .expect("logs")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect::<String>();
+    assert!(healed, "no send after heal; the broker's log:\n{log}");
+}

@@ -104,3 +104,14 @@ if [ "$(node -p "require('./target/node/node_modules/kafkajs/package.json').vers
   mkdir -p target/node
   npm install --silent --no-audit --no-fund --no-save --prefix target/node "kafkajs@$KAFKAJS_VERSION"
 fi
+# --- Network faults of the fault harness (chaos/src/net.rs, chaos/tests/net.rs): `ip` (iproute2)
+# builds the test's network namespaces and veth links, `nft` (nftables) drops traffic for
+# partitions and random loss inside them. The kernel here has no netem, so nothing else is used.
+net_missing=()
+command -v ip >/dev/null 2>&1 || net_missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || net_missing+=(nftables)
+if [ ${#net_missing[@]} -gt 0 ]; then
+  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${net_missing[@]}"
+fi

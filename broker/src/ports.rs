@@ -38,11 +38,11 @@ pub fn probe(addr: SocketAddr, transport: Transport) -> std::io::Result<()> {
         return Ok(());
     }
     let deadline =
-        std::time::Instant::now() + std::time::Duration::from_millis(PORT_RELEASE_WAIT_MS);
+        crate::runtime::monotonic_now() + std::time::Duration::from_millis(PORT_RELEASE_WAIT_MS);
     loop {
         match try_bind(addr, transport) {
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                if std::time::Instant::now() >= deadline {
+                if crate::runtime::monotonic_now() >= deadline {
                     return Err(std::io::Error::new(
                         e.kind(),
                         "the port is in use (another broker or program holds it)",
@@ -144,7 +144,7 @@ mod tests {
     fn a_held_port_is_refused_after_the_wait_and_a_released_one_passes() {
         let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = held.local_addr().expect("addr");
-        let started = std::time::Instant::now();
+        let started = crate::runtime::monotonic_now();
         let e = probe(addr, Transport::Tcp).expect_err("held");
         assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
         assert!(started.elapsed().as_millis() as u64 >= PORT_RELEASE_WAIT_MS);

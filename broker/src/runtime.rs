@@ -21,6 +21,18 @@ pub fn now_ms() -> u64 {
     ms.saturating_add_signed(CLOCK_SKEW_MS.load(std::sync::atomic::Ordering::Relaxed))
 }
 
+/// Monotonic time, for durations the broker measures on itself: timeouts and deadlines of its
+/// own waits, log pacing, latency metrics, and the deadlines quinn's and hyper's timers are given.
+/// Never for what a client can observe (lease ends, deduplication windows, retention, message
+/// timestamps): those take [`now_ms`], the wall clock a skew moves and a simulation replaces.
+/// `broker/clippy.toml` disallows `Instant::now` everywhere else, so each use of monotonic time
+/// goes through this name. A skew does not move it: skew models a node's drifting wall clock,
+/// which does not change how long a timeout takes.
+pub fn monotonic_now() -> std::time::Instant {
+    #[allow(clippy::disallowed_methods)] // the seam itself
+    std::time::Instant::now()
+}
+
 /// A test-only offset added to this process's wall clock (`sluiced --test-clock-skew-ms`): the
 /// fault harness skews one node's clock through it, as a drifting NTP would, without touching
 /// the machine's clock that the other nodes share.

@@ -44,10 +44,10 @@ impl BrokerHandle {
     /// mesh forever; so the wait is bounded and reports which shards never came up.
     pub fn wait_ready(&self) -> Result<(), String> {
         let ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-        let deadline = std::time::Instant::now() + SHARD_START_TIMEOUT;
+        let deadline = crate::runtime::monotonic_now() + SHARD_START_TIMEOUT;
         let mut started = 0;
         while started < self.controls.len() {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(crate::runtime::monotonic_now());
             match ready.recv_timeout(left) {
                 Ok(r) => {
                     r?;
@@ -214,7 +214,7 @@ pub fn start(mut config: BrokerConfig) -> std::io::Result<BrokerHandle> {
                 .extend(crate::ports::lock(addr, crate::ports::Transport::Udp).map_err(context)?);
         }
     }
-    let started = std::time::Instant::now();
+    let started = crate::runtime::monotonic_now();
     // Bound before the shards start, so that port 0 is resolved in the shared config.
     let mut metrics_listener = crate::metrics::serve::bind(config.metrics_addr);
     if let Some(addr) = metrics_listener.as_ref().and_then(|l| l.local_addr().ok()) {

@@ -14,6 +14,8 @@
 //! the dedup window; every created queue must be known on every node.
 //!
 //! Rounds: `SLUICE_CLUSTER_KILLS` (default [`KILLS_DEFAULT`]; the campaign runs 25+).
+// The test times the cluster from outside (retry deadlines, failover times, history times).
+#![allow(clippy::disallowed_methods)]
 
 use serde_json::{json, Value};
 use sluice_broker::cluster::dev::{self, DevCluster, DevNode};

@@ -4,6 +4,10 @@
 //! same dir brings back the same nodes. And `sluiced` refusing cluster configurations it must
 //! not run: a node missing from the members, data without a node identity.
 
+// A test is the broker's outside world: it times the broker with its own clocks (deadlines,
+// waits, latencies). broker/clippy.toml's clock seam governs the broker's code, not this.
+#![allow(clippy::disallowed_methods)]
+
 use sluice_broker::cluster::dev::{self, DevCluster, DevNode};
 use sluice_broker::cluster::identity::NODE_ID_FILE;
 use std::path::Path;

@@ -6,6 +6,10 @@
 //! described and deleted) and one account never sees or reaches another's topics and groups.
 //! Also: a start-up on a busy Kafka port names the Kafka listener and the port, once.
 
+// A test is the broker's outside world: it times the broker with its own clocks (deadlines,
+// waits, latencies). broker/clippy.toml's clock seam governs the broker's code, not this.
+#![allow(clippy::disallowed_methods)]
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};

@@ -1,6 +1,10 @@
 //! The broker's service layer on real shards (2 executors, real DMA files): the message life
 //! cycle across cores, long polling, FIFO, dead-letter moves, and restarts.
 
+// A test is the broker's outside world: it times the broker with its own clocks (deadlines,
+// waits, latencies). broker/clippy.toml's clock seam governs the broker's code, not this.
+#![allow(clippy::disallowed_methods)]
+
 use sluice_broker::config::BrokerConfig;
 use sluice_broker::engine::attributes::MessageAttribute;
 use sluice_broker::engine::{BatchEntry, ReceiveRequest, SendRequest};

@@ -1,6 +1,10 @@
 //! Streams on real shards (2 executors, real DMA files): topics, produce and fetch across
 //! cores, long polling, seeks by time, retention, consumer groups and restarts.
 
+// A test is the broker's outside world: it times the broker with its own clocks (deadlines,
+// waits, latencies). broker/clippy.toml's clock seam governs the broker's code, not this.
+#![allow(clippy::disallowed_methods)]
+
 use sluice_broker::config::BrokerConfig;
 use sluice_broker::metadata::DEFAULT_TENANT as T;
 use sluice_broker::server::{self, BrokerHandle};

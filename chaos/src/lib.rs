@@ -4,7 +4,10 @@
 //! report (text and JSON). See README.md.
 
 pub mod load;
+pub mod net;
 pub mod node;
+pub mod process;
+pub mod relay;
 pub mod report;
 pub mod schedule;
 
@@ -51,6 +54,8 @@ pub enum ChaosError {
     NotReady { log: PathBuf, why: String },
     #[error("creating the queues: {0}")]
     Setup(String),
+    #[error("network namespace: {0}")]
+    Net(String),
     #[error("faultfs: {0}")]
     Faultfs(String),
     #[error("recording the history: {0}")]

@@ -24,6 +24,9 @@ pub struct Node {
     starts: u32,
     /// The QUIC address of the running process (port 0: a new one each start).
     pub quic: Option<SocketAddr>,
+    /// The network namespace the process runs in (the three-node campaign's, see
+    /// [`crate::net`]); `None`: the host's, on loopback.
+    netns: Option<crate::net::NetNode>,
 }
 
 impl Node {
@@ -36,7 +39,15 @@ impl Node {
             child: None,
             starts: 0,
             quic: None,
+            netns: None,
         }
+    }
+
+    /// Runs the process in `netns` from the next start on, its listeners on the namespace's
+    /// address (port 0) instead of loopback: the peers and clients that reach that address are
+    /// the ones the harness's network faults let through.
+    pub fn set_netns(&mut self, netns: Option<crate::net::NetNode>) {
+        self.netns = netns;
     }
 
     /// The self-signed certificate the broker writes into its data dir on its first start.
@@ -53,12 +64,20 @@ impl Node {
             .join(format!("sluiced-{}-{}.log", self.index, self.starts));
         self.starts += 1;
         let out = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(&self.sluiced);
+        let (mut cmd, ip) = match &self.netns {
+            Some(ns) => (
+                ns.command(&self.sluiced)
+                    .map_err(|e| ChaosError::Net(e.to_string()))?,
+                ns.addr.to_string(),
+            ),
+            None => (Command::new(&self.sluiced), "127.0.0.1".to_string()),
+        };
+        let any_port = format!("{ip}:0");
         cmd.arg("--data-dir")
             .arg(&self.data_dir)
             .args(["--shards", "1", "--no-kafka"])
-            .args(["--http-addr", "127.0.0.1:0", "--quic-addr", "127.0.0.1:0"])
-            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(["--http-addr", &any_port, "--quic-addr", &any_port])
+            .args(["--metrics-addr", &any_port])
             .env("SLUICE_AUTH", "none")
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
@@ -140,6 +159,15 @@ impl Node {
 
     pub fn resume(&self) {
         self.signal(libc::SIGCONT);
+    }
+
+    /// SIGSTOP for `duration`, then SIGCONT (also if this thread panics meanwhile); a no-op
+    /// when not running.
+    pub fn pause_for(&self, duration: Duration) -> Result<(), crate::process::ProcessError> {
+        match self.child.as_ref() {
+            Some(child) => crate::process::pause_for(child, duration),
+            None => Ok(()),
+        }
     }
 
     pub fn running(&self) -> bool {

@@ -26,7 +26,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// File names of the CA in its directory.
 pub const CA_CERT_FILE: &str = "ca-cert.pem";
@@ -566,7 +566,7 @@ impl DevCluster {
         which: std::ops::Range<usize>,
         timeout: Duration,
     ) -> Result<(), DevError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::runtime::monotonic_now() + timeout;
         for i in which {
             loop {
                 if let Some((node, status)) = self.exited().into_iter().next() {
@@ -582,7 +582,7 @@ impl DevCluster {
                 if matches!(http_get(n.metrics_addr, "/ready"), Ok((200, _))) {
                     break;
                 }
-                if Instant::now() >= deadline {
+                if crate::runtime::monotonic_now() >= deadline {
                     return Err(DevError::NotReady {
                         node: n.index,
                         timeout,
@@ -634,7 +634,7 @@ impl DevCluster {
                 }
             }
         }
-        let deadline = Instant::now() + STOP_TIMEOUT;
+        let deadline = crate::runtime::monotonic_now() + STOP_TIMEOUT;
         let mut statuses = Vec::with_capacity(self.children.len());
         for slot in &mut self.children {
             let Some(mut child) = slot.take() else {
@@ -644,7 +644,9 @@ impl DevCluster {
             let status = loop {
                 match child.try_wait() {
                     Ok(Some(s)) => break Some(s),
-                    Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL_STEP),
+                    Ok(None) if crate::runtime::monotonic_now() < deadline => {
+                        std::thread::sleep(POLL_STEP)
+                    }
                     _ => {
                         let _ = child.kill();
                         break child.wait().ok();

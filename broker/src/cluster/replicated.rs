@@ -592,7 +592,7 @@ impl<F: Fs> PartitionLog for ReplicatedLog<F> {
             term: proposal.term,
             ticket: ReplicatedTicket {
                 proposal,
-                proposed: std::time::Instant::now(),
+                proposed: crate::runtime::monotonic_now(),
             },
         })
     }

@@ -102,13 +102,15 @@ impl hyper::rt::Timer for GlommioTimer {
 
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
         Box::pin(GlommioSleep::new(
-            deadline.saturating_duration_since(Instant::now()),
+            deadline.saturating_duration_since(crate::runtime::monotonic_now()),
         ))
     }
 
     fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
         match sleep.as_mut().downcast_mut_pin::<GlommioSleep>() {
-            Some(s) => s.reset(new_deadline.saturating_duration_since(Instant::now())),
+            Some(s) => {
+                s.reset(new_deadline.saturating_duration_since(crate::runtime::monotonic_now()))
+            }
             None => *sleep = self.sleep_until(new_deadline),
         }
     }

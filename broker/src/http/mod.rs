@@ -361,7 +361,7 @@ impl ShardHttp {
 
     /// Answers one request and counts it for metrics (action, error shape, latency).
     async fn handle(self: &Rc<Self>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-        let started = std::time::Instant::now();
+        let started = crate::runtime::monotonic_now();
         let outcome = Outcome {
             action: Cell::new("unknown"),
             error: Cell::new(None),

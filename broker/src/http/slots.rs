@@ -193,7 +193,7 @@ impl AcceptErrors {
                 "accept failed (logged at most every {ACCEPT_ERROR_LOG_INTERVAL_MS} ms; \
                  EMFILE: raise the file descriptor limit or lower the connection caps)"
             );
-            self.last_logged = Some(std::time::Instant::now());
+            self.last_logged = Some(crate::runtime::monotonic_now());
             self.unlogged = 0;
         }
         std::time::Duration::from_millis(self.backoff_ms)

@@ -275,7 +275,7 @@ pub async fn handle(conn: &mut Conn, frame: Bytes) -> Outcome {
             return Outcome::answer(error_answer(api, version, correlation_id, code));
         }
     }
-    let started = std::time::Instant::now();
+    let started = crate::runtime::monotonic_now();
     let ran = handlers::run(conn, api, version, correlation_id, body).await;
     crate::metrics::record_request(
         crate::metrics::Action::Kafka(api),

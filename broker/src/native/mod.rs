@@ -378,7 +378,7 @@ async fn accept_loop(endpoint: Rc<ShardEndpoint>, state: Rc<ShardState>) {
         let tracker = endpoint.tracker();
         glommio::spawn_local(async move {
             let remote = incoming.remote_address();
-            let started = std::time::Instant::now();
+            let started = crate::runtime::monotonic_now();
             // The deadline runs from the first packet: a handshake left unfinished is dropped
             // (quinn closes a connection whose handles are all gone).
             let handshake = unauthenticated.unless_evicted(incoming.accept());
@@ -836,7 +836,7 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         // otherwise lease a message for a receiver that cannot get it (the message would stay
         // invisible for its visibility timeout).
         let connection = in_flight.connection.clone();
-        let started = std::time::Instant::now();
+        let started = crate::runtime::monotonic_now();
         let kind = request.kind();
         // `Ok`: a frame already built (a topic fetch, from the batches as the log holds
         // them); `Err`: a response to encode.

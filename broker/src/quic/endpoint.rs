@@ -5,7 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use glommio::timer::Timer;
 use quinn::VarInt;
@@ -170,11 +170,15 @@ impl ShardEndpoint {
             }
         })
         .detach();
-        let deadline = Instant::now() + grace;
+        let deadline = crate::runtime::monotonic_now() + grace;
         // A bounded poll: shutdown happens once, and a 1 ms step costs nothing next to it.
-        while self.shared.streams_in_flight.get() > 0 && Instant::now() < deadline {
-            Timer::new(DRAIN_POLL_INTERVAL.min(deadline.saturating_duration_since(Instant::now())))
-                .await;
+        while self.shared.streams_in_flight.get() > 0 && crate::runtime::monotonic_now() < deadline
+        {
+            Timer::new(
+                DRAIN_POLL_INTERVAL
+                    .min(deadline.saturating_duration_since(crate::runtime::monotonic_now())),
+            )
+            .await;
         }
         let streams_cut = self.shared.streams_in_flight.get();
         let connections_closed = self.endpoint.open_connections();

@@ -60,7 +60,7 @@ impl quinn::Runtime for GlommioRuntime {
         Box::pin(GlommioTimer {
             timer: ThreadBound::new(
                 "quinn timer",
-                Timer::new(deadline.saturating_duration_since(Instant::now())),
+                Timer::new(deadline.saturating_duration_since(crate::runtime::monotonic_now())),
             ),
         })
     }
@@ -95,7 +95,7 @@ impl std::fmt::Debug for GlommioTimer {
 
 impl quinn::AsyncTimer for GlommioTimer {
     fn reset(mut self: Pin<&mut Self>, deadline: Instant) {
-        let dur = deadline.saturating_duration_since(Instant::now());
+        let dur = deadline.saturating_duration_since(crate::runtime::monotonic_now());
         self.timer.get_mut().reset(dur);
     }
 

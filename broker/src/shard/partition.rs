@@ -960,7 +960,7 @@ impl<L: PartitionLog, C: Clock> PartitionActor<L, C> {
         }
         let commit = async {
             if let Some(t) = ticket {
-                let staged = std::time::Instant::now();
+                let staged = crate::runtime::monotonic_now();
                 self.wait_committed(&log, t).await?;
                 crate::metrics::record_durable_wait(staged.elapsed());
             }

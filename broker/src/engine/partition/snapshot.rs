@@ -823,7 +823,6 @@ mod speed {
     use super::super::super::attributes::{QueueAttributes, QueueKind};
     use super::super::super::types::SendRequest;
     use super::*;
-    use std::time::Instant;
 
     #[test]
     #[ignore]
@@ -853,10 +852,10 @@ mod speed {
             )
             .expect("send");
         }
-        let t = Instant::now();
+        let t = crate::runtime::monotonic_now();
         let bytes = p.snapshot().expect("snapshot");
         let encode = t.elapsed();
-        let t = Instant::now();
+        let t = crate::runtime::monotonic_now();
         let q = Partition::restore(p.cfg.clone(), &bytes).expect("restore");
         let restore = t.elapsed();
         assert_eq!(q.dedup.len(), n as usize);

@@ -149,6 +149,13 @@ pub async fn run(
                 Reply::Close(bytes)
             }
         }
+        // Share groups (`share.rs`).
+        ApiKey::ShareGroupHeartbeat
+        | ApiKey::ShareFetch
+        | ApiKey::ShareAcknowledge
+        | ApiKey::ShareGroupDescribe => {
+            return super::share::run(conn, api, version, correlation_id, body).await
+        }
         // The admin API (`admin.rs`).
         _ => return super::admin::run(conn, api, version, correlation_id, body).await,
     })

@@ -629,6 +629,19 @@ fn bad_acknowledgements_and_group_types_are_refused_and_change_nothing() {
     send_all(b.http, &url, &["x1".to_string()]);
     let mut a = Member::join(b.kafka, "g", "member-a", "queue:bad");
     let mut other = Member::join(b.kafka, "g", "member-b", "queue:bad");
+    // A share consumer learns its assigned topics' names by id (Metadata v10+).
+    let mut md = MetadataRequest::default();
+    let mut mt = metadata_request::MetadataRequestTopic::default();
+    mt.topic_id = a.topic_id;
+    mt.name = None;
+    md.topics = Some(vec![mt]);
+    let r: MetadataResponse = a.c.call(ApiKey::Metadata, 13, &md);
+    assert_eq!(r.topics.len(), 1);
+    assert_eq!(
+        r.topics[0].name.as_ref().map(|n| n.0.as_str()),
+        Some("queue:bad")
+    );
+    assert_eq!(r.topics[0].partitions.len(), 2);
     assert_eq!(a.heartbeat(), 0);
     let (err, _, got) = a.fetch(&[]);
     assert_eq!(err, 0);

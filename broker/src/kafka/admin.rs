@@ -246,6 +246,18 @@ async fn list_groups(
         l.group_type = s(GROUP_TYPE_CLASSIC);
         resp.groups.push(l);
     }
+    // Share groups (`share.rs`), of type "share".
+    for (name, state) in super::share::listed(conn).await {
+        if !wanted(&req.states_filter, state) || !wanted(&req.types_filter, "share") {
+            continue;
+        }
+        let mut l = list_groups_response::ListedGroup::default();
+        l.group_id = GroupId(s(&name));
+        l.protocol_type = s("share");
+        l.group_state = s(state);
+        l.group_type = s("share");
+        resp.groups.push(l);
+    }
     Ok(resp)
 }
 
@@ -320,6 +332,10 @@ async fn delete_groups(
             .await
         {
             Ok(Ok(())) => code::NONE,
+            // Not a classic group: perhaps a share group (`share.rs`).
+            Ok(Err(c)) if c == admin_code::GROUP_ID_NOT_FOUND => {
+                super::share::delete(conn, name.0.as_str()).await
+            }
             Ok(Err(c)) => c,
             Err(e) => coordinator_code(&e),
         };
@@ -713,6 +729,8 @@ async fn incremental_alter_configs(
                 }
                 Err(e) => Err(e),
             }
+        } else if res.resource_type == super::share::RESOURCE_GROUP {
+            super::share::configure(conn, &res, req.validate_only).await
         } else {
             Err(not_a_topic(res.resource_type))
         };

@@ -77,6 +77,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeCluster, 0, 2),
+    // Share groups on queues (`share.rs`): v1, the first version Kafka 4.x clients speak.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
 ];
 
 /// The served version range of `key`, if it is served.
@@ -194,6 +199,10 @@ pub fn error_answer(api: ApiKey, version: i16, correlation_id: i32, code: i16) -
         ApiKey::IncrementalAlterConfigs => plain!(IncrementalAlterConfigsResponse),
         ApiKey::DescribeLogDirs => coded!(DescribeLogDirsResponse),
         ApiKey::CreatePartitions => plain!(CreatePartitionsResponse),
+        ApiKey::ShareGroupHeartbeat => coded!(ShareGroupHeartbeatResponse),
+        ApiKey::ShareGroupDescribe => plain!(ShareGroupDescribeResponse),
+        ApiKey::ShareFetch => coded!(ShareFetchResponse),
+        ApiKey::ShareAcknowledge => coded!(ShareAcknowledgeResponse),
         _ => Err(String::new()),
     };
     r.unwrap_or_else(|_| minimal(correlation_id, code))

@@ -149,6 +149,13 @@ pub async fn run(
                 Reply::Close(bytes)
             }
         }
+        // Share groups (`share.rs`).
+        ApiKey::ShareGroupHeartbeat
+        | ApiKey::ShareFetch
+        | ApiKey::ShareAcknowledge
+        | ApiKey::ShareGroupDescribe => {
+            return super::share::run(conn, api, version, correlation_id, body).await
+        }
         // The admin API (`admin.rs`).
         _ => return super::admin::run(conn, api, version, correlation_id, body).await,
     })
@@ -162,14 +169,16 @@ async fn metadata(
     req: MetadataRequest,
 ) -> Result<MetadataResponse, i16> {
     let names: Vec<String> = match req.topics {
-        Some(t) if !(t.is_empty() && version == 0) => t
-            .into_iter()
-            .filter_map(|t| t.name.map(|n| n.0.to_string()))
-            .collect(),
         Some(t) if version >= 10 && t.iter().all(|t| t.name.is_none()) => t
             .into_iter()
             // v10+ may ask by id; an id unknown here keeps its place as "" (answered unknown).
+            // Before the arm by name, which dropped nameless entries: a share consumer's
+            // lookup of its assigned topic ids came back empty.
             .map(|t| super::admin::name_of_topic_id(conn, t.topic_id).unwrap_or_default())
+            .collect(),
+        Some(t) if !(t.is_empty() && version == 0) => t
+            .into_iter()
+            .filter_map(|t| t.name.map(|n| n.0.to_string()))
             .collect(),
         _ => {
             let mut all: Vec<String> = conn

@@ -13,6 +13,7 @@
 //! | `sasl.rs` | SaslHandshake/SaslAuthenticate: PLAIN and SCRAM-SHA-256/512, failed-login bound |
 //! | `tls.rs` | TLS on the listener (`SSL`/`SASL_SSL`), client certificates → accounts |
 //! | `quota.rs` | per-account request and byte rates, as on the other front ends |
+//! | `share.rs` | share groups (KIP-932) on `queue:<name>` topics over the queue engine's leases |
 //!
 //! The codec is the `kafka-protocol` crate: its message types are generated from Kafka's own
 //! JSON schemas for every version, so a version is a number passed to `decode`/`encode`, not
@@ -31,6 +32,7 @@ mod handlers;
 mod quota;
 mod records;
 mod sasl;
+mod share;
 pub mod tls;
 
 use crate::shard::Shard;

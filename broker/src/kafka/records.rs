@@ -221,6 +221,16 @@ pub fn queue_to_kafka(
     Ok(out.freeze())
 }
 
+/// Queue messages a share fetch acquired, each a one-record batch at its own offset (the
+/// message ids of a partition have gaps where other consumers' messages are).
+pub fn messages_to_kafka(messages: &[(u64, Record)]) -> Result<Bytes, StreamError> {
+    let mut out = BytesMut::new();
+    for (offset, r) in messages {
+        encode_set(&mut out, &[kafka_record(*offset, r.clone())])?;
+    }
+    Ok(out.freeze())
+}
+
 /// A v2 batch with no records spanning `[base, last]`: clients move their position to
 /// `last + 1` (Kafka writes these when compaction empties a batch).
 pub fn empty_batch(base: u64, last: u64) -> Vec<u8> {

@@ -802,7 +802,12 @@ impl Shard {
         Ok(())
     }
 
-    async fn execute_on(&self, q: &QueueMeta, p: u32, cmd: Command) -> ServiceResult<Reply> {
+    pub(crate) async fn execute_on(
+        &self,
+        q: &QueueMeta,
+        p: u32,
+        cmd: Command,
+    ) -> ServiceResult<Reply> {
         match self
             .request(
                 self.owner(q.id, p),

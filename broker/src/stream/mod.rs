@@ -27,6 +27,7 @@ pub mod kafka_group;
 pub mod partition;
 pub mod queue_view;
 pub mod readahead;
+pub mod share;
 
 pub use catalog::{TopicCatalog, TopicConfig, TopicMeta};
 pub use group::{Assignment, GroupDescription, TopicPartition};
@@ -278,6 +279,8 @@ pub enum StreamOp {
     KafkaGroup(KafkaGroupOp),
     /// The admin calls (`admin.rs`).
     Admin(admin::AdminOp),
+    /// Kafka share groups (`share`), on shard 0.
+    Share(share::ShareOp),
     /// Read a queue partition's messages as a stream (`queue_view`).
     FetchQueue {
         queue_id: u64,
@@ -341,6 +344,7 @@ pub enum StreamReply {
     QueueFetched(queue_view::QueueFetch),
     KafkaGroup(KafkaGroupReply),
     Admin(admin::AdminReply),
+    Share(Result<share::ShareReply, share::ShareRefusal>),
 }
 
 /// A shard's stream state.
@@ -350,6 +354,8 @@ pub struct ShardStreams {
     partitions: RefCell<HashMap<(u64, u32), Rc<partition::TopicPartition>>>,
     /// Shard 0 only.
     coordinator: RefCell<Option<Rc<coordinator::Coordinator>>>,
+    /// Shard 0 only: Kafka share groups.
+    share: RefCell<share::ShareGroups>,
     round_robin: Cell<u64>,
 }
 
@@ -682,6 +688,7 @@ impl Shard {
             }
             StreamOp::ListGroups => Ok(StreamReply::Groups(self.coordinator()?.list())),
             StreamOp::Admin(op) => Ok(StreamReply::Admin(self.admin_handle(op).await?)),
+            StreamOp::Share(op) => Ok(StreamReply::Share(self.share_handle(op)?)),
             StreamOp::KafkaGroup(op) => {
                 let c = self.coordinator()?;
                 Ok(StreamReply::KafkaGroup(match op {

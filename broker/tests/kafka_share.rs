@@ -7,6 +7,9 @@
 //! acknowledgement is refused, and bad input (a record not acquired, a record another member
 //! holds, a share request on a classic group) is a typed error that changes nothing.
 //! Random choices take their seed from `SLUICE_SEED` (printed on failure).
+// A test is the broker's outside world: it times the broker with its own clocks (deadlines,
+// waits). broker/clippy.toml's clock seam governs the broker's code, not this.
+#![allow(clippy::disallowed_methods)]
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;

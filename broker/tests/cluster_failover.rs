@@ -280,6 +280,116 @@ fn kills() -> usize {
         .unwrap_or(KILLS_DEFAULT)
 }
 
+/// A rolling restart: each node in turn stopped with SIGTERM and started again, while a client
+/// sends and receives through the nodes that run. It sees nothing but retryable answers (a 503
+/// or a refused connection) and the checker finds nothing.
+#[test]
+fn a_rolling_restart_under_load_shows_clients_only_retryable_errors() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let nodes = dev::prepare(tmp.path(), 3, SHARDS).expect("prepare");
+    let mut cluster =
+        DevCluster::start(nodes.clone(), sluiced(), dev::READY_TIMEOUT).expect("start");
+    let all: Vec<&DevNode> = nodes.iter().collect();
+    let created = call_retrying(&all, 0, "CreateQueue", &json!({"QueueName": "rolling"}));
+    let queues = vec![Queue {
+        name: "rolling".into(),
+        url: created.body["QueueUrl"]
+            .as_str()
+            .expect("QueueUrl")
+            .to_string(),
+        fifo: false,
+    }];
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        let nodes = nodes.clone();
+        std::thread::spawn(move || {
+            let all: Vec<&DevNode> = nodes.iter().collect();
+            let mut client = Client {
+                events: Vec::new(),
+                next_op: 1,
+                t0: Instant::now(),
+                next_payload: 0,
+                leaders: vec![None],
+            };
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                client.send(&queues, 0, &all);
+                let node = all[i % all.len()];
+                for h in client
+                    .receive(&queues[0], node, SHORT_VISIBILITY_S)
+                    .unwrap_or_default()
+                {
+                    client.delete(&queues[0], node, h);
+                }
+                i += 1;
+            }
+            client.events.push(Event::Drain {
+                time_us: client.time_us(),
+            });
+            std::thread::sleep(Duration::from_secs(SHORT_VISIBILITY_S + 1));
+            let mut empty = 0;
+            let mut i = 0;
+            while empty < 3 && i < 200 {
+                let node = all[i % all.len()];
+                let got = client.receive(&queues[0], node, SHORT_VISIBILITY_S);
+                empty = match &got {
+                    Some(g) if g.is_empty() => empty + 1,
+                    Some(_) => 0,
+                    None => empty,
+                };
+                for h in got.unwrap_or_default() {
+                    client.delete(&queues[0], node, h);
+                }
+                i += 1;
+            }
+            client.events
+        })
+    };
+    for n in &nodes {
+        std::thread::sleep(Duration::from_secs(2));
+        let status = cluster.terminate(n.index).expect("running");
+        assert!(status.success(), "node{} stopped with {status}", n.index);
+        cluster
+            .restart(n.index, sluiced(), dev::READY_TIMEOUT)
+            .unwrap_or_else(|e| panic!("restarting node{}: {e}", n.index));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let events = load.join().expect("load thread");
+    let refused: Vec<&Event> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Complete {
+                    outcome: Outcome::Fail,
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "clients saw non-retryable errors during a rolling restart: {refused:?}"
+    );
+    let history = sluice_checker::History::from_events(events).expect("history");
+    let report = sluice_checker::check(&history, &sluice_checker::Config::default());
+    eprintln!("rolling restart: operations {:?}", report.operations);
+    if report.verdict != sluice_checker::Verdict::Pass {
+        let kept = tmp.keep();
+        panic!(
+            "{}\nthe cluster's dir is kept at {}\n{}",
+            report.to_text(),
+            kept.display(),
+            log_tails(&all)
+        );
+    }
+    for status in cluster.stop() {
+        assert!(status.expect("stopped by us").success());
+    }
+}
+
 #[test]
 fn queues_are_served_by_every_node_through_kills_of_their_leaders() {
     let tmp = tempfile::tempdir().expect("tempdir");

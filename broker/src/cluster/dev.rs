@@ -546,6 +546,34 @@ impl DevCluster {
         }
     }
 
+    /// Stops node `index` (1-based) as an operator would: SIGTERM, then SIGKILL after
+    /// [`STOP_TIMEOUT`]; its exit status (`None` if it was not running).
+    pub fn terminate(&mut self, index: usize) -> Option<ExitStatus> {
+        let mut child = index
+            .checked_sub(1)
+            .and_then(|i| self.children.get_mut(i))
+            .and_then(Option::take)?;
+        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+            // SAFETY: kill(2) takes no pointers; `pid` is our own child, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = crate::runtime::monotonic_now() + STOP_TIMEOUT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(s)) => return Some(s),
+                Ok(None) if crate::runtime::monotonic_now() < deadline => {
+                    std::thread::sleep(POLL_STEP)
+                }
+                _ => {
+                    let _ = child.kill();
+                    return child.wait().ok();
+                }
+            }
+        }
+    }
+
     /// Starts node `index` (1-based) again on its data dir (after [`DevCluster::kill`]) and
     /// waits until it is ready.
     pub fn restart(

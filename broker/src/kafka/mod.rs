@@ -32,6 +32,7 @@ mod quota;
 mod records;
 mod sasl;
 pub mod tls;
+mod txn;
 
 use crate::shard::Shard;
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -72,6 +72,10 @@ const EXPECTED: &[(ApiKey, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1),
     (ApiKey::ShareFetch, 1),
     (ApiKey::ShareAcknowledge, 1),
+    (ApiKey::AddPartitionsToTxn, 3),
+    (ApiKey::AddOffsetsToTxn, 3),
+    (ApiKey::EndTxn, 3),
+    (ApiKey::TxnOffsetCommit, 3),
 ];
 
 fn start(dir: &Path) -> (BrokerHandle, SocketAddr) {
@@ -406,6 +410,35 @@ fn exercise(c: &mut Client, addr: SocketAddr, api: ApiKey, v: i16) -> i16 {
         ApiKey::ShareAcknowledge => {
             let resp = go!(ShareAcknowledgeRequest::default(), ShareAcknowledgeResponse);
             assert_eq!(resp.error_code, INVALID_REQUEST);
+            0
+        }
+        // Transactions: an id with no producer answers INVALID_PRODUCER_ID_MAPPING (49).
+        ApiKey::AddPartitionsToTxn => {
+            let mut r = AddPartitionsToTxnRequest::default();
+            r.v3_and_below_transactional_id = TransactionalId(s("none"));
+            go!(r, AddPartitionsToTxnResponse);
+            0
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let mut r = AddOffsetsToTxnRequest::default();
+            r.transactional_id = TransactionalId(s("none"));
+            r.group_id = GroupId(s("g"));
+            let resp = go!(r, AddOffsetsToTxnResponse);
+            assert_eq!(resp.error_code, 49);
+            0
+        }
+        ApiKey::EndTxn => {
+            let mut r = EndTxnRequest::default();
+            r.transactional_id = TransactionalId(s("none"));
+            let resp = go!(r, EndTxnResponse);
+            assert_eq!(resp.error_code, 49);
+            0
+        }
+        ApiKey::TxnOffsetCommit => {
+            let mut r = TxnOffsetCommitRequest::default();
+            r.transactional_id = TransactionalId(s("none"));
+            r.group_id = GroupId(s("g"));
+            go!(r, TxnOffsetCommitResponse);
             0
         }
         other => panic!("no request built for {other:?}"),

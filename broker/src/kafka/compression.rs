@@ -927,6 +927,7 @@ mod tests {
             batches: vec![Bytes::from(stored)],
             start_offset: 0,
             end_offset: 10,
+            ..Default::default()
         };
         let got = reply.records(8).expect("decompressed");
         let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();

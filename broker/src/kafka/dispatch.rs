@@ -33,7 +33,6 @@ pub mod code {
     pub const POLICY_VIOLATION: i16 = 44;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
     pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
     pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
     pub const INVALID_RECORD: i16 = 87;
@@ -82,6 +81,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    // Transactions (`txn.rs`, which says why these versions).
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
 ];
 
 /// The served version range of `key`, if it is served.
@@ -203,6 +207,10 @@ pub fn error_answer(api: ApiKey, version: i16, correlation_id: i32, code: i16) -
         ApiKey::ShareGroupDescribe => plain!(ShareGroupDescribeResponse),
         ApiKey::ShareFetch => coded!(ShareFetchResponse),
         ApiKey::ShareAcknowledge => coded!(ShareAcknowledgeResponse),
+        ApiKey::AddPartitionsToTxn => coded!(AddPartitionsToTxnResponse),
+        ApiKey::AddOffsetsToTxn => coded!(AddOffsetsToTxnResponse),
+        ApiKey::EndTxn => coded!(EndTxnResponse),
+        ApiKey::TxnOffsetCommit => plain!(TxnOffsetCommitResponse),
         _ => Err(String::new()),
     };
     r.unwrap_or_else(|_| minimal(correlation_id, code))

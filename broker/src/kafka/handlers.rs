@@ -8,6 +8,7 @@ use super::{records, Conn, NODE_ID};
 use crate::metadata::DEFAULT_TENANT;
 use crate::runtime;
 use crate::stream::kafka_group::JoinRequest;
+use crate::stream::partition::Isolation;
 use crate::stream::{
     FetchRequest as StreamFetch, KafkaGroupOp, KafkaGroupReply, OffsetSpec, StreamError,
     TopicConfig, TopicMeta, FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, QUEUE_TOPIC_PREFIX,
@@ -138,6 +139,10 @@ pub async fn run(
         ApiKey::OffsetFetch => call!(OffsetFetchRequest, offset_fetch),
         ApiKey::InitProducerId => call!(InitProducerIdRequest, init_producer_id),
         ApiKey::SaslHandshake => call!(SaslHandshakeRequest, sasl_handshake),
+        ApiKey::AddPartitionsToTxn
+        | ApiKey::AddOffsetsToTxn
+        | ApiKey::TxnOffsetCommit
+        | ApiKey::EndTxn => return super::txn::run(conn, api, version, correlation_id, body).await,
         ApiKey::SaslAuthenticate => {
             let req: SaslAuthenticateRequest = decode(&mut body, version)?;
             let resp = sasl_authenticate(conn, req).await;
@@ -234,9 +239,6 @@ async fn produce(
     if !(-1..=1).contains(&req.acks) {
         return Err(code::INVALID_REQUIRED_ACKS);
     }
-    if req.transactional_id.is_some() {
-        return Err(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
-    }
     let shard = conn.shard.clone();
     let now = runtime::now_ms() as i64;
     let mut resp = ProduceResponse::default();
@@ -265,11 +267,17 @@ async fn produce(
                         .filter(|p| *p < t.partitions())
                         .ok_or(code::UNKNOWN_TOPIC_OR_PARTITION)?;
                     let bytes = pd.records.ok_or(code::INVALID_RECORD)?;
+                    let transactional = super::txn::transactional(&bytes)?;
                     let (batch, producer) = records::from_kafka(&bytes, now)?;
-                    let produced = shard
-                        .produce_as(&t, Some(p), batch, producer)
-                        .await
-                        .map_err(|e| error_code(&e))?;
+                    let produced = match (transactional, producer) {
+                        (true, Some(producer)) => {
+                            shard.produce_transactional(&t, p, batch, producer).await
+                        }
+                        // A transactional batch names its producer.
+                        (true, None) => return Err(code::INVALID_RECORD),
+                        (false, producer) => shard.produce_as(&t, Some(p), batch, producer).await,
+                    }
+                    .map_err(|e| error_code(&e))?;
                     Ok((produced.base_offset as i64, 0))
                 }
                 .await;
@@ -305,6 +313,7 @@ async fn fetch_partition(
     offset: i64,
     max_bytes: usize,
     wait_ms: u64,
+    isolation: Isolation,
 ) -> fetch_response::PartitionData {
     let mut out = fetch_response::PartitionData::default();
     out.partition_index = partition;
@@ -339,10 +348,26 @@ async fn fetch_partition(
         },
         None => match conn.topic(topic) {
             Err(c) => Err(c),
-            Ok(t) => match conn.shard.fetch(&t, p, req).await {
-                Ok(f) => records::to_kafka(&f.batches, offset)
-                    .map(|b| (b, f.start_offset, f.end_offset))
-                    .map_err(|e| error_code(&e)),
+            Ok(t) => match conn.shard.fetch_isolated(&t, p, req, isolation).await {
+                Ok(f) => {
+                    out.last_stable_offset = f.last_stable_offset as i64;
+                    if isolation == Isolation::Committed {
+                        out.aborted_transactions = Some(
+                            f.aborted
+                                .iter()
+                                .map(|(pid, first)| {
+                                    let mut a = fetch_response::AbortedTransaction::default();
+                                    a.producer_id = (*pid).into();
+                                    a.first_offset = *first as i64;
+                                    a
+                                })
+                                .collect(),
+                        );
+                    }
+                    records::to_kafka(&f.batches, offset)
+                        .map(|b| (b, f.start_offset, f.end_offset))
+                        .map_err(|e| error_code(&e))
+                }
                 Err(StreamError::OffsetOutOfRange { start, end, .. }) => {
                     out.log_start_offset = start as i64;
                     out.high_watermark = end as i64;
@@ -357,7 +382,10 @@ async fn fetch_partition(
         Ok((bytes, start, end)) => {
             out.log_start_offset = start as i64;
             out.high_watermark = end as i64;
-            out.last_stable_offset = end as i64;
+            if out.last_stable_offset < 0 {
+                // A queue read as a stream: no transactions there.
+                out.last_stable_offset = end as i64;
+            }
             out.records = Some(bytes);
         }
         Err(c) => out.error_code = c,
@@ -370,6 +398,7 @@ async fn fetch_pass(
     conn: &Conn,
     wanted: &[(String, i32, i64, usize)],
     budget: usize,
+    isolation: Isolation,
 ) -> Vec<(String, fetch_response::PartitionData)> {
     let mut left = budget;
     let mut out = Vec::with_capacity(wanted.len());
@@ -377,7 +406,7 @@ async fn fetch_pass(
         // At least one batch comes back even past the budget (as in Kafka), so a large
         // record is never stuck.
         let max = (*max).min(left).max(1);
-        let d = fetch_partition(conn, topic, *p, *offset, max, 0).await;
+        let d = fetch_partition(conn, topic, *p, *offset, max, 0, isolation).await;
         left = left.saturating_sub(d.records.as_ref().map_or(0, |r| r.len()));
         out.push((topic.clone(), d));
     }
@@ -424,7 +453,13 @@ async fn fetch(conn: &mut Conn, version: i16, req: FetchRequest) -> Result<Fetch
         })
         .collect();
     let conn = &*conn;
-    let mut got = fetch_pass(conn, &wanted, budget).await;
+    // Kafka's isolation level: 1 is read_committed.
+    let isolation = if req.isolation_level == 1 {
+        Isolation::Committed
+    } else {
+        Isolation::Uncommitted
+    };
+    let mut got = fetch_pass(conn, &wanted, budget, isolation).await;
     let bytes = |g: &[(String, fetch_response::PartitionData)]| -> usize {
         g.iter()
             .map(|(_, d)| d.records.as_ref().map_or(0, |r| r.len()))
@@ -437,11 +472,13 @@ async fn fetch(conn: &mut Conn, version: i16, req: FetchRequest) -> Result<Fetch
         let waits: Vec<_> = wanted
             .iter()
             .map(|(topic, p, offset, _)| {
-                Box::pin(fetch_partition(conn, topic, *p, *offset, 1, wait_ms))
+                Box::pin(fetch_partition(
+                    conn, topic, *p, *offset, 1, wait_ms, isolation,
+                ))
             })
             .collect();
         let _ = futures::future::select_all(waits).await;
-        got = fetch_pass(conn, &wanted, budget).await;
+        got = fetch_pass(conn, &wanted, budget, isolation).await;
     }
     let mut resp = FetchResponse::default();
     for (topic, mut d) in got {
@@ -482,7 +519,8 @@ async fn list_offsets(
             pr.partition_index = p.partition_index;
             pr.timestamp = -1;
             pr.offset = -1;
-            match list_offset(conn, &name, p.partition_index, p.timestamp).await {
+            let committed = req.isolation_level == 1;
+            match list_offset(conn, &name, p.partition_index, p.timestamp, committed).await {
                 Ok((offset, ts)) => {
                     pr.offset = offset;
                     pr.timestamp = ts;
@@ -499,7 +537,13 @@ async fn list_offsets(
 /// Kafka's special timestamps: -2 (and -4) earliest, -1 latest; any other is a time. A time
 /// after the last record answers offset -1 (as Kafka does); otherwise the record's own
 /// timestamp.
-async fn list_offset(conn: &Conn, name: &str, partition: i32, ts: i64) -> Result<(i64, i64), i16> {
+async fn list_offset(
+    conn: &Conn,
+    name: &str,
+    partition: i32,
+    ts: i64,
+    read_committed: bool,
+) -> Result<(i64, i64), i16> {
     let p = u32::try_from(partition).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
     let spec = match ts {
         // -4: the earliest offset on local disk (v8+), the earliest of all (no tiered storage).
@@ -529,7 +573,12 @@ async fn list_offset(conn: &Conn, name: &str, partition: i32, ts: i64) -> Result
         }
         None => {
             let t = conn.topic(name)?;
-            let o = conn.shard.list_offset(&t, p, spec).await.map_err(err)?;
+            let o = if read_committed && spec == OffsetSpec::Latest {
+                // read_committed: the latest offset is the last stable one.
+                conn.shard.last_stable_offset(&t, p).await.map_err(err)?
+            } else {
+                conn.shard.list_offset(&t, p, spec).await.map_err(err)?
+            };
             let end = conn
                 .shard
                 .list_offset(&t, p, OffsetSpec::Latest)
@@ -800,7 +849,8 @@ async fn find_coordinator(
         for key in req.coordinator_keys {
             let mut c = find_coordinator_response::Coordinator::default();
             c.key = key;
-            if req.key_type == 0 {
+            // 0: a group, 1: a transactional id (this node coordinates both).
+            if req.key_type == 0 || req.key_type == 1 {
                 c.node_id = NODE_ID.into();
                 c.host = s(&conn.advertised.0);
                 c.port = conn.advertised.1;
@@ -813,8 +863,7 @@ async fn find_coordinator(
         }
         return Ok(r);
     }
-    if req.key_type != 0 {
-        // Transaction coordinators: Sluice has no transactions.
+    if req.key_type != 0 && req.key_type != 1 {
         r.error_code = code::COORDINATOR_NOT_AVAILABLE;
         r.node_id = (-1).into();
         r.port = -1;
@@ -1155,13 +1204,10 @@ async fn init_producer_id(
     _version: i16,
     req: InitProducerIdRequest,
 ) -> Result<InitProducerIdResponse, i16> {
-    let mut r = InitProducerIdResponse::default();
-    if req.transactional_id.is_some() {
-        r.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-        r.producer_id = (-1).into();
-        r.producer_epoch = -1;
-        return Ok(r);
+    if let Some(txn_id) = &req.transactional_id {
+        return Ok(super::txn::init_producer_id(conn, txn_id.0.as_str(), &req).await);
     }
+    let mut r = InitProducerIdResponse::default();
     if i64::from(req.producer_id) >= 0 && req.producer_epoch >= 0 {
         // A producer bumping its epoch after an error (KIP-360): same id, next epoch.
         r.producer_id = req.producer_id;

@@ -34,6 +34,7 @@ mod records;
 mod sasl;
 mod share;
 pub mod tls;
+mod txn;
 
 use crate::shard::Shard;
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -53,8 +53,9 @@ pub fn from_kafka(bytes: &Bytes, now_ms: i64) -> Result<(Vec<u8>, Option<Produce
             _ => return Err(code::UNSUPPORTED_COMPRESSION_TYPE),
         }
         batches += 1;
-        if attributes & 0x30 != 0 {
-            // Transactional or control batches: Sluice has no transactions.
+        if attributes & 0x20 != 0 {
+            // Control batches come from the transaction coordinator, never from a producer
+            // (transactional ones, 0x10, are taken: `txn.rs`).
             return Err(code::INVALID_RECORD);
         }
         let len = i32::from_be_bytes(bytes[at + 8..at + 12].try_into().expect("4 bytes"));
@@ -186,7 +187,15 @@ pub fn to_kafka(batches: &[Bytes], from: u64) -> Result<Bytes, StreamError> {
     let mut out = BytesMut::new();
     for b in batches {
         let v = BatchView::parse(b).map_err(|e| StreamError::Internal(e.to_string()))?;
-        if v.header.is_control() || compression::serve_compressed(&v, &mut out) {
+        if v.header.is_control() {
+            // Transaction markers go out as Kafka control batches; other control batches
+            // (Raft's, a transactional batch's `data` record) are left out.
+            if v.header.base_offset >= from {
+                super::txn::marker_to_kafka(&v, &mut out)?;
+            }
+            continue;
+        }
+        if compression::serve_compressed(&v, &mut out) {
             continue;
         }
         let mut records = Vec::new();

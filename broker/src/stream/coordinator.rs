@@ -420,6 +420,22 @@ impl<L: PartitionLog, C: Clock> Coordinator<L, C> {
         Ok(Ok(()))
     }
 
+    /// A committed Kafka transaction's offsets (`txn.rs`): stored without a membership
+    /// check, as Kafka applies a transaction's offsets at its commit marker.
+    pub async fn txn_commit(
+        &self,
+        group: &str,
+        offsets: &[(TopicPartition, u64)],
+    ) -> StreamResult<()> {
+        self.log.wait_for_space(offsets.len() * 256 + 4096).await?;
+        let now = self.clock.now_ms();
+        let records = self
+            .groups
+            .borrow()
+            .plan_commit_checked(now, group, offsets)?;
+        self.stage_commit(now, records).await
+    }
+
     /// Restates every committed offset at the end of the log — staged with no await in
     /// between, so later commits land after it — and, once durable, deletes the segments that
     /// lie wholly below it (nothing there is needed to rebuild the state).

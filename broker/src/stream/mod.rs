@@ -28,6 +28,8 @@ pub mod partition;
 pub mod queue_view;
 pub mod readahead;
 pub mod share;
+pub mod txn;
+pub mod txn_index;
 
 pub use catalog::{TopicCatalog, TopicConfig, TopicMeta};
 pub use group::{Assignment, GroupDescription, TopicPartition};
@@ -159,6 +161,12 @@ pub struct FetchReply {
     /// The partition's first and next offsets when the fetch was answered.
     pub start_offset: u64,
     pub end_offset: u64,
+    /// Kafka's last stable offset (`txn_index`): the first offset of the oldest open
+    /// transaction, else `end_offset`.
+    pub last_stable_offset: u64,
+    /// Read committed: the aborted transactions in the answer's range, (producer id, first
+    /// offset), as Kafka's Fetch reports them (their batches are already left out).
+    pub aborted: Vec<(i64, u64)>,
 }
 
 /// One fetched record.
@@ -290,6 +298,8 @@ pub enum StreamOp {
         max_records: u32,
         deadline_ms: u64,
     },
+    /// Kafka transactions (`txn.rs`).
+    Txn(txn::TxnOp),
 }
 
 /// Kafka group requests, by qualified group name (`tenant/group`).
@@ -345,6 +355,7 @@ pub enum StreamReply {
     KafkaGroup(KafkaGroupReply),
     Admin(admin::AdminReply),
     Share(Result<share::ShareReply, share::ShareRefusal>),
+    Txn(txn::TxnReply),
 }
 
 /// A shard's stream state.
@@ -356,6 +367,8 @@ pub struct ShardStreams {
     coordinator: RefCell<Option<Rc<coordinator::Coordinator>>>,
     /// Shard 0 only: Kafka share groups.
     share: RefCell<share::ShareGroups>,
+    /// Shard 0 only: Kafka's transaction coordinator.
+    txn: RefCell<Option<Rc<txn::TxnCoordinator>>>,
     round_robin: Cell<u64>,
 }
 
@@ -412,6 +425,9 @@ impl Shard {
         .await
         .map_err(|e| ServiceError::Internal(format!("groups: {e}")))?;
         *self.streams.coordinator.borrow_mut() = Some(c);
+        self.txn_start()
+            .await
+            .map_err(|e| ServiceError::Internal(format!("transactions: {e}")))?;
         Ok(())
     }
 
@@ -510,6 +526,7 @@ impl Shard {
         for p in parts {
             let _ = p.close().await;
         }
+        self.txn_shutdown().await;
         let c = self.streams.coordinator.borrow_mut().take();
         if let Some(c) = c {
             c.close().await;
@@ -689,6 +706,7 @@ impl Shard {
             StreamOp::ListGroups => Ok(StreamReply::Groups(self.coordinator()?.list())),
             StreamOp::Admin(op) => Ok(StreamReply::Admin(self.admin_handle(op).await?)),
             StreamOp::Share(op) => Ok(StreamReply::Share(self.share_handle(op)?)),
+            StreamOp::Txn(op) => self.txn_handle(op).await,
             StreamOp::KafkaGroup(op) => {
                 let c = self.coordinator()?;
                 Ok(StreamReply::KafkaGroup(match op {

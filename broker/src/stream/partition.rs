@@ -4,6 +4,7 @@
 //! segments below it go from the disk).
 
 use super::readahead::{Answer, ReadAhead};
+use super::txn_index::{TxnControl, TxnIndex, CONTROL_BATCH_BYTES_MAX};
 use super::{FetchReply, StreamError, StreamResult};
 use crate::partition_log::{LocalLog, PartitionLog};
 use crate::runtime::{self, Clock, Event, WallClock};
@@ -26,14 +27,36 @@ pub const PRODUCERS_PER_PARTITION_MAX: usize = 1_000;
 pub const PRODUCER_BATCHES_REMEMBERED: usize = 5;
 
 /// The version of the partition's snapshot (`PartitionLog::write_snapshot`): the floor below
-/// which records were deleted on request.
-const FLOOR_SNAPSHOT_VERSION: u32 = 1;
+/// which records were deleted on request; v2 adds `txn_seen`. v1 is still read (no
+/// transactions). A build that reads only v1 refuses v2: it would show aborted records.
+const FLOOR_SNAPSHOT_VERSION: u32 = 2;
+const FLOOR_SNAPSHOT_VERSIONS_READ: [u32; 2] = [1, 2];
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct FloorSnapshot {
     v: u32,
     /// Records below this offset were deleted (DeleteRecords): never served again.
     deleted_below: u64,
+    /// The log holds transaction control records (`txn_index`): its index is rebuilt by
+    /// reading the log at open. Partitions that never saw a transaction skip that read.
+    #[serde(default)]
+    txn_seen: bool,
+}
+
+/// A transactional write waits this long between looks while another writes `txn_seen`.
+const TXN_SEEN_POLL_MS: u64 = 1;
+/// Bytes read at a time when the transaction index is rebuilt at open.
+const TXN_REPLAY_READ_BYTES: usize = 1 << 20;
+
+/// What a fetch may see: Kafka's isolation levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// Everything committed to the log, open and aborted transactions' records too (Kafka's
+    /// read_uncommitted).
+    Uncommitted,
+    /// Nothing at or past the last stable offset, no aborted transaction's record: Kafka's
+    /// read_committed, and every non-Kafka reader (native protocol).
+    Committed,
 }
 
 /// Retention limits, changeable while the partition is open (AlterConfigs).
@@ -106,6 +129,11 @@ pub struct TopicPartition<L: PartitionLog = LocalLog<DmaFs>, C: Clock = WallCloc
     /// Records below this were deleted on request (persisted in the log's snapshot).
     floor: Cell<u64>,
     retention: Rc<Cell<RetentionLimits>>,
+    /// Kafka transactions in this partition (`txn_index`), rebuilt from the log at open.
+    txn: RefCell<TxnIndex>,
+    /// The snapshot says the log holds transaction records (`FloorSnapshot::txn_seen`).
+    txn_seen: Cell<bool>,
+    txn_seen_writing: Cell<bool>,
 }
 
 impl TopicPartition {
@@ -132,21 +160,31 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
         log_config: LogConfig,
     ) -> StreamResult<Rc<TopicPartition<L, C>>> {
         let log = Rc::new(L::open(env, dir.clone(), log_config).await?);
-        let floor = match log.read_snapshot().await? {
-            None => 0,
+        let (floor, txn_seen) = match log.read_snapshot().await? {
+            None => (0, false),
             Some(b) => {
                 let f: FloorSnapshot = serde_json::from_slice(&b)
                     .map_err(|e| StreamError::Internal(format!("partition snapshot: {e}")))?;
-                if f.v != FLOOR_SNAPSHOT_VERSION {
+                if !FLOOR_SNAPSHOT_VERSIONS_READ.contains(&f.v) {
                     return Err(StreamError::Internal(format!(
-                        "partition snapshot version {} (this build reads {FLOOR_SNAPSHOT_VERSION})",
+                        "partition snapshot version {} (this build reads {FLOOR_SNAPSHOT_VERSIONS_READ:?})",
                         f.v
                     )));
                 }
                 // Never past what the log holds (a floor is written only at or below its end).
-                f.deleted_below.min(log.end_offset())
+                (f.deleted_below.min(log.end_offset()), f.txn_seen)
             }
         };
+        let mut txn = TxnIndex::default();
+        if txn_seen {
+            let mut at = log.start_offset();
+            while at < log.end_offset() {
+                for b in log.read(at, TXN_REPLAY_READ_BYTES).await? {
+                    txn.apply(&b.view())?;
+                    at = b.header.next_offset();
+                }
+            }
+        }
         let retention = Rc::new(Cell::new(RetentionLimits {
             retention_ms: log.config().retention_ms,
             retention_bytes: log.config().retention_bytes,
@@ -165,6 +203,9 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
             readahead: ReadAhead::default(),
             floor: Cell::new(floor),
             retention: retention.clone(),
+            txn: RefCell::new(txn),
+            txn_seen: Cell::new(txn_seen),
+            txn_seen_writing: Cell::new(false),
         });
         {
             // Always running: AlterConfigs may set limits on a topic created without them.
@@ -229,17 +270,24 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
         if target <= start {
             return Ok(start);
         }
+        self.write_floor_snapshot(target).await?;
+        // Floors only rise: two deletions racing over the await keep the higher one.
+        self.floor.set(self.floor.get().max(target));
+        self.log.delete_segments_below(self.floor.get()).await?;
+        self.txn.borrow_mut().forget_below(self.start_offset());
+        Ok(self.start_offset())
+    }
+
+    async fn write_floor_snapshot(&self, deleted_below: u64) -> StreamResult<()> {
         let snapshot = FloorSnapshot {
             v: FLOOR_SNAPSHOT_VERSION,
-            deleted_below: target,
+            deleted_below,
+            txn_seen: self.txn_seen.get(),
         };
         let bytes = serde_json::to_vec(&snapshot)
             .map_err(|e| StreamError::Internal(format!("partition snapshot: {e}")))?;
         self.log.write_snapshot(bytes).await?;
-        // Floors only rise: two deletions racing over the await keep the higher one.
-        self.floor.set(self.floor.get().max(target));
-        self.log.delete_segments_below(self.floor.get()).await?;
-        Ok(self.start_offset())
+        Ok(())
     }
 
     /// The bytes this partition's log holds (its segments).
@@ -277,6 +325,30 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
         batch: Vec<u8>,
         producer: ProducerBatch,
     ) -> StreamResult<AppendInfo> {
+        self.produce_sequenced(batch, producer, false).await
+    }
+
+    /// A transactional producer's batch: sequenced as [`Self::produce_idempotent`], fenced by
+    /// the epoch of the newest marker too, and written after a `data` control record that puts
+    /// it in the producer's open transaction (`txn_index`): read_committed readers see it only
+    /// once a commit marker follows.
+    pub async fn produce_transactional(
+        &self,
+        batch: Vec<u8>,
+        producer: ProducerBatch,
+    ) -> StreamResult<AppendInfo> {
+        self.txn
+            .borrow()
+            .check_epoch(producer.producer_id, producer.epoch)?;
+        self.produce_sequenced(batch, producer, true).await
+    }
+
+    async fn produce_sequenced(
+        &self,
+        batch: Vec<u8>,
+        producer: ProducerBatch,
+        transactional: bool,
+    ) -> StreamResult<AppendInfo> {
         let now = self.clock.now_ms();
         {
             let producers = self.producers.borrow();
@@ -304,7 +376,11 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
                 }
             }
         }
-        let info = self.produce(batch).await?;
+        let info = if transactional {
+            self.produce_in_txn(batch, producer).await?
+        } else {
+            self.produce(batch).await?
+        };
         let mut producers = self.producers.borrow_mut();
         if !producers.contains_key(&producer.producer_id)
             && producers.len() >= PRODUCERS_PER_PARTITION_MAX
@@ -337,14 +413,143 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
         Ok(info)
     }
 
+    /// The transaction records go to the log only once the snapshot says the log holds some
+    /// (so that the index is rebuilt at the next open): the first transactional write of a
+    /// partition writes it, the others wait for it.
+    async fn ensure_txn_seen(&self) -> StreamResult<()> {
+        while !self.txn_seen.get() {
+            if self.txn_seen_writing.get() {
+                runtime::sleep(std::time::Duration::from_millis(TXN_SEEN_POLL_MS)).await;
+                continue;
+            }
+            self.txn_seen_writing.set(true);
+            self.txn_seen.set(true);
+            let written = self.write_floor_snapshot(self.floor.get()).await;
+            self.txn_seen_writing.set(false);
+            if let Err(e) = written {
+                self.txn_seen.set(false);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stages the `data` control record and the batch with no await in between (adjacent in
+    /// the log), claims the batch for the producer's open transaction, and waits for both.
+    async fn produce_in_txn(
+        &self,
+        batch: Vec<u8>,
+        producer: ProducerBatch,
+    ) -> StreamResult<AppendInfo> {
+        if self.closed.get() {
+            return Err(StreamError::Unavailable("partition closed".into()));
+        }
+        let checksum = {
+            let view =
+                BatchView::parse(&batch).map_err(|e| StreamError::InvalidBatch(e.to_string()))?;
+            if view.header.is_control() {
+                return Err(StreamError::InvalidBatch(
+                    "producers may not write control batches".into(),
+                ));
+            }
+            view.header.checksum
+        };
+        self.ensure_txn_seen().await?;
+        self.log
+            .wait_for_space(batch.len() + CONTROL_BATCH_BYTES_MAX)
+            .await?;
+        // Again after the awaits: a marker (a fence, a timeout) may have come meanwhile.
+        self.txn
+            .borrow()
+            .check_epoch(producer.producer_id, producer.epoch)?;
+        let control = TxnControl::Data {
+            producer_id: producer.producer_id,
+            epoch: producer.epoch,
+            checksum,
+        }
+        .to_batch(self.clock.now_ms() as i64);
+        let c = self.log.stage(control)?;
+        let d = self.log.stage(batch)?;
+        self.txn.borrow_mut().claim(
+            producer.producer_id,
+            producer.epoch,
+            c.info.base_offset,
+            d.info.base_offset,
+            d.info.last_offset,
+        );
+        let info = self.log.committed(d.ticket).await?;
+        self.appended.notify();
+        Ok(info)
+    }
+
+    /// Ends `producer_id`'s transaction here with a commit or abort marker (the transaction
+    /// coordinator's call). `epoch` is the coordinator's: above the producer's after a fence
+    /// or a timeout, so the producer's later batches are refused. With nothing open here no
+    /// marker is written (the epoch is still remembered). Returns the marker's offset.
+    pub async fn write_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> StreamResult<Option<u64>> {
+        if self.closed.get() {
+            return Err(StreamError::Unavailable("partition closed".into()));
+        }
+        if !self.txn.borrow().is_open(producer_id) {
+            self.txn.borrow_mut().raise_epoch(producer_id, epoch);
+            return Ok(None);
+        }
+        self.log.wait_for_space(CONTROL_BATCH_BYTES_MAX).await?;
+        let marker = TxnControl::Marker {
+            producer_id,
+            epoch,
+            commit,
+        }
+        .to_batch(self.clock.now_ms() as i64);
+        let staged = self.log.stage(marker)?;
+        self.txn
+            .borrow_mut()
+            .end(producer_id, epoch, commit, staged.info.base_offset);
+        let info = self.log.committed(staged.ticket).await?;
+        self.appended.notify();
+        Ok(Some(info.base_offset))
+    }
+
+    /// Kafka's last stable offset (`txn_index`).
+    pub fn last_stable_offset(&self) -> u64 {
+        self.txn.borrow().last_stable_offset(self.log.end_offset())
+    }
+
     /// Whole batches from `offset` on (the first one may start before it), up to about
     /// `max_bytes` and `max_records`; waits until `deadline_ms` for data if there is none.
+    /// Read committed: what every non-Kafka reader gets.
     pub async fn fetch(
         &self,
         offset: u64,
         max_bytes: usize,
         max_records: u32,
         deadline_ms: u64,
+    ) -> StreamResult<FetchReply> {
+        self.fetch_isolated(
+            offset,
+            max_bytes,
+            max_records,
+            deadline_ms,
+            Isolation::Committed,
+        )
+        .await
+    }
+
+    /// [`Self::fetch`] at an isolation level. Read committed, nothing at or past the last
+    /// stable offset is returned (a fetch there waits as at the end) and no aborted batch;
+    /// the answer names the aborted transactions in its range (Kafka's index).
+    pub async fn fetch_isolated(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        max_records: u32,
+        deadline_ms: u64,
+        isolation: Isolation,
     ) -> StreamResult<FetchReply> {
         loop {
             if self.closed.get() {
@@ -354,29 +559,64 @@ impl<L: PartitionLog, C: Clock> TopicPartition<L, C> {
             if offset < start || offset > end {
                 return Err(StreamError::OffsetOutOfRange { offset, start, end });
             }
-            if offset < end {
-                let read = match self.readahead.take(offset, max_bytes).await {
-                    Some(read) => read,
-                    None => self.log.read(offset, max_bytes).await?,
-                };
-                let answer = Answer::cut(read, offset, max_records);
-                // A full answer: the consumer is behind, and will ask for `next` next.
-                if let Some(ahead) = answer.read_ahead_bytes(max_records, max_bytes) {
-                    if answer.next < self.log.end_offset() && !self.closed.get() {
-                        self.readahead.start(self.log.clone(), answer.next, ahead);
+            let visible = match isolation {
+                Isolation::Uncommitted => end,
+                Isolation::Committed => self.last_stable_offset(),
+            };
+            if offset < visible {
+                let mut at = offset;
+                loop {
+                    let read = match self.readahead.take(at, max_bytes).await {
+                        Some(read) => read,
+                        None => self.log.read(at, max_bytes).await?,
+                    };
+                    let mut answer = Answer::cut(read, at, max_records);
+                    // A full answer: the consumer is behind, and will ask for `next` next.
+                    if let Some(ahead) = answer.read_ahead_bytes(max_records, max_bytes) {
+                        if answer.next < self.log.end_offset() && !self.closed.get() {
+                            self.readahead.start(self.log.clone(), answer.next, ahead);
+                        }
                     }
+                    if isolation == Isolation::Committed {
+                        let txn = self.txn.borrow();
+                        answer.batches.retain(|b| {
+                            sluice_storage::BatchHeader::parse(b).is_ok_and(|h| {
+                                h.base_offset < visible
+                                    && (h.is_control() || !txn.is_aborted(h.base_offset))
+                            })
+                        });
+                    }
+                    // Everything read was hidden (aborted): read on, up to what is visible.
+                    if answer.batches.is_empty() && answer.next > at && answer.next < visible {
+                        at = answer.next;
+                        continue;
+                    }
+                    let aborted = match isolation {
+                        Isolation::Uncommitted => Vec::new(),
+                        Isolation::Committed => self
+                            .txn
+                            .borrow()
+                            .aborted_in(offset, answer.next.max(offset + 1))
+                            .into_iter()
+                            .map(|a| (a.producer_id, a.first_offset))
+                            .collect(),
+                    };
+                    return Ok(FetchReply {
+                        batches: answer.batches,
+                        start_offset: self.start_offset(),
+                        end_offset: self.log.end_offset(),
+                        last_stable_offset: self.last_stable_offset(),
+                        aborted,
+                    });
                 }
-                return Ok(FetchReply {
-                    batches: answer.batches,
-                    start_offset: self.start_offset(),
-                    end_offset: self.log.end_offset(),
-                });
             }
             if runtime::now_ms() >= deadline_ms {
                 return Ok(FetchReply {
                     batches: Vec::new(),
                     start_offset: start,
                     end_offset: end,
+                    last_stable_offset: self.last_stable_offset(),
+                    aborted: Vec::new(),
                 });
             }
             if self.waiters.get() >= FETCH_WAITERS_PER_PARTITION_MAX {

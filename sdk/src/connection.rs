@@ -288,6 +288,7 @@ fn deliver(decoder: &mut FrameDecoder, bytes: &[u8], waiters: &Mutex<Waiters>) -
                 return Some(format!("the broker failed the stream: {}", e.message))
             }
             Ok(Response::Error(e)) => Err(Error::from_response(e)),
+            Ok(Response::NotLeader(n)) => Err(Error::from_not_leader(n)),
             Ok(r) => Ok(Reply::Response(r)),
             Err(e) => Err(Error::Protocol(e.to_string())),
         };

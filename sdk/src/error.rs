@@ -21,6 +21,19 @@ pub enum Error {
     /// a parameter out of range, …).
     #[error("{} ({:?}): {message}", code.as_sqs_code(), code)]
     Service { code: ErrorCode, message: String },
+    /// In a cluster: the node does not lead the partition the request is for. The client
+    /// follows `leader_addr` by itself (bounded hops, `crate::leader`); this reaches the caller
+    /// when the hops ran out, no leader was known after backing off (retryable), or
+    /// `outcome_unknown` on a send that cannot be resent safely (the node lost the lead while
+    /// it ran: the message may or may not be stored, as after a timeout).
+    #[error("{message} (term {term}, leader {}{})", leader_addr.as_deref().unwrap_or("unknown"), if *outcome_unknown { ", outcome unknown" } else { "" })]
+    NotLeader {
+        message: String,
+        /// The leader's client address, `host:port`, if the node knew one.
+        leader_addr: Option<String>,
+        term: u64,
+        outcome_unknown: bool,
+    },
     /// The broker speaks no protocol version this SDK speaks.
     #[error("the broker speaks protocol versions {}..={}, this SDK {}..={}: {message}", server.min, server.max, sluice_wire::PROTOCOL_VERSION_MIN, sluice_wire::PROTOCOL_VERSION)]
     UnsupportedVersion {
@@ -54,6 +67,7 @@ impl Error {
         match self {
             Error::Service { code, .. } => Some(*code),
             Error::UnsupportedVersion { .. } => Some(ErrorCode::UnsupportedVersion),
+            Error::NotLeader { .. } => Some(ErrorCode::NotLeader),
             _ => None,
         }
     }
@@ -83,7 +97,20 @@ impl Error {
         match self {
             Error::Service { code, .. } => code.is_retryable(),
             Error::ConnectionLost(_) | Error::Timeout(_) | Error::Connect(_) => true,
+            // With an unknown outcome a resent send may be stored twice: the caller decides.
+            Error::NotLeader {
+                outcome_unknown, ..
+            } => !outcome_unknown,
             _ => false,
+        }
+    }
+
+    pub(crate) fn from_not_leader(n: sluice_wire::NotLeaderResponse) -> Self {
+        Error::NotLeader {
+            message: n.message,
+            leader_addr: n.leader_addr,
+            term: n.term,
+            outcome_unknown: n.outcome_unknown,
         }
     }
 

@@ -45,6 +45,7 @@
 mod connection;
 mod consumer;
 mod error;
+pub mod leader;
 mod producer;
 mod publisher;
 mod routing;
@@ -208,6 +209,10 @@ pub struct Client {
 
 struct Inner {
     addr: SocketAddr,
+    /// Every node this client was given (`addr` first): asked in turn while no leader is
+    /// known (`leader`).
+    nodes: Arc<Vec<SocketAddr>>,
+    leaders: leader::Leaders,
     options: ClientOptions,
     endpoint: quinn::Endpoint,
     config: quinn::ClientConfig,
@@ -254,6 +259,33 @@ impl Client {
     /// Connects to the broker's QUIC address and negotiates the protocol version. Must be
     /// called within a tokio runtime.
     pub async fn connect(addr: SocketAddr, options: ClientOptions) -> Result<Client> {
+        Client::connect_one(addr, options, Arc::new(vec![addr])).await
+    }
+
+    /// Connects to a cluster: to the first of `nodes` that answers (in order), remembering
+    /// all of them. Requests for a partition that node does not lead follow the leader it
+    /// names (see [`leader`]); the leader is remembered per queue.
+    pub async fn connect_cluster(nodes: &[SocketAddr], options: ClientOptions) -> Result<Client> {
+        let list = Arc::new(nodes.to_vec());
+        let mut last = Error::Connect("no node addresses given".into());
+        for &addr in nodes {
+            match Client::connect_one(addr, options.clone(), list.clone()).await {
+                Ok(c) => return Ok(c),
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "sluice: node unreachable, trying the next");
+                    last = e;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// Connects to `addr`, one of `nodes`.
+    async fn connect_one(
+        addr: SocketAddr,
+        options: ClientOptions,
+        nodes: Arc<Vec<SocketAddr>>,
+    ) -> Result<Client> {
         let mut config = tls::client_config(&options.trust, options.identity.as_ref())?;
         let mut transport = quinn::TransportConfig::default();
         let mut mtu = quinn::MtuDiscoveryConfig::default();
@@ -280,6 +312,8 @@ impl Client {
         let client = Client {
             inner: Arc::new(Inner {
                 addr,
+                nodes,
+                leaders: Default::default(),
                 options,
                 endpoint,
                 config,
@@ -305,6 +339,10 @@ impl Client {
         // The connections to the broker's cores (routing) close too; they have none of their own.
         let routed = std::mem::take(&mut *self.inner.routes.lock().await);
         for c in routed.into_clients() {
+            Box::pin(c.close()).await;
+        }
+        let nodes = std::mem::take(&mut *self.inner.leaders_nodes().await);
+        for c in nodes.into_values() {
             Box::pin(c.close()).await;
         }
         // Let the close frame reach the broker instead of leaving it to the idle timeout.
@@ -360,9 +398,14 @@ impl Client {
     /// [`Client::call`], the answer as the reader decoded it (a fetch's batches still in their
     /// frame).
     pub(crate) async fn call_reply(&self, request: Request) -> Result<connection::Reply> {
-        if routing::goes_home(&request) {
+        self.call_following(&request).await
+    }
+
+    /// [`Client::call_reply`] on this node, without following leaders.
+    pub(crate) async fn call_routed(&self, request: &Request) -> Result<connection::Reply> {
+        if routing::goes_home(request) {
             if let Some(home) = self.home().await {
-                match home.call_reply_here(&request).await {
+                match home.call_reply_here(request).await {
                     Err(e @ (Error::Connect(_) | Error::ConnectionLost(_))) => {
                         tracing::debug!(error = %e, "sluice: home core lost, using the shared connection");
                         self.pause_routing().await;
@@ -371,7 +414,7 @@ impl Client {
                 }
             }
         }
-        self.call_reply_here(&request).await
+        self.call_reply_here(request).await
     }
 
     /// [`Client::call`] on this client's own connection (no routing).
@@ -392,7 +435,12 @@ impl Client {
                 Err(e) => Err(e),
             };
             match result {
-                Err(e) if e.is_retryable() && attempt < self.inner.options.retries => {
+                // NotLeader is followed by the caller (`leader`), not resent here.
+                Err(e)
+                    if e.is_retryable()
+                        && !matches!(e, Error::NotLeader { .. })
+                        && attempt < self.inner.options.retries =>
+                {
                     tracing::debug!(error = %e, attempt, "sluice: retrying");
                     attempt += 1;
                     tokio::time::sleep(backoff).await;

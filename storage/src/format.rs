@@ -8,8 +8,13 @@
 //! | 2       | no marker (2026-12-05). Version 1 with gaps: zeros a commit started beside    |
 //! |         | another skipped, up to the next 4 KiB boundary                                |
 //! | 3       | the marker. Version 2, with batches in format v2 (the term) as well as v1     |
+//! | 4       | version 3, with batches in format v3 (Kafka-compressed) as well               |
 //!
-//! This code reads all three the same way (a reader that steps over gaps reads a log without
+//! The marker went to 4 with batch format v3: a build of layout 3 refuses a directory marked
+//! 4 with [`StorageError::UnsupportedFormat`] instead of opening a log that may hold v3
+//! batches (it would take one at the end of the active segment for a torn tail).
+//!
+//! This code reads all of them the same way (a reader that steps over gaps reads a log without
 //! any), so a directory without a marker is taken as version 2.
 //!
 //! [`Log::open`](crate::Log::open) reads the marker before it touches anything in the
@@ -24,7 +29,7 @@ use crate::fs::{align_up, File, Fs};
 use std::path::{Path, PathBuf};
 
 /// The layout version this code writes (and the newest it reads).
-pub const SEGMENT_FORMAT_VERSION: u32 = 3;
+pub const SEGMENT_FORMAT_VERSION: u32 = 4;
 /// The version of a directory without a marker (1 and 2 read alike; see the table).
 pub const SEGMENT_FORMAT_VERSION_UNMARKED: u32 = 2;
 /// The marker's file name in a log directory.

@@ -50,14 +50,17 @@ struct Cli {
 /// How to reach the broker.
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
-    /// The broker's native QUIC address.
+    /// The broker's native QUIC address; in a cluster, several nodes' (repeat the option or
+    /// give a comma list): the first that answers is used, and requests follow the partition's
+    /// leader from there.
     #[arg(
         long,
         global = true,
         env = "SLUICE_ENDPOINT",
+        value_delimiter = ',',
         default_value = "127.0.0.1:7400"
     )]
-    pub endpoint: SocketAddr,
+    pub endpoint: Vec<SocketAddr>,
     /// PEM file of the certificate (or CA) to trust for QUIC; default: the self-signed
     /// certificate of a local broker, `sluice-data/quic-selfsigned-cert.pem`.
     #[arg(long, global = true, env = "SLUICE_CA_CERT")]
@@ -558,5 +561,34 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Several endpoints: repeated, as a comma list, or both; one by default.
+    #[test]
+    fn endpoints_are_a_list() {
+        let endpoints = |args: &[&str]| {
+            let mut argv = vec!["sluice"];
+            argv.extend_from_slice(args);
+            argv.extend_from_slice(&["queue", "list"]);
+            Cli::try_parse_from(argv).map(|c| {
+                c.conn
+                    .endpoint
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(endpoints(&[]).expect("default"), ["127.0.0.1:7400"]);
+        assert_eq!(
+            endpoints(&[
+                "--endpoint",
+                "127.0.0.1:1,127.0.0.1:2",
+                "--endpoint",
+                "127.0.0.1:3"
+            ])
+            .expect("list"),
+            ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+        );
+        assert!(endpoints(&["--endpoint", "127.0.0.1:1,nonsense"]).is_err());
     }
 }

@@ -96,7 +96,7 @@ async fn connect(conn: &Conn) -> Result<Client, CliError> {
     if let (Some(id), Some(secret)) = (&conn.access_key_id, &conn.secret_access_key) {
         options.credentials = Some(sluice_sdk::Credentials::new(id.clone(), secret.0.clone()));
     }
-    Ok(Client::connect(conn.endpoint, options).await?)
+    Ok(Client::connect_cluster(&conn.endpoint, options).await?)
 }
 
 /// A queue argument: a URL as is, a name through GetQueueUrl.

@@ -6,26 +6,28 @@
 //! outside the checksum (as Kafka's CRC starts after the fields the broker assigns), so the
 //! producer's checksum stays valid however they are stamped.
 //!
-//! All integers are little-endian. Version 2 (written by this code) is version 1 with the
-//! term after the fixed header:
+//! All integers are little-endian. Version 2 (written by this code for batches of Sluice
+//! records) is version 1 with the term after the fixed header; version 3 (written for
+//! Kafka-compressed batches, below) is version 2's layout whose records section is a Kafka
+//! batch:
 //!
 //! ```text
-//! batch header (v2: 64 bytes; v1: 56 bytes, no term)
+//! batch header (v2 and v3: 64 bytes; v1: 56 bytes, no term)
 //!   0  u64  base_offset          assigned by the log; not covered by the checksum
 //!   8  u32  batch_len            whole batch in bytes, header included
 //!  12  u32  magic                "SLB1" (0x53 0x4C 0x42 0x31) in every version
 //!  16  u64  checksum             xxh3-64, coverage below
-//!  24  u8   format version       2 (or 1)
+//!  24  u8   format version       2 (or 1); 3 for a Kafka-compressed batch
 //!  25  u8   reserved (0)
-//!  26  u16  attributes           bit 0: control batch; bits 1-3: Kafka codec (below);
-//!                                other bits reserved (0)
+//!  26  u16  attributes           bit 0: control batch; bits 1-3: Kafka codec (below), not 0
+//!                                in v3 and 0 in v1 and v2; other bits reserved (0)
 //!  28  u32  record_count         >= 1
 //!  32  i64  first_timestamp_ms
 //!  40  i64  max_timestamp_ms
 //!  48  u32  last_offset_delta    record_count - 1
 //!  52  u32  reserved (0)
-//!  56  u64  term                 v2 only: assigned by the log (0: no election, and every v1
-//!                                batch); not covered by the checksum
+//!  56  u64  term                 v2 and v3: assigned by the log (0: no election, and every
+//!                                v1 batch); not covered by the checksum
 //! records (from byte 64; v1: 56), each:
 //!   u32 record_len (bytes after this field) | u32 offset_delta | i64 timestamp_ms
 //!   u32 key_len (0xFFFF_FFFF = no key) | key | u32 value_len | value
@@ -33,17 +35,17 @@
 //! ```
 //!
 //! The checksum covers every byte a producer decides, from the version byte to the end:
-//! v1 bytes `[24, batch_len)`; v2 bytes `[24, 56)` then `[64, batch_len)` — all of it but the
-//! term. Not covered: base offset and term (the log's), the checksum itself, and `batch_len`
+//! v1 bytes `[24, batch_len)`; v2 and v3 bytes `[24, 56)` then `[64, batch_len)` — all of it
+//! but the term. Not covered: base offset and term (the log's), the checksum itself, and `batch_len`
 //! and the magic, which are checked by structure instead (the length bounds the bytes hashed,
 //! the magic is compared). A flipped version byte changes the bytes hashed (and the ranges),
 //! so it fails the checksum as well.
 //!
-//! Readers take both versions (a v1 batch reads with term 0); the log stores v2 only, and
-//! rewrites a v1 batch from an older producer as v2 at append ([`upgraded`]).
+//! Readers take all three versions (a v1 batch reads with term 0); the log stores v2 and v3
+//! only, and rewrites a v1 batch from an older producer as v2 at append ([`upgraded`]).
 //!
-//! **Kafka-compressed batches.** When attribute bits 1-3 hold a codec number (Kafka's: 1 gzip,
-//! 2 snappy, 3 lz4, 4 zstd), the records section is not Sluice records but one Kafka v2 record
+//! **Kafka-compressed batches (v3).** When attribute bits 1-3 hold a codec number (Kafka's:
+//! 1 gzip, 2 snappy, 3 lz4, 4 zstd), the records section is not Sluice records but one Kafka v2 record
 //! batch exactly as a Kafka producer sent it (its 61-byte header, CRC32C and compressed
 //! records): users compress for disk and replication, so the log keeps the compressed bytes
 //! and the Kafka front end serves them as they are. The header's count and timestamps are
@@ -51,6 +53,13 @@
 //! [`BatchError::Compressed`], and [`BatchView::validate_records`] checks the Kafka batch's
 //! framing (length, magic, codec, count), not its records, which the broker checked when it
 //! took the batch (`broker/src/kafka/compression.rs` decompresses, with a byte bound).
+//!
+//! Such a batch is format version 3, so that a build that predates compressed batches refuses
+//! it as a version it does not know instead of reading a Kafka batch as Sluice records (the
+//! codec bits came first without a version bump). The version and the bits must agree: codec
+//! bits on a v1 or v2 batch, or none on a v3 one, are refused
+//! ([`BatchError::CodecVersionMismatch`]) — a reader never guesses which of the two it holds.
+//! Batches of Sluice records stay v2, byte for byte as before.
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3Default};
 
@@ -82,21 +91,32 @@ pub enum BatchError {
     Compressed { codec: u8 },
     #[error("malformed compressed Kafka batch: {0}")]
     MalformedKafkaBatch(&'static str),
+    /// The version byte and the codec bits disagree (module docs): Kafka codec bits on a v1 or
+    /// v2 batch, or none on a v3 batch.
+    #[error(
+        "batch format version {version} with Kafka codec {codec}: v3 holds a codec, v1 and v2 none"
+    )]
+    CodecVersionMismatch { version: u8, codec: u8 },
 }
 
 pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"SLB1");
-/// The version new batches are written in.
+/// The version new batches of Sluice records are written in.
 pub const BATCH_FORMAT_VERSION: u8 = 2;
+/// The version of a Kafka-compressed batch (module docs): v2's layout, a Kafka batch for
+/// records, the codec in attribute bits 1-3.
+pub const BATCH_FORMAT_VERSION_KAFKA_COMPRESSED: u8 = 3;
+/// The newest version this code reads.
+pub const BATCH_FORMAT_VERSION_MAX: u8 = BATCH_FORMAT_VERSION_KAFKA_COMPRESSED;
 /// The first version: no term; still read (segments written before v2 hold it).
 pub const BATCH_FORMAT_VERSION_V1: u8 = 1;
-/// Header bytes of the current version (v2).
+/// Header bytes of the current versions (v2 and v3).
 pub const BATCH_HEADER_BYTES: usize = 64;
 /// Header bytes of a v1 batch.
 pub const BATCH_HEADER_BYTES_V1: usize = 56;
 /// The fewest bytes that hold the part of a header every version shares (through the version
 /// byte and record count): what a reader needs before it knows the version.
 pub const BATCH_HEADER_BYTES_MIN: usize = BATCH_HEADER_BYTES_V1;
-/// Where a v2 batch's term lies (8 bytes, outside the checksum).
+/// Where a v2 or v3 batch's term lies (8 bytes, outside the checksum).
 const TERM_AT: usize = 56;
 /// Bytes of a record that precede its key.
 const RECORD_FIXED_BYTES: usize = 4 + 4 + 8 + 4;
@@ -364,14 +384,14 @@ pub fn encode_kafka_compressed(
     let h = &mut buf[..BATCH_HEADER_BYTES];
     h[8..12].copy_from_slice(&len32.to_le_bytes());
     h[12..16].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
-    h[24] = BATCH_FORMAT_VERSION;
+    h[24] = BATCH_FORMAT_VERSION_KAFKA_COMPRESSED;
     let attributes = u16::from(codec) << ATTR_KAFKA_CODEC_SHIFT;
     h[26..28].copy_from_slice(&attributes.to_le_bytes());
     h[28..32].copy_from_slice(&count.to_le_bytes());
     h[32..40].copy_from_slice(&first_timestamp_ms.to_le_bytes());
     h[40..48].copy_from_slice(&max_timestamp_ms.to_le_bytes());
     h[48..52].copy_from_slice(&(count - 1).to_le_bytes());
-    let sum = checksum(&buf, BATCH_FORMAT_VERSION);
+    let sum = checksum(&buf, BATCH_FORMAT_VERSION_KAFKA_COMPRESSED);
     buf[16..24].copy_from_slice(&sum.to_le_bytes());
     Ok(buf)
 }
@@ -433,11 +453,29 @@ fn checksum(batch: &[u8], version: u8) -> u64 {
     }
 }
 
+/// Whether `batch` (at least its `batch_len` bytes) holds the checksum its header states, over
+/// the bytes its version byte says are covered, whatever else in the header is refused. A torn
+/// write does not leave a matching checksum: recovery tells a batch refused by its version
+/// (written whole, by another build) from a torn tail this way.
+pub fn checksum_holds(batch: &[u8]) -> bool {
+    if batch.len() < BATCH_HEADER_BYTES_MIN {
+        return false;
+    }
+    let version = batch[24];
+    let len = u32_at(batch, 8) as usize;
+    match header_bytes_of(version) {
+        Some(header_bytes) if len >= header_bytes && len <= batch.len() => {
+            checksum(&batch[..len], version) == u64_at(batch, 16)
+        }
+        _ => false,
+    }
+}
+
 /// The header bytes of format `version`, or `None` for a version this code does not know.
 fn header_bytes_of(version: u8) -> Option<usize> {
     match version {
         BATCH_FORMAT_VERSION_V1 => Some(BATCH_HEADER_BYTES_V1),
-        BATCH_FORMAT_VERSION => Some(BATCH_HEADER_BYTES),
+        BATCH_FORMAT_VERSION | BATCH_FORMAT_VERSION_KAFKA_COMPRESSED => Some(BATCH_HEADER_BYTES),
         _ => None,
     }
 }
@@ -448,7 +486,7 @@ pub struct BatchHeader {
     pub base_offset: u64,
     pub batch_len: u32,
     pub checksum: u64,
-    /// The format version (1 or 2).
+    /// The format version (1, 2, or 3 for a Kafka-compressed batch).
     pub version: u8,
     /// The leader epoch that appended the batch (0 for a v1 batch, and for a log with no
     /// elections: the single-node log).
@@ -516,12 +554,23 @@ impl BatchHeader {
         if h.record_count > BATCH_RECORDS_MAX || u32_at(b, 48) != h.record_count - 1 {
             return Err(BatchError::BadLength(h.batch_len));
         }
+        // Codec bits only in v3, and always there: a batch from before v3 with codec bits
+        // (the build that added them without the bump) is not read by guessing.
+        let codec = h.kafka_codec();
+        if (codec != 0) != (version == BATCH_FORMAT_VERSION_KAFKA_COMPRESSED) {
+            return Err(BatchError::CodecVersionMismatch { version, codec });
+        }
         Ok(h)
     }
 
     /// Bytes of this batch's header (where its records begin).
     pub fn header_bytes(&self) -> usize {
         header_bytes_of(self.version).expect("a parsed header has a known version")
+    }
+
+    /// Whether the log rewrites this batch before storing it ([`upgraded`]): only v1 does.
+    pub fn needs_upgrade(&self) -> bool {
+        self.version == BATCH_FORMAT_VERSION_V1
     }
 
     pub fn last_offset(&self) -> u64 {
@@ -831,9 +880,9 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: u64) {
     batch[0..8].copy_from_slice(&base_offset.to_le_bytes());
 }
 
-/// Overwrites the term of an encoded v2 batch (the log stamps it at append, beside the base
-/// offset; the checksum does not cover it). A v1 batch has no room for one: bring it to the
-/// current format with [`upgraded`] first.
+/// Overwrites the term of an encoded v2 or v3 batch (the log stamps it at append, beside the
+/// base offset; the checksum does not cover it). A v1 batch has no room for one: bring it to
+/// the current format with [`upgraded`] first.
 pub fn set_term(batch: &mut [u8], term: u64) -> Result<(), BatchError> {
     if batch.len() < BATCH_HEADER_BYTES {
         return Err(BatchError::Truncated {
@@ -841,18 +890,21 @@ pub fn set_term(batch: &mut [u8], term: u64) -> Result<(), BatchError> {
             available: batch.len(),
         });
     }
-    if batch[24] != BATCH_FORMAT_VERSION {
+    if !matches!(
+        batch[24],
+        BATCH_FORMAT_VERSION | BATCH_FORMAT_VERSION_KAFKA_COMPRESSED
+    ) {
         return Err(BatchError::UnsupportedVersion(batch[24]));
     }
     batch[TERM_AT..TERM_AT + 8].copy_from_slice(&term.to_le_bytes());
     Ok(())
 }
 
-/// A verified batch in the current format: a copy of a v2 batch, or a v1 batch rewritten as
-/// v2 (term 0, the same records, its checksum computed over the new layout: the one time the
+/// A verified batch in a format the log stores: a copy of a v2 or v3 batch, or a v1 batch
+/// rewritten as v2 (term 0, the same records, its checksum computed over the new layout: the one time the
 /// log recomputes a checksum, for a producer that predates v2, after verifying the old one).
 pub fn upgraded(view: &BatchView<'_>) -> Vec<u8> {
-    if view.header.version == BATCH_FORMAT_VERSION {
+    if !view.header.needs_upgrade() {
         return view.bytes.to_vec();
     }
     debug_assert_eq!(view.header.version, BATCH_FORMAT_VERSION_V1);
@@ -1141,20 +1193,78 @@ mod tests {
 
     #[test]
     fn an_unknown_version_is_a_typed_error() {
-        let mut bytes = encode(&[Record::new(1, b"x".to_vec())]).expect("non-empty");
-        bytes[24] = 3;
+        let future = BATCH_FORMAT_VERSION_MAX + 1;
+        for version in [0, future, u8::MAX] {
+            let mut bytes = encode(&[Record::new(1, b"x".to_vec())]).expect("non-empty");
+            bytes[24] = version;
+            // Checksummed as a v2 batch would be: only the version can be what is refused.
+            let sum = checksum(&bytes, BATCH_FORMAT_VERSION);
+            bytes[16..24].copy_from_slice(&sum.to_le_bytes());
+            let refused = Err(BatchError::UnsupportedVersion(version));
+            assert_eq!(BatchHeader::parse(&bytes), refused);
+            assert_eq!(BatchView::parse(&bytes).map(|v| v.header), refused);
+            assert_eq!(set_term(&mut bytes, 1), refused.map(|_| ()));
+        }
+        // A future version of a compressed batch too (the codec bits do not make it read).
+        let k = kafka_frame(1, 1, b"gzip");
+        let mut bytes = encode_kafka_compressed(&k, 0, 0).expect("framing holds");
+        bytes[24] = future;
         assert_eq!(
             BatchHeader::parse(&bytes),
-            Err(BatchError::UnsupportedVersion(3))
+            Err(BatchError::UnsupportedVersion(future))
         );
-        assert_eq!(
-            BatchView::parse(&bytes).map(|v| v.header),
-            Err(BatchError::UnsupportedVersion(3))
-        );
-        assert_eq!(
-            set_term(&mut bytes, 1),
-            Err(BatchError::UnsupportedVersion(3))
-        );
+    }
+
+    /// A Kafka-compressed batch is v3 and reads back as it was written, with the fields the
+    /// log stamps; a batch of Sluice records stays v2.
+    #[test]
+    fn a_kafka_compressed_batch_is_v3_and_round_trips() {
+        let k = kafka_frame(3, 5, b"lz4 bytes");
+        let mut bytes = encode_kafka_compressed(&k, 100, 200).expect("framing holds");
+        assert_eq!(bytes[24], BATCH_FORMAT_VERSION_KAFKA_COMPRESSED);
+        set_base_offset(&mut bytes, 1 << 33);
+        set_term(&mut bytes, 17).expect("v3 has a term");
+        let view = BatchView::parse(&bytes).expect("checksum holds");
+        view.validate_records().expect("framing holds");
+        let h = view.header;
+        assert_eq!(h.version, BATCH_FORMAT_VERSION_KAFKA_COMPRESSED);
+        assert_eq!((h.base_offset, h.term, h.kafka_codec()), (1 << 33, 17, 3));
+        assert_eq!((h.record_count, h.header_bytes()), (5, BATCH_HEADER_BYTES));
+        assert_eq!(view.kafka_batch(), Some(&k[..]));
+        assert!(!h.needs_upgrade());
+        assert_eq!(upgraded(&view), bytes, "stored as it came");
+        let plain = encode(&[Record::new(1, b"x".to_vec())]).expect("non-empty");
+        assert_eq!(plain[24], BATCH_FORMAT_VERSION);
+    }
+
+    /// The version and the codec bits must agree: a batch as the build before v3 wrote it (v2
+    /// with codec bits) and a v3 batch without a codec are refused with a typed error, checksum
+    /// valid or not.
+    #[test]
+    fn codec_bits_and_version_must_agree() {
+        let k = kafka_frame(4, 2, b"zstd");
+        let v3 = encode_kafka_compressed(&k, 0, 0).expect("framing holds");
+        let mut old = v3.clone();
+        old[24] = BATCH_FORMAT_VERSION;
+        let sum = checksum(&old, BATCH_FORMAT_VERSION);
+        old[16..24].copy_from_slice(&sum.to_le_bytes());
+        let mismatch = |version, codec| Err(BatchError::CodecVersionMismatch { version, codec });
+        assert_eq!(BatchHeader::parse(&old), mismatch(2, 4));
+        assert_eq!(BatchView::parse(&old).map(|v| v.header), mismatch(2, 4));
+        // The same as v1 (the codec bits at the same place).
+        let mut old_v1 = old.clone();
+        old_v1[24] = BATCH_FORMAT_VERSION_V1;
+        assert_eq!(BatchHeader::parse(&old_v1), mismatch(1, 4));
+        // v3 with the codec bits cleared: a v3 batch of what, is not guessed either.
+        let mut bare = v3.clone();
+        bare[26..28].copy_from_slice(&0u16.to_le_bytes());
+        let sum = checksum(&bare, BATCH_FORMAT_VERSION_KAFKA_COMPRESSED);
+        bare[16..24].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(BatchHeader::parse(&bare), mismatch(3, 0));
+        // Sluice records marked v3: refused the same way.
+        let mut plain = encode(&[Record::new(1, b"x".to_vec())]).expect("non-empty");
+        plain[24] = BATCH_FORMAT_VERSION_KAFKA_COMPRESSED;
+        assert_eq!(BatchHeader::parse(&plain), mismatch(3, 0));
     }
 
     /// A Kafka v2 batch's framing around `payload` (no real records: this crate does not
@@ -1218,7 +1328,7 @@ mod tests {
             if at == 28 {
                 bad[48] = 2; // last offset delta consistent with the header's count
             }
-            let sum = checksum(&bad, BATCH_FORMAT_VERSION);
+            let sum = checksum(&bad, BATCH_FORMAT_VERSION_KAFKA_COMPRESSED);
             bad[16..24].copy_from_slice(&sum.to_le_bytes());
             let view = BatchView::parse(&bad).expect("checksum recomputed");
             assert!(view.validate_records().is_err(), "byte {at}");
@@ -1226,7 +1336,7 @@ mod tests {
         // The control bit with a codec: refused.
         let mut control = good.clone();
         control[26] |= ATTR_CONTROL as u8;
-        let sum = checksum(&control, BATCH_FORMAT_VERSION);
+        let sum = checksum(&control, BATCH_FORMAT_VERSION_KAFKA_COMPRESSED);
         control[16..24].copy_from_slice(&sum.to_le_bytes());
         let view = BatchView::parse(&control).expect("checksum recomputed");
         assert!(view.validate_records().is_err());

@@ -67,6 +67,10 @@ pub enum ErrorCode {
     // Server faults.
     InternalFailure = 50,
     ServiceUnavailable = 51,
+    /// In a cluster: the node does not lead the partition the request is for (or lost the lead
+    /// while it ran). Protocol v2 answers it with a `NotLeader` frame that names the leader's
+    /// client address when the node knows it; a v1 connection gets `ServiceUnavailable`.
+    NotLeader = 52,
 
     // Streams (no SQS counterpart; their SQS-shaped names are their own).
     /// The topic does not exist.
@@ -104,7 +108,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every assigned code (not `Unknown`), in numeric order.
-    pub const ALL: [ErrorCode; 47] = [
+    pub const ALL: [ErrorCode; 48] = [
         ErrorCode::InvalidAttributeName,
         ErrorCode::InvalidAttributeValue,
         ErrorCode::InvalidParameterValue,
@@ -138,6 +142,7 @@ impl ErrorCode {
         ErrorCode::KmsThrottled,
         ErrorCode::InternalFailure,
         ErrorCode::ServiceUnavailable,
+        ErrorCode::NotLeader,
         ErrorCode::UnknownTopic,
         ErrorCode::TopicExists,
         ErrorCode::OffsetOutOfRange,
@@ -198,6 +203,7 @@ impl ErrorCode {
                 | ErrorCode::KmsThrottled
                 | ErrorCode::InternalFailure
                 | ErrorCode::ServiceUnavailable
+                | ErrorCode::NotLeader
                 | ErrorCode::ChecksumMismatch
                 | ErrorCode::TooManyInFlightRequests
         )
@@ -298,6 +304,8 @@ impl ErrorCode {
             KmsThrottled => ("KMS.ThrottlingException", "KmsThrottled", 400),
             InternalFailure => ("InternalFailure", "InternalFailure", 500),
             ServiceUnavailable => ("ServiceUnavailable", "ServiceUnavailable", 503),
+            // What the HTTP front end answers during an election, and AWS SDKs retry.
+            NotLeader => ("ServiceUnavailable", "ServiceUnavailable", 503),
             UnknownTopic => ("UnknownTopic", "UnknownTopic", 404),
             TopicExists => ("TopicExists", "TopicExists", 400),
             OffsetOutOfRange => ("OffsetOutOfRange", "OffsetOutOfRange", 400),
@@ -347,7 +355,8 @@ mod tests {
             assert_eq!(ErrorCode::from_u16(c as u16), c);
         }
         assert_eq!(ErrorCode::UnknownTopic as u16, 60);
-        assert_eq!(seen.len(), 47);
+        assert_eq!(ErrorCode::NotLeader as u16, 52);
+        assert_eq!(seen.len(), 48);
     }
 
     #[test]

@@ -105,6 +105,7 @@ pub const KIND_RESPONSE_BIT: u16 = 0x8000;
 /// | range         | use                                                                   |
 /// |---------------|-----------------------------------------------------------------------|
 /// | 0x0000        | invalid as a request; its response form 0x8000 is `Error`             |
+/// | 0x00FF        | invalid as a request; its response form 0x80FF is `NotLeader` (v2)    |
 /// | 0x0001-0x00FF | connection control (`Hello` = 0x0001, `GetRouting` = 0x0002)           |
 /// | 0x0100-0x01FF | SQS queue administration                                               |
 /// | 0x0200-0x02FF | SQS message operations                                                 |
@@ -122,6 +123,9 @@ pub enum FrameKind {
     GetRouting = 0x0002,
     GetRoutingResult = 0x8002,
     Error = 0x8000,
+    /// Protocol v2: answers any request on a node that does not lead its partition (no request
+    /// kind 0x00FF exists).
+    NotLeader = 0x80FF,
 
     CreateQueue = 0x0101,
     DeleteQueue = 0x0102,
@@ -210,7 +214,7 @@ pub const KIND_RANGE_REPLICATION: std::ops::RangeInclusive<u16> = 0x0400..=0x04F
 
 impl FrameKind {
     /// Every kind, in numeric order of requests then responses (tests, docs, fuzzing).
-    pub const ALL: [FrameKind; 77] = [
+    pub const ALL: [FrameKind; 78] = [
         FrameKind::Hello,
         FrameKind::GetRouting,
         FrameKind::CreateQueue,
@@ -252,6 +256,7 @@ impl FrameKind {
         FrameKind::Error,
         FrameKind::HelloOk,
         FrameKind::GetRoutingResult,
+        FrameKind::NotLeader,
         FrameKind::CreateQueueResult,
         FrameKind::DeleteQueueResult,
         FrameKind::GetQueueUrlResult,
@@ -467,10 +472,11 @@ mod tests {
             assert!(seen.insert(k as u16), "{k:?} assigned twice");
             assert_eq!(FrameKind::from_u16(k as u16), Some(k));
         }
-        // Every request has its response and vice versa (except Error, which answers all).
+        // Every request has its response and vice versa (except Error and NotLeader, which
+        // answer all).
         for k in FrameKind::ALL {
             if k.is_response() {
-                if k != FrameKind::Error {
+                if k != FrameKind::Error && k != FrameKind::NotLeader {
                     let req = FrameKind::from_u16(k as u16 & !KIND_RESPONSE_BIT)
                         .expect("every response has a request");
                     assert_eq!(req.response_kind(), Some(k));

@@ -12,7 +12,14 @@ use crate::frame::{FRAME_BYTES_MAX, REQUEST_FRAME_BYTES_MAX};
 use crate::messages::{ErrorResponse, Hello, HelloOk, VersionRange};
 
 /// The protocol version this build speaks best.
-pub const PROTOCOL_VERSION: u16 = 1;
+///
+/// | version | adds                                                                        |
+/// |---------|-----------------------------------------------------------------------------|
+/// | 1       | everything before the cluster's leader hints                                |
+/// | 2       | the `NotLeader` response frame (kind 0x80FF): the leader's client address   |
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The first version with the `NotLeader` frame.
+pub const PROTOCOL_VERSION_NOT_LEADER: u16 = 2;
 /// The oldest protocol version this build still speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 /// Default bound on requests in flight per connection (server side). A bounded window is
@@ -139,5 +146,101 @@ mod tests {
         assert_eq!(ok.version, PROTOCOL_VERSION);
         assert_eq!(ok.request_frame_bytes_max as usize, REQUEST_FRAME_BYTES_MAX);
         assert_eq!(ok.account_id, "123");
+    }
+}
+
+/// The answer of a node that does not lead a request's partition, in the form a connection of
+/// protocol `version` reads: the `NotLeader` frame from v2 on; on v1 an `Error` frame with
+/// `ServiceUnavailable`, which v1 clients already retry, its message naming the leader — a v1
+/// client does not know the `NotLeader` frame and would take it for a protocol error.
+pub fn not_leader_response(
+    version: u16,
+    not_leader: crate::messages::NotLeaderResponse,
+) -> crate::codec::Response {
+    if version >= PROTOCOL_VERSION_NOT_LEADER {
+        return crate::codec::Response::NotLeader(not_leader);
+    }
+    let leader = match &not_leader.leader_addr {
+        Some(addr) => format!("the leader is at {addr}"),
+        None => "no leader is known yet".to_string(),
+    };
+    crate::codec::Response::Error(ErrorResponse::new(
+        ErrorCode::ServiceUnavailable,
+        format!("{} ({leader}); retry", not_leader.message),
+    ))
+}
+
+#[cfg(test)]
+mod not_leader_tests {
+    use super::*;
+    use crate::codec::{decode_response, encode_response, Response};
+    use crate::decoder::decode_one;
+    use crate::messages::NotLeaderResponse;
+
+    fn hint() -> NotLeaderResponse {
+        NotLeaderResponse {
+            message: "not the partition's leader".into(),
+            leader_addr: Some("127.0.0.1:7001".into()),
+            term: 4,
+            outcome_unknown: true,
+        }
+    }
+
+    /// A v2 connection gets the frame with the leader's address, through the codec unchanged.
+    #[test]
+    fn v2_gets_the_not_leader_frame() {
+        let response = not_leader_response(PROTOCOL_VERSION_NOT_LEADER, hint());
+        assert_eq!(response, Response::NotLeader(hint()));
+        let bytes = encode_response(5, &response).expect("encodes");
+        let frame = decode_one(&bytes, crate::FRAME_BYTES_MAX).expect("decodes");
+        assert_eq!(frame.kind(), Some(crate::FrameKind::NotLeader));
+        assert_eq!(decode_response(&frame), Ok(response));
+    }
+
+    /// A v1 client (which knows neither the frame nor the code) gets an error it knows and
+    /// retries, whose message names the leader.
+    #[test]
+    fn v1_gets_a_retryable_error_naming_the_leader() {
+        for (addr, says) in [
+            (
+                Some("127.0.0.1:7001".to_string()),
+                "the leader is at 127.0.0.1:7001",
+            ),
+            (None, "no leader is known yet"),
+        ] {
+            let response = not_leader_response(
+                1,
+                NotLeaderResponse {
+                    leader_addr: addr,
+                    ..hint()
+                },
+            );
+            let Response::Error(e) = response else {
+                panic!("v1 got {response:?}");
+            };
+            assert_eq!(e.error_code(), ErrorCode::ServiceUnavailable);
+            assert!(e.error_code().is_retryable());
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+    }
+
+    /// A client that predates the code reads it as `Unknown` with the message kept (the raw
+    /// number travels): what an old client would show for a `NotLeader` code in a batch entry.
+    #[test]
+    fn an_old_client_reads_the_code_as_unknown_with_its_message() {
+        let e = ErrorResponse::new(ErrorCode::NotLeader, "not the leader; retry");
+        assert_eq!(e.code, 52);
+        // An old build's table is this one without NotLeader: from_u16 finds no match.
+        let old_table: Vec<ErrorCode> = ErrorCode::ALL
+            .into_iter()
+            .filter(|c| *c != ErrorCode::NotLeader)
+            .collect();
+        let old_read = old_table
+            .into_iter()
+            .find(|c| c.as_u16() == e.code)
+            .unwrap_or(ErrorCode::Unknown);
+        assert_eq!(old_read, ErrorCode::Unknown);
+        assert_eq!(e.message, "not the leader; retry");
+        assert!(ErrorCode::NotLeader.is_retryable());
     }
 }

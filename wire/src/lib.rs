@@ -46,8 +46,8 @@ pub use frame::{
     FRAME_TRAILER_BYTES, MESSAGE_BYTES_MAX, REQUEST_FRAME_BYTES_MAX,
 };
 pub use handshake::{
-    answer_hello, negotiate_version, supported_versions, ServerInfo, PROTOCOL_VERSION,
-    PROTOCOL_VERSION_MIN,
+    answer_hello, negotiate_version, not_leader_response, supported_versions, ServerInfo,
+    PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_NOT_LEADER,
 };
 pub use messages::*;
 

@@ -110,6 +110,22 @@ wire_types! {
         pub supported_versions: Option<VersionRange>,
     }
 
+    /// Protocol v2: the answer of a cluster node that does not lead the partition a request is
+    /// for (frame kind `NotLeader`, error code [`ErrorCode::NotLeader`]). Sent only on
+    /// connections that negotiated v2 or later ([`crate::not_leader_response`]).
+    #[derive(Debug, Default)]
+    pub struct NotLeaderResponse {
+        pub message: String,
+        /// The leader's client (QUIC) address, `host:port`, as this node knows it from the
+        /// cluster configuration; `None` while it knows no leader (an election).
+        pub leader_addr: Option<String>,
+        /// The Raft term the node answered in.
+        pub term: u64,
+        /// The node lost the lead while the request ran: it may still take effect under the
+        /// next leader (as after a timeout). `false`: nothing was done.
+        pub outcome_unknown: bool,
+    }
+
     // ---- Queue administration ---------------------------------------------------------------
 
     #[derive(Debug, Default)]

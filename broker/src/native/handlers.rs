@@ -42,6 +42,17 @@ pub use sluice_wire::limits::RECEIVE_MESSAGES_MAX;
 pub struct Failure {
     pub code: ErrorCode,
     pub message: String,
+    /// Set for `ServiceError::NotLeader`: answered as a `NotLeader` frame on a protocol v2
+    /// connection ([`Ctx::error_response`]).
+    pub not_leader: Option<NotLeaderHint>,
+}
+
+/// What a node that does not lead a request's partition knows of the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotLeaderHint {
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub outcome_unknown: bool,
 }
 
 impl Failure {
@@ -49,6 +60,7 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            not_leader: None,
         }
     }
 
@@ -81,6 +93,18 @@ impl From<ServiceError> for Failure {
     fn from(e: ServiceError) -> Self {
         let info = e.info();
         let code = ErrorCode::from_sqs_code(info.code).unwrap_or(ErrorCode::InternalFailure);
+        let not_leader = match &e {
+            ServiceError::NotLeader {
+                leader_hint,
+                term,
+                outcome_unknown,
+            } => Some(NotLeaderHint {
+                leader: *leader_hint,
+                term: *term,
+                outcome_unknown: *outcome_unknown,
+            }),
+            _ => None,
+        };
         let message = match &e {
             ServiceError::NonExistentQueue => "The specified queue does not exist.".to_string(),
             ServiceError::Internal(_) => {
@@ -90,7 +114,11 @@ impl From<ServiceError> for Failure {
             }
             other => other.to_string(),
         };
-        Failure { code, message }
+        Failure {
+            code,
+            message,
+            not_leader,
+        }
     }
 }
 
@@ -111,6 +139,33 @@ pub struct Ctx {
     pub caller: Caller,
     /// `host:port` written into queue URLs: the HTTP API's address, so a URL works with both.
     pub url_host: String,
+    /// The protocol version the connection negotiated (what its client can read).
+    pub protocol_version: u16,
+}
+
+impl Ctx {
+    /// The answer for a failed request: a `NotLeader` frame naming the leader's client (QUIC)
+    /// address from the cluster configuration when the connection reads one (protocol v2),
+    /// else an `Error` frame.
+    pub fn error_response(&self, f: Failure) -> Response {
+        let Some(hint) = f.not_leader else {
+            return Response::Error(f.to_response());
+        };
+        let leader_addr = hint.leader.and_then(|id| {
+            let node = crate::cluster::node::local()?;
+            let member = node.cluster().member(id)?;
+            Some(member.quic_addr.to_string())
+        });
+        wire::not_leader_response(
+            self.protocol_version,
+            wire::NotLeaderResponse {
+                message: f.message,
+                leader_addr,
+                term: hint.term,
+                outcome_unknown: hint.outcome_unknown,
+            },
+        )
+    }
 }
 
 /// Runs one request. `Hello` never reaches here (the connection handles it).
@@ -118,11 +173,11 @@ pub struct Ctx {
 /// `bytes`: the request frame's body, metered by the account's byte-rate quota.
 pub async fn handle(ctx: &Ctx, request: Request, bytes: u64) -> Response {
     if let Err(e) = ctx.shard.admit(&ctx.caller.account, bytes) {
-        return Response::Error(Failure::from(e).to_response());
+        return ctx.error_response(Failure::from(e));
     }
     match dispatch(ctx, request).await {
         Ok(r) => r,
-        Err(f) => Response::Error(f.to_response()),
+        Err(f) => ctx.error_response(f),
     }
 }
 

@@ -567,6 +567,7 @@ async fn serve_connection(
     conn.set_max_concurrent_bi_streams(VarInt::from_u32(STREAMS_PER_CONNECTION_MAX));
     conn.set_receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW_BYTES));
     drop(unauthenticated);
+    let protocol_version = ok.version;
     let hello_ok = encode_response(0, &Response::HelloOk(ok)).expect("HelloOk is small");
     decoder.set_frame_bytes_max(REQUEST_FRAME_BYTES_MAX);
     let connection = Rc::new(Connection {
@@ -581,6 +582,7 @@ async fn serve_connection(
                 verified: state.shard.config.auth.mode == AuthMode::SigV4 || cert_account.is_some(),
             },
             url_host: state.ctx_host.clone(),
+            protocol_version,
         },
         tracker,
         requests_in_flight: Cell::new(0),
@@ -860,6 +862,9 @@ fn dispatch(connection: &Rc<Connection>, frame: Frame, tx: &mpsc::UnboundedSende
         };
         let error = match &answer {
             Err(Response::Error(e)) => Some(crate::metrics::ErrorKey::Native(e.code)),
+            Err(Response::NotLeader(_)) => Some(crate::metrics::ErrorKey::Native(
+                ErrorCode::NotLeader.as_u16(),
+            )),
             _ => None,
         };
         crate::metrics::record_request(

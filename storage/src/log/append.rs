@@ -75,9 +75,10 @@ impl<F: Fs> Log<F> {
     /// [`Log::durable`] resolves for the returned ticket. May exceed the write buffer by one
     /// batch if the caller skipped [`Log::wait_for_space`].
     ///
-    /// The log stores the current batch format (v2): a v1 batch from an older producer is
-    /// rewritten as v2 once verified ([`batch::upgraded`]); a v2 batch is stored in the bytes it
-    /// came in, but for the base offset and term the log stamps.
+    /// The log stores the current batch formats (v2, v3 for a Kafka-compressed batch): a v1
+    /// batch from an older producer is rewritten as v2 once verified ([`batch::upgraded`]); a
+    /// v2 or v3 batch is stored in the bytes it came in, but for the base offset and term the
+    /// log stamps.
     pub fn stage_batch(&self, bytes: Vec<u8>) -> Result<AppendTicket> {
         let bytes = self.verified(bytes)?;
         self.check_writable()?;
@@ -141,10 +142,10 @@ impl<F: Fs> Log<F> {
         if view.bytes.len() != bytes.len() {
             return Err(crate::error::BatchError::BadLength(view.header.batch_len).into());
         }
-        Ok(if view.header.version == batch::BATCH_FORMAT_VERSION {
-            bytes
-        } else {
+        Ok(if view.header.needs_upgrade() {
             batch::upgraded(&view)
+        } else {
+            bytes
         })
     }
 

@@ -85,6 +85,40 @@ pub(super) async fn read_batch_verified<T: File>(
     Ok(Some(ReadBatch { header, bytes }))
 }
 
+/// Why the batch at `pos` is one this build refuses by its format version, not a torn write:
+/// a version it does not know (a newer build's; not 0, which is what a write torn before the
+/// version byte leaves in pre-zeroed space), or version and Kafka codec bits that disagree (a
+/// compressed batch of the build that stored them before v3) under a checksum that holds (a
+/// torn write leaves none). Recovery reports it instead of cutting it off as a torn tail,
+/// which would drop acknowledged batches.
+pub(super) async fn refused_by_version<T: File>(
+    file: &T,
+    pos: u64,
+    file_size: u64,
+) -> Option<String> {
+    let avail = file_size.saturating_sub(pos);
+    let head = file
+        .read_at(pos, (BATCH_HEADER_BYTES as u64).min(avail) as usize)
+        .await
+        .ok()?;
+    let e = match BatchHeader::parse(&head) {
+        Err(e @ crate::batch::BatchError::UnsupportedVersion(v)) if v != 0 => e,
+        Err(e @ crate::batch::BatchError::CodecVersionMismatch { .. }) => {
+            let len = u64::from(u32::from_le_bytes(head.get(8..12)?.try_into().ok()?));
+            if len > avail {
+                return None;
+            }
+            let bytes = file.read_at(pos, len as usize).await.ok()?;
+            if !crate::batch::checksum_holds(&bytes) {
+                return None;
+            }
+            e
+        }
+        _ => return None,
+    };
+    Some(format!("batch refused by its format version: {e}"))
+}
+
 pub(super) async fn read_batch_header_verified<T: File>(
     file: &T,
     pos: u64,
@@ -346,6 +380,9 @@ impl<F: Fs> Log<F> {
                         continue;
                     }
                     if !matches!(found, Ok(None)) {
+                        if let Some(why) = refused_by_version(&file, pos, file_size).await {
+                            return Err(self.corruption(path, pos, why));
+                        }
                         bad_at = Some(pos);
                     }
                     break; // zeros: the clean end

@@ -523,7 +523,14 @@ impl Settings {
         if shards == 0 {
             return Err(ConfigError("shards: must be at least 1".into()));
         }
-        let partitions = *s.partitions.get_or_insert(shards as u32);
+        // In a cluster one partition per queue unless set: a queue then has one leader, which
+        // any node forwards to (`broker_config`).
+        let default_partitions = if s.cluster.is_some() {
+            1
+        } else {
+            shards as u32
+        };
+        let partitions = *s.partitions.get_or_insert(default_partitions);
         if partitions == 0 {
             return Err(ConfigError("partitions: must be at least 1".into()));
         }

@@ -403,9 +403,4 @@ impl ClusterShard {
         };
         self.wait_applied(&state, info.last_offset + 1).await
     }
-
-    /// The metadata group's leader as this node knows it.
-    pub fn meta_leader_hint(&self) -> Option<u64> {
-        self.host.replica(META_GROUP).and_then(|r| r.leader())
-    }
 }

@@ -325,9 +325,15 @@ impl Shard {
     /// On shard 0, under [`Shard::meta_serial`]: makes a record durable, then applies it on
     /// every shard.
     pub(crate) async fn persist_meta(&self, record: MetaRecord) -> ServiceResult<()> {
+        self.commit_meta(record, runtime::now_ms()).await
+    }
+
+    /// Makes `record` (stamped `now_ms`) durable and applied on every shard: in a cluster,
+    /// committed by a majority and applied by this node's applier; else appended to the local
+    /// metadata log and broadcast.
+    async fn commit_meta(&self, record: MetaRecord, now_ms: u64) -> ServiceResult<()> {
         if let Some(c) = &self.cluster {
-            // Committed by a majority, then applied here (by the applier, on every shard).
-            c.propose_meta(&record, runtime::now_ms()).await?;
+            c.propose_meta(&record, now_ms).await?;
             record.log_durable();
             return Ok(());
         }
@@ -337,12 +343,7 @@ impl Shard {
             .clone()
             .ok_or(ServiceError::Unavailable("metadata not loaded"))?;
         let mut b = sluice_storage::BatchBuilder::new();
-        b.push_parts(
-            runtime::now_ms() as i64,
-            None,
-            &record.encode(),
-            std::iter::empty(),
-        );
+        b.push_parts(now_ms as i64, None, &record.encode(), std::iter::empty());
         log.append(b.finish().expect("one record")).await?;
         record.log_durable();
         self.broadcast_meta(vec![record]).await
@@ -544,21 +545,7 @@ impl Shard {
             | MetaRecord::TopicDeleted { id, .. }
             | MetaRecord::TopicAltered { id, .. } => *id,
         };
-        if let Some(c) = &self.cluster {
-            c.propose_meta(&record, now).await?;
-            record.log_durable();
-            return Ok(id);
-        }
-        let log = self
-            .meta_log
-            .borrow()
-            .clone()
-            .ok_or(ServiceError::Unavailable("metadata not loaded"))?;
-        let mut b = sluice_storage::BatchBuilder::new();
-        b.push_parts(now as i64, None, &record.encode(), std::iter::empty());
-        log.append(b.finish().expect("one record")).await?;
-        record.log_durable();
-        self.broadcast_meta(vec![record]).await?;
+        self.commit_meta(record, now).await?;
         Ok(id)
     }
 

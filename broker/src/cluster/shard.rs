@@ -75,7 +75,7 @@ pub fn queue_group(queue_id: u64, partition: u32) -> GroupId {
 /// is asked of the leader ([`meta_leader_hint`]). One process is one node.
 static META_LEADER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The metadata leader this node last saw, if another node.
+/// The metadata leader this node last saw (possibly itself); `None` while none is known.
 pub fn meta_leader_hint() -> Option<u64> {
     match META_LEADER.load(std::sync::atomic::Ordering::Relaxed) {
         0 => None,
@@ -276,11 +276,7 @@ impl ClusterShard {
                     return;
                 };
                 let listen = progressed.listen();
-                let leader = cs
-                    .host
-                    .replica(META_GROUP)
-                    .and_then(|r| r.leader())
-                    .filter(|&l| l != cs.node_id());
+                let leader = cs.host.replica(META_GROUP).and_then(|r| r.leader());
                 META_LEADER.store(leader.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
                 if let Err(e) = cs.apply_committed(&state, &apply).await {
                     tracing::warn!(error = %e, "applying committed metadata; retrying");

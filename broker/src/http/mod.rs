@@ -583,6 +583,18 @@ impl ShardHttp {
                     None => Err(e),
                 }
             }
+            // A queue this node does not know while no metadata leader is known (a node just
+            // restarted): not an answer to give as final; the client retries.
+            (Err(e), Some(_))
+                if e.shape == "QueueDoesNotExist"
+                    && crate::cluster::shard::meta_leader_hint().is_none() =>
+            {
+                Err(SqsError::new(
+                    "ServiceUnavailable",
+                    503,
+                    "This node's catalog may be behind and no metadata leader is known yet; retry.",
+                ))
+            }
             (r, _) => r,
         };
         match result {
